@@ -1,0 +1,93 @@
+"""One error shape for the whole API: {"error": {"code", "message", "fields"}}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+
+class ApiError(exceptions.APIException):
+    """A client error with a machine-readable code and the fields at fault."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        fields: dict[str, str] | None = None,
+        status_code: int = status.HTTP_400_BAD_REQUEST,
+    ) -> None:
+        super().__init__(detail=message, code=code)
+        self.code = code
+        self.message = message
+        self.fields = fields or {}
+        self.status_code = status_code
+
+
+def invalid(field: str, message: str, code: str = "invalid") -> ApiError:
+    return ApiError(code, f"{field}: {message}", fields={field: message})
+
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "throttled",
+}
+
+
+def _flatten(detail: Any, prefix: str = "") -> dict[str, str]:
+    """DRF ValidationError details are nested dicts/lists; flatten to {"a.b": "message"}."""
+    if isinstance(detail, dict):
+        out: dict[str, str] = {}
+        for key, value in detail.items():
+            if isinstance(key, int):  # ListSerializer reports items by index
+                path = f"{prefix}[{key}]"
+            else:
+                path = f"{prefix}.{key}" if prefix else str(key)
+            out.update(_flatten(value, path))
+        return out
+    if isinstance(detail, list):
+        if all(not isinstance(item, (dict, list)) for item in detail):
+            return {prefix or "non_field_errors": " ".join(str(item) for item in detail)}
+        out = {}
+        for index, value in enumerate(detail):
+            out.update(_flatten(value, f"{prefix}[{index}]"))
+        return out
+    return {prefix or "non_field_errors": str(detail)}
+
+
+def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    from rest_framework.views import exception_handler  # late: rest_framework.views imports our parser
+
+    if isinstance(exc, ApiError):
+        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    code = _CODES.get(response.status_code, "error")
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _flatten(exc.detail)
+        message = "; ".join(f"{k}: {v}" for k, v in fields.items()) or "invalid input"
+        response.data = error_body("invalid", message, fields)
+    else:
+        detail = getattr(exc, "detail", str(exc))
+        response.data = error_body(code, str(detail))
+    return response

@@ -1,0 +1,172 @@
+"""PhantomHub settings: one module, every knob read from PHANTOMHUB_* environment variables.
+
+See docs/deployment.md for the full list. A bad value raises ConfigError at start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phantomhub.env import (
+    ConfigError,
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PHANTOMHUB_VAR_DIR", str(BASE_DIR / "var")) or "var")
+
+DEBUG = env_bool("PHANTOMHUB_DEBUG", False)
+_secret = env_str("PHANTOMHUB_SECRET_KEY")
+_secret_file = Path(env_str("PHANTOMHUB_SECRET_KEY_FILE", str(VAR_DIR / "secret.key")) or "")
+if _secret is None and _secret_file.is_file():  # `make run` writes one under var/ on first start
+    _secret = _secret_file.read_text().strip() or None
+if _secret is None:
+    if not DEBUG:
+        raise ConfigError(
+            "PHANTOMHUB_SECRET_KEY (or a PHANTOMHUB_SECRET_KEY_FILE) is required when "
+            "PHANTOMHUB_DEBUG is off (set PHANTOMHUB_DEBUG=1 for local use)"
+        )
+    _secret = "phantomhub-insecure-debug-key-never-use-in-production"
+elif len(_secret) < 32 and not DEBUG:
+    raise ConfigError("PHANTOMHUB_SECRET_KEY must be at least 32 characters")
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list("PHANTOMHUB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("PHANTOMHUB_CSRF_TRUSTED_ORIGINS", [])
+PORT = env_int("PHANTOMHUB_PORT", 8000, minimum=1, maximum=65535)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "phantomhub.accounts",
+    "phantomhub.telemetry",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "phantomhub.urls"
+WSGI_APPLICATION = "phantomhub.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("PHANTOMHUB_DATABASE_URL")
+if DATABASE_URL is None:  # the embedded default: one SQLite file under var/
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASE_URL = f"sqlite:///{VAR_DIR / 'phantomhub.sqlite3'}"
+DATABASES = {"default": database_from_url("PHANTOMHUB_DATABASE_URL", DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "phantomhub.accounts.auth.ProjectTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["phantomhub.telemetry.parsers.CappedJSONParser"],
+    "EXCEPTION_HANDLER": "phantomhub.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "PhantomHub API",
+    "DESCRIPTION": (
+        "Ingest step-level training telemetry and read back GPU waste analysis. "
+        "Authenticate with `Authorization: Bearer phk_...`."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Serve Swagger UI from our own static files: self-hosted installs may have no internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+}
+
+# Ingest limits. A request body above MAX_BODY_BYTES is refused with 413 before it is read in
+# full; a gzip body is inflated at most to MAX_INFLATED_BYTES (a zip bomb gets 413, not an OOM).
+MAX_BODY_BYTES = env_int("PHANTOMHUB_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
+MAX_INFLATED_BYTES = env_int("PHANTOMHUB_MAX_INFLATED_BYTES", 64 * 1024 * 1024, minimum=1024)
+MAX_BATCH_ROWS = env_int("PHANTOMHUB_MAX_BATCH_ROWS", 10_000, minimum=1, maximum=1_000_000)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_INFLATED_BYTES
+
+# A token's last_used_at is written at most this often, so ingest is not one extra write a batch.
+TOKEN_TOUCH_INTERVAL_S = env_int("PHANTOMHUB_TOKEN_TOUCH_INTERVAL_S", 60, minimum=0)
+
+# Celery. Without a broker URL the tasks run in-process (the embedded single-machine default).
+REDIS_URL = env_str("PHANTOMHUB_REDIS_URL")
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = REDIS_URL is None
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("PHANTOMHUB_TASK_TIME_LIMIT_S", 600, minimum=10)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PHANTOMHUB_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("PHANTOMHUB_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

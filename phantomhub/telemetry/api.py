@@ -1,0 +1,319 @@
+"""Ingest and read-back API. Thin views: parse, authorise, call one service, answer."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import connection
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from phantomhub.accounts.auth import ProjectPrincipal
+from phantomhub.errors import ApiError, invalid
+from phantomhub.telemetry import selectors, services
+from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
+from phantomhub.telemetry.models import EventKind, PricingTier, Run, RunStatus
+
+MAX_EVENTS = 1000
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    error = inline_serializer(
+        "ErrorBody",
+        {
+            "code": serializers.CharField(),
+            "message": serializers.CharField(),
+            "fields": serializers.DictField(child=serializers.CharField()),
+        },
+    )
+
+
+IngestResultSerializer = inline_serializer(
+    "IngestResult", {"accepted": serializers.IntegerField(), "duplicates": serializers.IntegerField()}
+)
+_ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer, 413: ErrorSerializer}
+
+
+def _writer_project(request: Request) -> Any:
+    if not isinstance(request.user, ProjectPrincipal):
+        raise ApiError("forbidden", "writing telemetry needs a project token", status_code=403)
+    return request.user.project
+
+
+def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
+    project = _writer_project(request)
+    run = Run.objects.filter(pk=run_id, project=project).first()
+    if run is None:
+        raise ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
+    return run
+
+
+def _object(body: Any, allowed: set[str], required: set[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise invalid("body", "must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise invalid(unknown[0], f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    for name in sorted(required - set(body)):
+        raise invalid(name, "this field is required")
+    return body
+
+
+def _int_field(body: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise invalid(name, f"must be an integer in [{lo}, {hi}]")
+    return value
+
+
+def _host(body: dict[str, Any]) -> str | None:
+    host = body.get("host")
+    if host is not None and (not isinstance(host, str) or len(host) > 255):
+        raise invalid("host", "must be a string of at most 255 characters")
+    return host
+
+
+class HealthApi(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses=inline_serializer("Health", {"status": serializers.CharField()}), auth=[])
+    def get(self, request: Request) -> Response:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return Response({"status": "ok"})
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """Refuses fields it does not know, so a typo is a 400 naming it, not silently dropped."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({unknown[0]: ["unknown field"]})
+        return super().to_internal_value(data)
+
+
+class RunInputSerializer(StrictSerializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    project = serializers.SlugField(required=False)
+    team = serializers.SlugField(required=False)
+    tags = serializers.ListField(child=serializers.CharField(max_length=64), max_length=64, required=False)
+    gpu_model = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
+    world_size = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
+    nodes = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+    provider = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    region = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    pricing_tier = serializers.ChoiceField(choices=PricingTier.choices, required=False)
+    dtype = serializers.CharField(max_length=16, required=False, allow_blank=True)
+    allocation_start = serializers.DateTimeField(required=False)
+    started_at = serializers.DateTimeField(required=False)
+    config = serializers.DictField(required=False)
+    environment = serializers.DictField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        start, alloc = attrs.get("started_at"), attrs.get("allocation_start")
+        if start and alloc and alloc > start:
+            raise serializers.ValidationError({"allocation_start": "must not be after started_at"})
+        return attrs
+
+
+class RunOutputSerializer(serializers.ModelSerializer[Run]):
+    project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.CharField(source="project.team.slug", read_only=True)
+    ranks = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "name", "project", "team", "tags", "status", "gpu_model", "gpu_count", "world_size",
+            "nodes", "provider", "region", "pricing_tier", "dtype", "allocation_start", "started_at",
+            "finished_at", "last_seen_at", "config", "environment", "ranks",
+        ]  # fmt: skip
+
+    def get_ranks(self, run: Run) -> list[dict[str, Any]]:
+        return [{"rank": r.rank, "host": r.host, "counters": r.counters} for r in run.ranks.order_by("rank")]
+
+
+class RunCreateApi(APIView):
+    @extend_schema(
+        request=RunInputSerializer,
+        responses={201: RunOutputSerializer, 200: RunOutputSerializer, **_ERRORS, 409: ErrorSerializer},
+        summary="Create a run, or resume it by id (201 created, 200 resumed)",
+    )
+    def post(self, request: Request) -> Response:
+        project = _writer_project(request)
+        serializer = RunInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        for field, actual in (("project", project.slug), ("team", project.team.slug)):
+            given = data.pop(field, None)
+            if given is not None and given != actual:
+                raise ApiError(
+                    "forbidden",
+                    f"{field}: this token belongs to {field} {actual!r}, not {given!r}",
+                    fields={field: f"token is for {actual!r}"},
+                    status_code=403,
+                )
+        run, created = services.run_create_or_resume(project=project, run_id=data.pop("id"), data=data)
+        return Response(
+            RunOutputSerializer(run).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+
+class RunDetailApi(APIView):
+    @extend_schema(responses={200: RunOutputSerializer, 401: ErrorSerializer, 404: ErrorSerializer})
+    def get(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = selectors.run_get_visible(principal=request.user, run_id=run_id)
+        return Response(RunOutputSerializer(run).data)
+
+
+def _columns_schema(name: str, columns: Any) -> Any:
+    return inline_serializer(
+        name,
+        {c.name: serializers.ListField(child=serializers.FloatField(), required=c.required) for c in columns},
+    )
+
+
+StepBatchSerializer = inline_serializer(
+    "StepBatch",
+    {
+        "rank": serializers.IntegerField(min_value=0),
+        "host": serializers.CharField(required=False),
+        "steps": _columns_schema("StepColumns", STEP_COLUMNS),
+    },
+)
+SampleBatchSerializer = inline_serializer(
+    "SampleBatch",
+    {
+        "rank": serializers.IntegerField(min_value=0),
+        "host": serializers.CharField(required=False),
+        "samples": _columns_schema("SampleColumns", SAMPLE_COLUMNS),
+    },
+)
+
+
+class RunStepsApi(APIView):
+    @extend_schema(
+        request=StepBatchSerializer,
+        responses={200: IngestResultSerializer, **_ERRORS},
+        summary="Store one rank's batch of steps (columnar, idempotent by (run, rank, step))",
+    )
+    def post(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = _run_for_write(request, run_id)
+        body = _object(request.data, {"rank", "host", "steps"}, {"rank", "steps"})
+        rank = _int_field(body, "rank", 0, 1_000_000)
+        result = services.steps_ingest(run=run, rank=rank, host=_host(body), steps=body["steps"])
+        return Response(result.as_dict())
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("rank", OpenApiTypes.INT, description="one rank; all ranks when omitted"),
+            OpenApiParameter("after_rank", OpenApiTypes.INT, description="cursor (all-ranks reads)"),
+            OpenApiParameter("after_step", OpenApiTypes.INT, description="cursor: steps strictly after"),
+            OpenApiParameter("limit", OpenApiTypes.INT, description="rows per page, at most 10000"),
+        ],
+        responses={200: OpenApiTypes.OBJECT, 401: ErrorSerializer, 404: ErrorSerializer},
+        summary="Read steps back, columnar and paged",
+    )
+    def get(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = selectors.run_get_visible(principal=request.user, run_id=run_id)
+        params = request.query_params
+
+        def number(name: str, default: int | None, lo: int, hi: int) -> int | None:
+            raw = params.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                value = int(str(raw))
+            except ValueError:
+                raise invalid(name, "must be an integer") from None
+            if not lo <= value <= hi:
+                raise invalid(name, f"must be in [{lo}, {hi}]")
+            return value
+
+        page = selectors.steps_read(
+            run=run,
+            rank=number("rank", None, 0, 1_000_000),
+            after_rank=number("after_rank", -1, -1, 1_000_000) or 0 if "after_rank" in params else -1,
+            after_step=number("after_step", -1, -1, 2**53) or 0 if "after_step" in params else -1,
+            limit=number("limit", 1000, 1, 10_000) or 1000,
+        )
+        return Response(page)
+
+
+class RunSamplesApi(APIView):
+    @extend_schema(
+        request=SampleBatchSerializer,
+        responses={200: IngestResultSerializer, **_ERRORS},
+        summary="Store system samples (columnar, idempotent by (run, rank, device, t_ns))",
+    )
+    def post(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = _run_for_write(request, run_id)
+        body = _object(request.data, {"rank", "host", "samples"}, {"rank", "samples"})
+        rank = _int_field(body, "rank", 0, 1_000_000)
+        result = services.samples_ingest(run=run, rank=rank, host=_host(body), samples=body["samples"])
+        return Response(result.as_dict())
+
+
+class EventSerializer(StrictSerializer):
+    id = serializers.CharField(max_length=64)
+    kind = serializers.ChoiceField(choices=EventKind.choices)
+    rank = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, default=0)
+    t_ns = serializers.IntegerField(min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9)
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    t_start_ns = serializers.IntegerField(
+        min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9, required=False
+    )
+    dur_ns = serializers.IntegerField(min_value=0, max_value=365 * 86_400 * 10**9, required=False)
+    status = serializers.ChoiceField(choices=[RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CRASHED], required=False)
+    data = serializers.DictField(required=False)  # type: ignore[assignment]  # the wire name
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        kind = attrs["kind"]
+        if kind == EventKind.PHASE:
+            for name in ("name", "t_start_ns", "dur_ns"):
+                if not attrs.get(name) and attrs.get(name) != 0:
+                    raise serializers.ValidationError({name: "required for a phase event"})
+        if kind == EventKind.FINISH and "status" not in attrs:
+            raise serializers.ValidationError({"status": "required for a finish event"})
+        if kind == EventKind.COUNTERS:
+            data = attrs.get("data", {})
+            for key, value in data.items():
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise serializers.ValidationError({f"data.{key}": "counters are non-negative integers"})
+        return attrs
+
+
+class EventBatchSerializer(StrictSerializer):
+    events = EventSerializer(many=True, allow_empty=False, max_length=MAX_EVENTS)  # type: ignore[call-arg]
+
+    def validate_events(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ids = [event["id"] for event in events]
+        if len(set(ids)) != len(ids):
+            raise serializers.ValidationError("event ids must be unique within a batch")
+        return events
+
+
+class RunEventsApi(APIView):
+    @extend_schema(
+        request=EventBatchSerializer,
+        responses={200: IngestResultSerializer, **_ERRORS},
+        summary="Store run events: phases, finish, drop counters, OOMs (idempotent by event id)",
+    )
+    def post(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = _run_for_write(request, run_id)
+        _object(request.data, {"events"}, {"events"})
+        serializer = EventBatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = services.events_ingest(run=run, events=serializer.validated_data["events"])
+        return Response(result.as_dict())

@@ -1,0 +1,186 @@
+"""Columnar batch validation: JSON arrays in, typed numpy columns out, or an error naming the field.
+
+Pure numpy (no Django), so it is cheap to test and fast on the ingest path: a 5,000-row batch is
+checked with a handful of vectorised comparisons instead of 75,000 Python-level checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+# Unix epoch ns for 2000-01-01 and 2100-01-01: a timestamp outside is a unit mistake (s, ms, µs).
+EPOCH_NS_MIN = 946_684_800 * 10**9
+EPOCH_NS_MAX = 4_102_444_800 * 10**9
+WEEK_NS = 7 * 86_400 * 10**9
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # "int" or "float"
+    lo: float
+    hi: float
+    required: bool = False
+
+    @property
+    def dtype(self) -> type[np.generic]:
+        return np.int64 if self.kind == "int" else np.float64
+
+
+def _int(name: str, lo: float, hi: float, required: bool = False) -> Column:
+    return Column(name, "int", lo, hi, required)
+
+
+STEP_COLUMNS: tuple[Column, ...] = (
+    _int("step", 0, 2**53, required=True),
+    _int("t_start_ns", EPOCH_NS_MIN, EPOCH_NS_MAX, required=True),
+    _int("dur_ns", 0, WEEK_NS),
+    _int("data_ns", 0, WEEK_NS),
+    _int("forward_ns", 0, WEEK_NS),
+    _int("backward_ns", 0, WEEK_NS),
+    _int("optimizer_ns", 0, WEEK_NS),
+    _int("comm_ns", 0, WEEK_NS),
+    Column("flops", "float", 0, 1e24),
+    _int("tokens", 0, 2**48),
+    _int("samples", 0, 2**48),
+    _int("mem_allocated", 0, 2**52),
+    _int("mem_reserved", 0, 2**52),
+    _int("mem_peak", 0, 2**52),
+    _int("alloc_retries", 0, 2**31),
+)
+
+SAMPLE_COLUMNS: tuple[Column, ...] = (
+    _int("t_ns", EPOCH_NS_MIN, EPOCH_NS_MAX, required=True),
+    _int("device", -1, 4096),  # GPU index; null or -1 for host-only rows
+    Column("gpu_util_pct", "float", 0, 100),
+    Column("sm_clock_mhz", "float", 0, 100_000),
+    _int("gpu_mem_used_bytes", 0, 2**52),
+    Column("power_w", "float", 0, 100_000),
+    Column("cpu_process_pct", "float", 0, 100_000),  # per-process CPU can exceed 100 (cores)
+    Column("cpu_other_pct", "float", 0, 100),
+    Column("cpu_steal_pct", "float", 0, 100),
+    _int("rss_bytes", 0, 2**52),
+)
+
+
+class ColumnError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Validated columns, all of one length, sorted by the key column."""
+
+    n: int
+    values: dict[str, npt.NDArray[Any]]
+    nulls: dict[str, npt.NDArray[np.bool_]]  # only for columns that contain nulls
+
+    @property
+    def has_nulls(self) -> bool:
+        return bool(self.nulls)
+
+
+def _typed(col: Column, field: str, raw: list[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
+    # One C-speed pass tells which Python types the column holds; numpy does the rest.
+    types = set(map(type, raw))
+    if not types <= {int, float, type(None)}:  # bool, str, list, dict...
+        raise ColumnError(field, "must be an array of numbers")
+    nulls: npt.NDArray[np.bool_] | None = None
+    values = raw
+    if type(None) in types:
+        if col.required:
+            raise ColumnError(field, "must not contain null")
+        nulls = np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+        values = [0 if v is None else v for v in raw]
+    try:
+        arr = np.asarray(values, dtype=np.float64 if float in types else np.int64)
+    except OverflowError:
+        raise ColumnError(field, f"values must be in [{col.lo:g}, {col.hi:g}]") from None
+    if float in types:
+        if not np.isfinite(arr).all():
+            raise ColumnError(field, "must be finite (no NaN or Infinity)")
+        if col.kind == "int":
+            raise ColumnError(field, "must be integers")
+    elif col.kind == "float":
+        arr = arr.astype(np.float64)
+    if len(arr) and (arr.min() < col.lo or arr.max() > col.hi):
+        bad = int(np.flatnonzero((arr < col.lo) | (arr > col.hi))[0])
+        raise ColumnError(
+            f"{field}[{bad}]", f"{raw[bad]!r} is out of range; values must be in [{col.lo:g}, {col.hi:g}]"
+        )
+    return arr, nulls
+
+
+def columns_validate(
+    body: Any,
+    spec: tuple[Column, ...],
+    *,
+    where: str,
+    keys: tuple[str, ...],
+    max_rows: int,
+    key_defaults: dict[str, int] | None = None,
+) -> Batch:
+    """Check a columnar object `{column: [values...]}` against `spec`.
+
+    `where` is the field name the object sits under (for error paths like `steps.dur_ns`);
+    `keys` are the columns whose combination must be unique within the batch; a key column that
+    is absent or null takes its value from `key_defaults` (samples: device -1 = the host).
+    """
+    if not isinstance(body, dict):
+        raise ColumnError(where, "must be an object of columns")
+    known = {c.name: c for c in spec}
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise ColumnError(f"{where}.{unknown[0]}", f"unknown column (known: {', '.join(known)})")
+    for col in spec:
+        if col.required and col.name not in body:
+            raise ColumnError(f"{where}.{col.name}", "required column is missing")
+    lengths = set()
+    for name, raw in body.items():
+        if not isinstance(raw, list):
+            raise ColumnError(f"{where}.{name}", "must be an array")
+        lengths.add(len(raw))
+    if len(lengths) > 1:
+        counts = ", ".join(f"{name}={len(raw)}" for name, raw in body.items())
+        raise ColumnError(where, f"columns must all have the same length ({counts})")
+    n = lengths.pop() if lengths else 0
+    if n == 0:
+        raise ColumnError(f"{where}.{spec[0].name}", "batch is empty")
+    if n > max_rows:
+        raise ColumnError(where, f"{n} rows is over the limit of {max_rows} per batch")
+    values: dict[str, npt.NDArray[Any]] = {}
+    nulls: dict[str, npt.NDArray[np.bool_]] = {}
+    for col in spec:
+        if col.name in body:
+            arr, mask = _typed(col, f"{where}.{col.name}", body[col.name])
+            values[col.name] = arr
+            if mask is not None:
+                nulls[col.name] = mask
+    for name, default in (key_defaults or {}).items():
+        if name not in values:
+            values[name] = np.full(n, default, dtype=np.int64)
+        elif name in nulls:
+            values[name] = np.where(nulls.pop(name), default, values[name])
+    # lexsort sorts by its last key first; keys are given most significant first.
+    order = np.lexsort([values[k] for k in reversed(keys)])
+    if n > 1:
+        sorted_keys = [values[k][order] for k in keys]
+        same = np.ones(n - 1, dtype=bool)
+        for col_sorted in sorted_keys:
+            same &= col_sorted[1:] == col_sorted[:-1]
+        if same.any():
+            i = int(np.flatnonzero(same)[0]) + 1
+            dup = ", ".join(f"{k}={int(c[i])}" for k, c in zip(keys, sorted_keys))
+            raise ColumnError(f"{where}.{keys[-1]}", f"({dup}) appears more than once in this batch")
+        if (order[1:] < order[:-1]).any():
+            # Sorted rows make concurrent writers take index locks in one order (no deadlocks).
+            values = {name: arr[order] for name, arr in values.items()}
+            nulls = {name: mask[order] for name, mask in nulls.items()}
+    return Batch(n=n, values=values, nulls=nulls)

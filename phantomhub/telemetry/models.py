@@ -1,0 +1,153 @@
+"""Runs and their raw telemetry: step rows, system samples, events.
+
+Raw tables are append-only and keyed by what makes a row unique on the wire, so a replayed batch
+is recognised by the primary key alone: steps by (run, rank, step), samples by
+(run, rank, device, t_ns), events by (run, event_id).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from phantomhub.accounts.models import Project
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CRASHED = "crashed"
+
+
+class PricingTier(models.TextChoices):
+    ON_DEMAND = "on_demand"
+    RESERVED = "reserved"
+    SPOT = "spot"
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="runs")
+    name = models.CharField(max_length=200, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    gpu_model = models.CharField(max_length=128, blank=True)
+    gpu_count = models.PositiveIntegerField(default=1)
+    world_size = models.PositiveIntegerField(default=1)
+    nodes = models.PositiveIntegerField(default=1)
+    provider = models.CharField(max_length=64, blank=True)
+    region = models.CharField(max_length=64, blank=True)
+    pricing_tier = models.CharField(max_length=16, choices=PricingTier.choices, default=PricingTier.ON_DEMAND)
+    dtype = models.CharField(max_length=16, blank=True)
+    allocation_start = models.DateTimeField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField()
+    config = models.JSONField(default=dict, blank=True)
+    environment = models.JSONField(default=dict, blank=True)
+    # Bumped by every batch that stored something: analysis compares it with the sequence it
+    # last analysed to know whether the run is dirty.
+    ingest_seq = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "-started_at"], name="run_project_started"),
+            models.Index(fields=["status", "last_seen_at"], name="run_status_seen"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name or self.id}"
+
+
+class RunRank(models.Model):
+    """One rank (process) of a run: where it ran and the agent's latest drop counters."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ranks")
+    rank = models.IntegerField()
+    host = models.CharField(max_length=255, blank=True)
+    counters = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "rank"], name="runrank_run_rank_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} rank {self.rank}"
+
+
+class Step(models.Model):
+    """One training step of one rank. Durations in ns; memory in bytes."""
+
+    pk = models.CompositePrimaryKey("run_id", "rank", "step")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=True, related_name="+")
+    rank = models.IntegerField()
+    step = models.BigIntegerField()
+    t_start_ns = models.BigIntegerField()
+    dur_ns = models.BigIntegerField(null=True)
+    data_ns = models.BigIntegerField(null=True)
+    forward_ns = models.BigIntegerField(null=True)
+    backward_ns = models.BigIntegerField(null=True)
+    optimizer_ns = models.BigIntegerField(null=True)
+    comm_ns = models.BigIntegerField(null=True)
+    flops = models.FloatField(null=True)  # can pass 2**63 for big models and batches
+    tokens = models.BigIntegerField(null=True)
+    samples = models.BigIntegerField(null=True)
+    mem_allocated = models.BigIntegerField(null=True)
+    mem_reserved = models.BigIntegerField(null=True)
+    mem_peak = models.BigIntegerField(null=True)
+    alloc_retries = models.BigIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} rank {self.rank} step {self.step}"
+
+
+class SystemSample(models.Model):
+    """About once a second per device (device = -1 for host-only readings)."""
+
+    pk = models.CompositePrimaryKey("run_id", "rank", "device", "t_ns")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    rank = models.IntegerField()
+    device = models.IntegerField()
+    t_ns = models.BigIntegerField()
+    gpu_util_pct = models.FloatField(null=True)
+    sm_clock_mhz = models.FloatField(null=True)
+    gpu_mem_used_bytes = models.BigIntegerField(null=True)
+    power_w = models.FloatField(null=True)
+    cpu_process_pct = models.FloatField(null=True)
+    cpu_other_pct = models.FloatField(null=True)
+    cpu_steal_pct = models.FloatField(null=True)
+    rss_bytes = models.BigIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} rank {self.rank} device {self.device} at {self.t_ns}"
+
+
+class EventKind(models.TextChoices):
+    PHASE = "phase"
+    FINISH = "finish"
+    COUNTERS = "counters"
+    OOM = "oom"
+    LOG = "log"
+
+
+class RunEvent(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    event_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    rank = models.IntegerField(default=0)
+    t_ns = models.BigIntegerField()
+    name = models.CharField(max_length=100, blank=True)
+    t_start_ns = models.BigIntegerField(null=True)
+    dur_ns = models.BigIntegerField(null=True)
+    status = models.CharField(max_length=16, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "event_id"], name="runevent_run_event_unique")]
+        indexes = [models.Index(fields=["run", "kind", "t_ns"], name="runevent_run_kind_t")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} of {self.run_id}"

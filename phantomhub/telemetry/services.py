@@ -1,0 +1,160 @@
+"""Writes for telemetry: runs, step and sample batches, events. Ingest only validates and stores."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from phantomhub.accounts.models import Project
+from phantomhub.errors import ApiError
+from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
+from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
+from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, Table, batch_insert
+
+RUN_FIELDS = (
+    "name",
+    "tags",
+    "gpu_model",
+    "gpu_count",
+    "world_size",
+    "nodes",
+    "provider",
+    "region",
+    "pricing_tier",
+    "dtype",
+    "config",
+    "environment",
+)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"accepted": self.accepted, "duplicates": self.duplicates}
+
+
+def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str, Any]) -> tuple[Run, bool]:
+    """Create the run, or resume it (a restarted agent, or another rank): returns (run, created)."""
+    now = timezone.now()
+    started_at: datetime = data.get("started_at") or now
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is not None:
+            if run.project_id != project.pk:
+                raise ApiError("conflict", "id: this run id is taken", fields={"id": "already used"}, status_code=409)
+            for field in RUN_FIELDS:
+                if field in data:
+                    setattr(run, field, data[field])
+            if run.status != RunStatus.RUNNING:
+                run.status = RunStatus.RUNNING
+                run.finished_at = None
+            run.last_seen_at = max(run.last_seen_at, now)
+            run.save()
+            return run, False
+        fields = {field: data[field] for field in RUN_FIELDS if field in data}
+        run = Run.objects.create(
+            id=run_id,
+            project=project,
+            allocation_start=data.get("allocation_start") or started_at,
+            started_at=started_at,
+            last_seen_at=now,
+            **fields,
+        )
+        return run, True
+
+
+def _after_ingest(run: Run, rank: int, host: str | None, accepted: int) -> None:
+    RunRank.objects.bulk_create([RunRank(run=run, rank=rank, host=host or "")], ignore_conflicts=True)
+    updates: dict[str, Any] = {"last_seen_at": timezone.now()}
+    if accepted:
+        updates["ingest_seq"] = F("ingest_seq") + 1
+    Run.objects.filter(pk=run.pk).update(**updates)
+
+
+def _columns(body: Any, spec: Any, where: str, keys: tuple[str, ...], defaults: dict[str, int] | None = None) -> Batch:
+    try:
+        return columns_validate(
+            body, spec, where=where, keys=keys, max_rows=settings.MAX_BATCH_ROWS, key_defaults=defaults
+        )
+    except ColumnError as exc:
+        raise ApiError("invalid", str(exc), fields={exc.field: exc.message}) from None
+
+
+def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> IngestResult:
+    with transaction.atomic():
+        accepted, duplicates = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch)
+        _after_ingest(run, rank, host, accepted)
+    return IngestResult(accepted, duplicates)
+
+
+def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> IngestResult:
+    batch = _columns(steps, STEP_COLUMNS, "steps", ("step",))
+    return _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=STEP_TABLE)
+
+
+def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> IngestResult:
+    batch = _columns(samples, SAMPLE_COLUMNS, "samples", ("device", "t_ns"), {"device": -1})
+    return _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=SAMPLE_TABLE)
+
+
+def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
+    """Store new events (deduplicated by their client id) and apply finish and counters."""
+    with transaction.atomic():
+        # One writer of a run's events at a time keeps accepted/duplicate counts exact.
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        ids = [event["id"] for event in events]
+        seen = set(RunEvent.objects.filter(run=locked, event_id__in=ids).values_list("event_id", flat=True))
+        fresh = [event for event in events if event["id"] not in seen]
+        RunEvent.objects.bulk_create(
+            [
+                RunEvent(
+                    run=locked,
+                    event_id=event["id"],
+                    kind=event["kind"],
+                    rank=event.get("rank", 0),
+                    t_ns=event["t_ns"],
+                    name=event.get("name", ""),
+                    t_start_ns=event.get("t_start_ns"),
+                    dur_ns=event.get("dur_ns"),
+                    status=event.get("status", ""),
+                    data=event.get("data", {}),
+                )
+                for event in fresh
+            ]
+        )
+        for event in fresh:
+            _event_apply(locked, event)
+        locked.last_seen_at = max(locked.last_seen_at, timezone.now())
+        if fresh:
+            locked.ingest_seq += 1
+        locked.save()
+    return IngestResult(len(fresh), len(events) - len(fresh))
+
+
+def _event_apply(run: Run, event: dict[str, Any]) -> None:
+    kind = event["kind"]
+    if kind == EventKind.FINISH:
+        finished_at = datetime.fromtimestamp(event["t_ns"] / 1e9, tz=UTC)
+        # Ranks finish one by one; the run ends with the last of them and keeps the worst status.
+        severity: list[str] = [RunStatus.RUNNING, RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CRASHED]
+        status = event["status"]
+        if run.status == RunStatus.RUNNING or severity.index(status) > severity.index(run.status):
+            run.status = status
+        run.finished_at = max(run.finished_at, finished_at) if run.finished_at else finished_at
+    elif kind == EventKind.COUNTERS:
+        rank, _ = RunRank.objects.get_or_create(run=run, rank=event.get("rank", 0))
+        merged = dict(rank.counters)
+        for key, value in event.get("data", {}).items():
+            merged[key] = max(value, merged.get(key, value))  # counters are cumulative
+        rank.counters = merged
+        rank.save(update_fields=["counters"])

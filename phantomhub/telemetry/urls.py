@@ -1,0 +1,12 @@
+from django.urls import path
+
+from phantomhub.telemetry import api
+
+urlpatterns = [
+    path("health", api.HealthApi.as_view(), name="health"),
+    path("runs", api.RunCreateApi.as_view(), name="run-create"),
+    path("runs/<uuid:run_id>", api.RunDetailApi.as_view(), name="run-detail"),
+    path("runs/<uuid:run_id>/steps", api.RunStepsApi.as_view(), name="run-steps"),
+    path("runs/<uuid:run_id>/samples", api.RunSamplesApi.as_view(), name="run-samples"),
+    path("runs/<uuid:run_id>/events", api.RunEventsApi.as_view(), name="run-events"),
+]
