@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "phantomhub.accounts",
     "phantomhub.telemetry",
+    "phantomhub.pricing",
 ]
 
 MIDDLEWARE = [

@@ -47,6 +47,8 @@ class Run(models.Model):
     last_seen_at = models.DateTimeField()
     config = models.JSONField(default=dict, blank=True)
     environment = models.JSONField(default=dict, blank=True)
+    # Set by an admin when this run was billed at a negotiated rate: replaces the price book.
+    price_override_usd_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
     # Bumped by every batch that stored something: analysis compares it with the sequence it
     # last analysed to know whether the run is dirty.
     ingest_seq = models.BigIntegerField(default=0)

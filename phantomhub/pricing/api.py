@@ -1,0 +1,179 @@
+"""Price book and GPU catalog API: read for everyone signed in, write for organization admins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from phantomhub.accounts.permissions import OrgAdminOnly, ReadAnyoneWriteOrgAdmin
+from phantomhub.errors import ApiError
+from phantomhub.pricing import services
+from phantomhub.pricing.catalog import gpu_catalog
+from phantomhub.pricing.models import PriceAudit, PriceEntry
+from phantomhub.telemetry.models import PricingTier
+
+
+class PriceSerializer(serializers.ModelSerializer[PriceEntry]):
+    class Meta:
+        model = PriceEntry
+        fields = [
+            "id", "gpu", "provider", "region", "tier", "usd_per_gpu_hour", "effective_from", "effective_to",
+            "is_example", "note", "updated_at",
+        ]  # fmt: skip
+
+
+class PriceInputSerializer(serializers.Serializer[Any]):
+    gpu = serializers.CharField(max_length=128)
+    usd_per_gpu_hour = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0)
+    provider = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    region = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    tier = serializers.ChoiceField(choices=PricingTier.choices, required=False, default=PricingTier.ON_DEMAND)
+    effective_from = serializers.DateTimeField(required=False)
+    note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+def _price_error(exc: services.PriceError) -> ApiError:
+    return ApiError("invalid", str(exc), fields={exc.field: exc.message})
+
+
+class GpuListApi(APIView):
+    @extend_schema(responses=inline_serializer("Gpu", {"key": serializers.CharField()}, many=True))
+    def get(self, request: Request) -> Response:
+        return Response(
+            [
+                {
+                    "key": spec.key,
+                    "vendor": spec.vendor,
+                    "name": spec.name,
+                    "memory_bytes": spec.memory_bytes,
+                    "peak_tflops": dict(spec.peak_tflops),
+                    "sources": list(spec.sources),
+                    "notes": spec.notes,
+                }
+                for spec in gpu_catalog()
+            ]
+        )
+
+
+class PriceListApi(APIView):
+    permission_classes = [ReadAnyoneWriteOrgAdmin]
+
+    @extend_schema(responses=PriceSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(PriceSerializer(PriceEntry.objects.all(), many=True).data)
+
+    @extend_schema(request=PriceInputSerializer, responses={201: PriceSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = PriceInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            entry = services.price_set(**serializer.validated_data, actor=request.user, actor_label="api")
+        except services.PriceError as exc:
+            raise _price_error(exc) from None
+        return Response(PriceSerializer(entry).data, status=status.HTTP_201_CREATED)
+
+
+class PriceDetailApi(APIView):
+    permission_classes = [ReadAnyoneWriteOrgAdmin]
+
+    class PatchSerializer(serializers.Serializer[Any]):
+        usd_per_gpu_hour = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0, required=False)
+        effective_to = serializers.DateTimeField(required=False, allow_null=True)
+        note = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        is_example = serializers.BooleanField(required=False)
+
+    def _entry(self, price_id: int) -> PriceEntry:
+        entry = PriceEntry.objects.filter(pk=price_id).first()
+        if entry is None:
+            raise ApiError("not_found", "price not found", status_code=404)
+        return entry
+
+    @extend_schema(responses=PriceSerializer)
+    def get(self, request: Request, price_id: int) -> Response:
+        return Response(PriceSerializer(self._entry(price_id)).data)
+
+    @extend_schema(request=PatchSerializer, responses=PriceSerializer)
+    def patch(self, request: Request, price_id: int) -> Response:
+        entry = self._entry(price_id)
+        serializer = self.PatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        to = serializer.validated_data.get("effective_to")
+        if to is not None and to <= entry.effective_from:
+            raise ApiError(
+                "invalid",
+                "effective_to: must be after effective_from",
+                fields={"effective_to": "must be after effective_from"},
+            )
+        entry = services.price_update(
+            entry=entry, changes=serializer.validated_data, actor=request.user, actor_label="api"
+        )
+        return Response(PriceSerializer(entry).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, price_id: int) -> Response:
+        services.price_delete(entry=self._entry(price_id), actor=request.user, actor_label="api")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class CsvParser(BaseParser):
+    media_type = "text/csv"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        raw = stream.read(5 * 1024 * 1024 + 1) if stream is not None else b""
+        if len(raw) > 5 * 1024 * 1024:
+            raise ApiError("payload_too_large", "CSV over 5 MiB", status_code=413)
+        try:
+            return str(raw.decode("utf-8-sig"))
+        except UnicodeDecodeError:
+            raise ApiError("invalid", "body: CSV must be UTF-8", fields={"body": "not UTF-8"}) from None
+
+
+class PriceCsvApi(APIView):
+    permission_classes = [ReadAnyoneWriteOrgAdmin]
+    parser_classes = [CsvParser]
+
+    @extend_schema(responses={(200, "text/csv"): str})
+    def get(self, request: Request) -> HttpResponse:
+        response = HttpResponse(services.prices_export_csv(), content_type="text/csv")
+        response["Content-Disposition"] = 'attachment; filename="phantomhub-prices.csv"'
+        return response
+
+    @extend_schema(
+        request={"text/csv": str},
+        responses={201: inline_serializer("PriceImport", {"created": serializers.IntegerField()})},
+    )
+    def post(self, request: Request) -> Response:
+        result = services.prices_import_csv(text=str(request.data), actor=request.user, actor_label="csv import")
+        if result.errors:
+            fields = {err.split(":", 1)[0]: err.split(":", 1)[1].strip() for err in result.errors}
+            raise ApiError("invalid", "; ".join(result.errors[:10]), fields=fields)
+        return Response({"created": result.created}, status=status.HTTP_201_CREATED)
+
+
+class PriceAuditApi(APIView):
+    permission_classes = [OrgAdminOnly]
+
+    @extend_schema(responses=inline_serializer("PriceAudit", {"action": serializers.CharField()}, many=True))
+    def get(self, request: Request) -> Response:
+        rows = PriceAudit.objects.select_related("actor")[:500]
+        return Response(
+            [
+                {
+                    "id": row.pk,
+                    "entry_id": row.entry_id,
+                    "action": row.action,
+                    "actor": row.actor.get_username() if row.actor else row.actor_label,
+                    "at": row.at.isoformat(),
+                    "before": row.before,
+                    "after": row.after,
+                }
+                for row in rows
+            ]
+        )

@@ -1,0 +1,203 @@
+"""Writes to the price book. Every change leaves a PriceAudit row in the same transaction."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from phantomhub.pricing.catalog import gpu_resolve
+from phantomhub.pricing.models import PriceAudit, PriceEntry
+from phantomhub.telemetry.models import PricingTier
+
+CSV_FIELDS = [
+    "gpu",
+    "provider",
+    "region",
+    "tier",
+    "usd_per_gpu_hour",
+    "effective_from",
+    "effective_to",
+    "is_example",
+    "note",
+]
+
+
+def _snapshot(entry: PriceEntry) -> dict[str, Any]:
+    return {
+        "gpu": entry.gpu,
+        "provider": entry.provider,
+        "region": entry.region,
+        "tier": entry.tier,
+        "usd_per_gpu_hour": str(entry.usd_per_gpu_hour),
+        "effective_from": entry.effective_from.isoformat(),
+        "effective_to": entry.effective_to.isoformat() if entry.effective_to else None,
+        "is_example": entry.is_example,
+        "note": entry.note,
+    }
+
+
+def _audit(entry: PriceEntry, action: str, before: dict[str, Any] | None, actor: Any, label: str) -> None:
+    PriceAudit.objects.create(
+        entry_id=entry.pk,
+        action=action,
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_label=label,
+        before=before,
+        after=_snapshot(entry) if action != "delete" else None,
+    )
+
+
+class PriceError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@transaction.atomic
+def price_set(
+    *,
+    gpu: str,
+    usd_per_gpu_hour: Decimal,
+    provider: str = "",
+    region: str = "",
+    tier: str = PricingTier.ON_DEMAND,
+    effective_from: datetime | None = None,
+    is_example: bool = False,
+    note: str = "",
+    actor: Any = None,
+    actor_label: str = "",
+) -> PriceEntry:
+    """Put a price in force from `effective_from` (default now) for this (gpu, provider, region, tier).
+
+    The entry in force at that moment is closed there, so a price change splits runs that span
+    it; setting a price at the exact start of an existing entry replaces that entry's price.
+    """
+    if usd_per_gpu_hour < 0:
+        raise PriceError("usd_per_gpu_hour", "must not be negative")
+    if tier not in PricingTier.values:
+        raise PriceError("tier", f"must be one of {', '.join(PricingTier.values)}")
+    spec = gpu_resolve(gpu)
+    gpu = spec.key if spec else gpu.strip()
+    if not gpu:
+        raise PriceError("gpu", "is required")
+    start = effective_from or timezone.now()
+    same_key = PriceEntry.objects.select_for_update().filter(gpu=gpu, provider=provider, region=region, tier=tier)
+    exact = same_key.filter(effective_from=start).first()
+    if exact is not None:
+        before = _snapshot(exact)
+        exact.usd_per_gpu_hour, exact.is_example, exact.note = usd_per_gpu_hour, is_example, note
+        exact.save()
+        _audit(exact, "update", before, actor, actor_label)
+        return exact
+    following = same_key.filter(effective_from__gt=start).order_by("effective_from").first()
+    in_force = same_key.filter(effective_from__lt=start).order_by("-effective_from").first()
+    if in_force is not None and (in_force.effective_to is None or in_force.effective_to > start):
+        before = _snapshot(in_force)
+        in_force.effective_to = start
+        in_force.save()
+        _audit(in_force, "close", before, actor, actor_label)
+    entry = PriceEntry.objects.create(
+        gpu=gpu,
+        provider=provider,
+        region=region,
+        tier=tier,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        effective_from=start,
+        effective_to=following.effective_from if following else None,
+        is_example=is_example,
+        note=note,
+    )
+    _audit(entry, "create", None, actor, actor_label)
+    return entry
+
+
+@transaction.atomic
+def price_update(*, entry: PriceEntry, changes: dict[str, Any], actor: Any = None, actor_label: str = "") -> PriceEntry:
+    before = _snapshot(entry)
+    for field, value in changes.items():
+        setattr(entry, field, value)
+    entry.full_clean()
+    entry.save()
+    _audit(entry, "update", before, actor, actor_label)
+    return entry
+
+
+@transaction.atomic
+def price_delete(*, entry: PriceEntry, actor: Any = None, actor_label: str = "") -> None:
+    before = _snapshot(entry)
+    _audit(entry, "delete", before, actor, actor_label)
+    entry.delete()
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    created: int
+    errors: list[str]
+
+
+def prices_import_csv(*, text: str, actor: Any = None, actor_label: str = "import") -> ImportResult:
+    """Import rows of CSV_FIELDS (header required). All rows or none: one bad row imports nothing."""
+    reader = csv.DictReader(io.StringIO(text))
+    missing = {"gpu", "usd_per_gpu_hour"} - set(reader.fieldnames or [])
+    if missing:
+        return ImportResult(0, [f"header: missing column(s) {', '.join(sorted(missing))}"])
+    rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for line, raw in enumerate(reader, start=2):
+        try:
+            rows.append(_csv_row(raw))
+        except PriceError as exc:
+            errors.append(f"line {line}: {exc}")
+    if errors:
+        return ImportResult(0, errors)
+    with transaction.atomic():
+        for row in rows:
+            price_set(**row, actor=actor, actor_label=actor_label)
+    return ImportResult(len(rows), [])
+
+
+def _csv_row(raw: dict[str, str | None]) -> dict[str, Any]:
+    def text(name: str) -> str:
+        return (raw.get(name) or "").strip()
+
+    try:
+        price = Decimal(text("usd_per_gpu_hour"))
+    except InvalidOperation:
+        raise PriceError("usd_per_gpu_hour", f"{text('usd_per_gpu_hour')!r} is not a number") from None
+    start = None
+    if text("effective_from"):
+        start = parse_datetime(text("effective_from"))
+        if start is None:
+            raise PriceError("effective_from", f"{text('effective_from')!r} is not an ISO 8601 datetime")
+        if timezone.is_naive(start):
+            start = timezone.make_aware(start, timezone.get_fixed_timezone(0))
+    return {
+        "gpu": text("gpu"),
+        "usd_per_gpu_hour": price,
+        "provider": text("provider"),
+        "region": text("region"),
+        "tier": text("tier") or PricingTier.ON_DEMAND,
+        "effective_from": start,
+        "is_example": text("is_example").lower() in ("1", "true", "yes"),
+        "note": text("note"),
+    }
+
+
+def prices_export_csv() -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for entry in PriceEntry.objects.order_by("gpu", "provider", "region", "tier", "effective_from"):
+        snap = _snapshot(entry)
+        snap["effective_to"] = snap["effective_to"] or ""
+        writer.writerow(snap)
+    return out.getvalue()
