@@ -1,7 +1,7 @@
 """Put a price in force.
 
-    manage.py setprice --gpu H100-SXM --usd-per-hour 2.50 [--provider aws] [--region …]
-                       [--tier on_demand] [--from 2026-01-01]
+manage.py setprice --gpu H100-SXM --usd-per-hour 2.50 [--provider aws] [--region …]
+                   [--tier on_demand] [--from 2026-01-01]
 """
 
 from __future__ import annotations
