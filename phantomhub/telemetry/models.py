@@ -72,6 +72,9 @@ class RunRank(models.Model):
     rank = models.IntegerField()
     host = models.CharField(max_length=255, blank=True)
     counters = models.JSONField(default=dict, blank=True)
+    # Step rows stored for this rank, counted in the same transaction as the insert: analysis
+    # compares it with the rows it has seen to know whether a late batch arrived out of order.
+    step_rows = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "rank"], name="runrank_run_rank_unique")]

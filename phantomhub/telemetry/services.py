@@ -73,8 +73,17 @@ def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str,
         return run, True
 
 
-def _after_ingest(run: Run, rank: int, host: str | None, accepted: int) -> None:
-    RunRank.objects.bulk_create([RunRank(run=run, rank=rank, host=host or "")], ignore_conflicts=True)
+def _after_ingest(run: Run, rank: int, host: str | None, accepted: int, *, counts_steps: bool) -> None:
+    from django.db import connection
+
+    # One upsert: the rank's host, and its stored step count (exact, same transaction as the rows).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
+            "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END",
+            [run.pk.hex if connection.vendor == "sqlite" else run.pk, rank, host or "", "{}", accepted if counts_steps else 0],
+        )
     updates: dict[str, Any] = {"last_seen_at": timezone.now()}
     if accepted:
         updates["ingest_seq"] = F("ingest_seq") + 1
@@ -93,7 +102,7 @@ def _columns(body: Any, spec: Any, where: str, keys: tuple[str, ...], defaults: 
 def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> IngestResult:
     with transaction.atomic():
         accepted, duplicates = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch)
-        _after_ingest(run, rank, host, accepted)
+        _after_ingest(run, rank, host, accepted, counts_steps=table is STEP_TABLE)
     return IngestResult(accepted, duplicates)
 
 

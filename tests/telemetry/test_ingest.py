@@ -57,6 +57,7 @@ def test_replayed_batch_changes_nothing(owner: Tenant) -> None:
     assert Step.objects.filter(run_id=run_id).count() == 50
     assert set(Step.objects.filter(run_id=run_id).values_list("dur_ns", flat=True)) == {100_000_000}
     assert Run.objects.get(pk=run_id).ingest_seq == seq  # nothing new: analysis is not re-triggered
+    assert RunRank.objects.get(run_id=run_id, rank=0).step_rows == 50  # counted once
 
 
 def test_overlapping_batch_stores_only_new_rows(owner: Tenant) -> None:
@@ -147,6 +148,7 @@ def test_the_same_batch_twice_at_once_is_stored_once(owner: Tenant) -> None:
     assert sorted(r["accepted"] for r in results) == [0, 0, 0, 2000]
     assert all(r["accepted"] + r["duplicates"] == 2000 for r in results)
     assert Step.objects.filter(run_id=run_id).count() == 2000
+    assert RunRank.objects.get(run_id=run_id, rank=0).step_rows == 2000
 
 
 def _broken(**columns: Any) -> dict[str, Any]:
