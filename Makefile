@@ -39,7 +39,7 @@ demo: migrate ## seed the demo organization (idempotent)
 run: demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT (SQLite, no broker)
 	$(PY) manage.py collectstatic --no-input -v 0
 	@echo "PhantomHub on http://127.0.0.1:$(PHANTOMHUB_PORT)/  (API docs: /api/docs/)"
-	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
+	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --config deploy/gunicorn_embedded.py --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
 
 test: venv-dev ## run the whole suite: everything on PostgreSQL, storage tests again on SQLite
 	$(PY) -m pytest

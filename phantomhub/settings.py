@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "phantomhub.accounts",
     "phantomhub.telemetry",
     "phantomhub.pricing",
+    "phantomhub.waste",
 ]
 
 MIDDLEWARE = [
@@ -156,6 +157,10 @@ CELERY_TASK_TIME_LIMIT = env_int("PHANTOMHUB_TASK_TIME_LIMIT_S", 600, minimum=10
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = "phantomhub"
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "phantomhub.waste.tasks.sweep", "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600)},
+}
 
 TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)
 

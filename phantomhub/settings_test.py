@@ -49,4 +49,7 @@ TEST_BACKEND = "postgresql" if _pg else "sqlite"
 if not _pg:
     # A file (not :memory:) so threads in concurrency tests share one database with real locking.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-phantomhub.sqlite3")}
+# The suite's broker: a Redis database of its own. Tasks stay eager unless a test starts a real
+# worker (tests/waste/test_celery_worker.py flips CELERY_TASK_ALWAYS_EAGER off).
+CELERY_BROKER_URL = os.environ.get("PHANTOMHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast user fixtures

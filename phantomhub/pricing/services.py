@@ -44,7 +44,15 @@ def _snapshot(entry: PriceEntry) -> dict[str, Any]:
     }
 
 
+def _analyses_stale(gpu: str) -> None:
+    # Prices feed every dollar figure: analyses of runs on this GPU are recomputed by the sweep.
+    from phantomhub.waste.services import analyses_invalidate
+
+    analyses_invalidate(gpu_key=gpu)
+
+
 def _audit(entry: PriceEntry, action: str, before: dict[str, Any] | None, actor: Any, label: str) -> None:
+    _analyses_stale(entry.gpu)
     PriceAudit.objects.create(
         entry_id=entry.pk,
         action=action,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+from django.db import connection
 from django.db.models import Q
 
 from phantomhub.accounts.selectors import projects_visible
@@ -43,3 +46,50 @@ def steps_read(*, run: Run, rank: int | None, after_rank: int, after_step: int, 
         "next": {"after_rank": last[0], "after_step": last[1]} if more and last else None,
         "next_after_step": last[1] if more and last else None,
     }
+
+
+# Columns read for analysis, in order. Nulls are read as -1 (ints) / NaN (flops) so the binary
+# COPY rows have a fixed width and numpy can view the whole result without a Python loop.
+ANALYSIS_COLUMNS = [c.name for c in STEP_COLUMNS]
+
+
+def _copy_dtype() -> np.dtype[Any]:
+    fields: list[tuple[str, str]] = [("nf", ">i2")]
+    for name in ANALYSIS_COLUMNS:
+        fields += [(f"l_{name}", ">i4"), (name, ">f8" if name == "flops" else ">i8")]
+    return np.dtype(fields)
+
+
+def steps_arrays(*, run_id: uuid.UUID, rank: int, after_step: int = -1) -> dict[str, npt.NDArray[Any]]:
+    """One rank's steps after `after_step`, ordered by step, as numpy columns (nulls: -1 / NaN)."""
+    select = ", ".join("COALESCE(flops, 'NaN'::float8)" if c == "flops" else f"COALESCE({c}, -1)" for c in ANALYSIS_COLUMNS)
+    if connection.vendor == "postgresql":
+        sql = (
+            f"COPY (SELECT {select} FROM telemetry_step WHERE run_id = %s AND rank = %s AND step > %s "
+            "ORDER BY step) TO STDOUT (FORMAT BINARY)"
+        )
+        connection.ensure_connection()
+        raw = connection.connection
+        assert raw is not None
+        buf = bytearray()
+        with raw.cursor() as cur, cur.copy(sql, (run_id, rank, after_step)) as copy:
+            for chunk in copy:
+                buf += chunk
+        body = bytes(buf[19:-2])  # 19-byte header (no extension), 2-byte trailer
+        rows = np.frombuffer(body, dtype=_copy_dtype())
+        return {name: rows[name].astype(np.float64 if name == "flops" else np.int64) for name in ANALYSIS_COLUMNS}
+    select = select.replace("'NaN'::float8", "NULL")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {select} FROM telemetry_step WHERE run_id = %s AND rank = %s AND step > %s ORDER BY step",
+            [run_id.hex, rank, after_step],
+        )
+        fetched = cursor.fetchall()
+    out: dict[str, npt.NDArray[Any]] = {}
+    for i, name in enumerate(ANALYSIS_COLUMNS):
+        column = [row[i] for row in fetched]
+        if name == "flops":
+            out[name] = np.array([np.nan if v is None else v for v in column], dtype=np.float64)
+        else:
+            out[name] = np.array(column, dtype=np.int64)
+    return out

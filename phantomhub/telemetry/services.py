@@ -99,10 +99,19 @@ def _columns(body: Any, spec: Any, where: str, keys: tuple[str, ...], defaults: 
         raise ApiError("invalid", str(exc), fields={exc.field: exc.message}) from None
 
 
+def _analysis_soon(run: Run) -> None:
+    from phantomhub.waste.services import analysis_request
+
+    run_id = run.pk
+    transaction.on_commit(lambda: analysis_request(run_id))
+
+
 def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> IngestResult:
     with transaction.atomic():
         accepted, duplicates = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch)
         _after_ingest(run, rank, host, accepted, counts_steps=table is STEP_TABLE)
+        if accepted:
+            _analysis_soon(run)
     return IngestResult(accepted, duplicates)
 
 
@@ -146,6 +155,7 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
         locked.last_seen_at = max(locked.last_seen_at, timezone.now())
         if fresh:
             locked.ingest_seq += 1
+            _analysis_soon(locked)
         locked.save()
     return IngestResult(len(fresh), len(events) - len(fresh))
 

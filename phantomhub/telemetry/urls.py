@@ -1,6 +1,7 @@
 from django.urls import path
 
 from phantomhub.telemetry import api
+from phantomhub.waste import api as waste_api
 
 urlpatterns = [
     path("health", api.HealthApi.as_view(), name="health"),
@@ -9,4 +10,6 @@ urlpatterns = [
     path("runs/<uuid:run_id>/steps", api.RunStepsApi.as_view(), name="run-steps"),
     path("runs/<uuid:run_id>/samples", api.RunSamplesApi.as_view(), name="run-samples"),
     path("runs/<uuid:run_id>/events", api.RunEventsApi.as_view(), name="run-events"),
+    path("runs/<uuid:run_id>/analysis", waste_api.RunAnalysisApi.as_view(), name="run-analysis"),
+    path("runs/<uuid:run_id>/series", waste_api.RunSeriesApi.as_view(), name="run-series"),
 ]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WasteConfig(AppConfig):
+    name = "phantomhub.waste"
+    label = "waste"

@@ -1,0 +1,47 @@
+"""The embedded default's stand-in for Celery beat: a daemon thread in the web process.
+
+Without a broker (no PHANTOMHUB_REDIS_URL), `make run` starts gunicorn with
+deploy/gunicorn_embedded.py, whose post_worker_init hook calls `sweeper_start()`. A file lock
+under var/ makes exactly one of the gunicorn workers sweep; the others' threads wait for the lock,
+so if that worker dies another takes over.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+INTERVAL_S = 5.0
+
+
+def _loop() -> None:
+    from phantomhub.waste.services import analysis_sweep
+
+    lock_path = settings.VAR_DIR / "sweeper.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # blocks until this process is the sweeper
+        log.info("embedded sweeper running every %.0f s", INTERVAL_S)
+        while True:
+            try:
+                close_old_connections()
+                result = analysis_sweep(inline=True)
+                if result.analysed or result.crashed:
+                    log.info("swept: %s", result)
+            except Exception:
+                log.exception("sweep failed; retrying")
+            finally:
+                close_old_connections()
+            time.sleep(INTERVAL_S)
+
+
+def sweeper_start() -> None:
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        return  # a broker is configured: celery beat does this
+    threading.Thread(target=_loop, name="phantomhub-sweeper", daemon=True).start()

@@ -1,0 +1,137 @@
+"""Derived tables written by analysis: per-run analyses, per-run-per-day costs, daily rollups.
+
+Pages and leaderboards read these, never raw steps. Everything here can be recomputed from raw
+telemetry and the price book; analysis overwrites it idempotently.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from phantomhub.accounts.models import Project, Team
+from phantomhub.telemetry.models import Run
+
+MONEY = {"max_digits": 16, "decimal_places": 2}
+
+
+class OrgSettings(models.Model):
+    """Organization-wide defaults of the waste model (one row, pk=1)."""
+
+    target_mfu = models.FloatField(
+        default=settings.TARGET_MFU_DEFAULT, validators=[MinValueValidator(0.01), MaxValueValidator(1.0)]
+    )
+    # Overrides of the default recoverability factors, {category: 0..1}; missing ones use defaults.
+    recoverability = models.JSONField(default=dict, blank=True)
+    # A running run with no sign of life for this long is marked crashed and stops accruing cost.
+    crash_after_s = models.PositiveIntegerField(default=900)
+    # A busy run is analysed at most once per this many seconds.
+    analysis_debounce_s = models.PositiveIntegerField(default=5)
+
+    def __str__(self) -> str:
+        return "organization settings"
+
+    @classmethod
+    def get(cls) -> OrgSettings:
+        settings_row, _ = cls.objects.get_or_create(pk=1)
+        return settings_row
+
+
+class ProjectSettings(models.Model):
+    """Per-project overrides of OrgSettings (None / empty: use the organization's)."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, primary_key=True, related_name="waste_settings")
+    recoverability = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"waste settings of {self.project}"
+
+
+class RunAnalysis(models.Model):
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="analysis")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    analysed_seq = models.BigIntegerField(default=-1)  # Run.ingest_seq this analysis has seen
+    analysed_at = models.DateTimeField(null=True)
+    complete = models.BooleanField(default=False)  # run ended and everything it sent is analysed
+    # Denormalised headline figures, for sorting and leaderboards without reading `result`.
+    started_at = models.DateTimeField(null=True)
+    gpu_key = models.CharField(max_length=128, blank=True)
+    gpu_hours = models.FloatField(default=0)
+    cost_usd = models.DecimalField(default=0, **MONEY)
+    waste_usd = models.DecimalField(default=0, **MONEY)
+    recoverable_usd = models.DecimalField(default=0, **MONEY)
+    waste_share = models.FloatField(default=0)
+    mfu = models.FloatField(null=True)
+    # The full analysis (categories, ranks, stragglers, series, diagnostics, explain) and its rules.
+    result = models.JSONField(default=dict)
+    recommendations = models.JSONField(default=list)
+    # Incremental state: the model's accumulator, and per rank the rows and last step it has seen.
+    state = models.JSONField(null=True)
+    rank_rows = models.JSONField(default=dict)
+    rank_last_step = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-recoverable_usd"], name="analysis_recoverable"),
+            models.Index(fields=["project", "-started_at"], name="analysis_project_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"analysis of {self.run_id}"
+
+
+class RunDay(models.Model):
+    """A run's cost on one UTC day (a run spanning midnight has two rows)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="days")
+    day = models.DateField()
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    gpu_key = models.CharField(max_length=128, blank=True)
+    gpu_seconds = models.FloatField(default=0)
+    cost_usd = models.DecimalField(default=0, **MONEY)
+    categories_usd = models.JSONField(default=dict)
+    recoverable_usd = models.DecimalField(default=0, **MONEY)
+    # For GPU-hour-weighted MFU: sum of mfu × gpu_seconds over runs whose MFU is known.
+    mfu_gpu_seconds = models.FloatField(default=0)
+    mfu_known_gpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "day"], name="runday_run_day_unique")]
+        indexes = [models.Index(fields=["day", "project"], name="runday_day_project")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} on {self.day}"
+
+
+class ProjectDay(models.Model):
+    """Rollup of RunDay per project and day: what leaderboards and finance read."""
+
+    day = models.DateField()
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    runs = models.PositiveIntegerField(default=0)
+    gpu_seconds = models.FloatField(default=0)
+    cost_usd = models.DecimalField(default=0, **MONEY)
+    categories_usd = models.JSONField(default=dict)
+    recoverable_usd = models.DecimalField(default=0, **MONEY)
+    mfu_gpu_seconds = models.FloatField(default=0)
+    mfu_known_gpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "project"], name="projectday_day_project_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} on {self.day}"
+
+
+class RollupPending(models.Model):
+    """Days whose ProjectDay rows must be rebuilt (marked by analysis, cleared by the sweep)."""
+
+    day = models.DateField(primary_key=True)
+    marked_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"rollup pending for {self.day}"

@@ -1,0 +1,460 @@
+"""Analysis and rollups: raw telemetry + price book → RunAnalysis, RunDay, ProjectDay.
+
+`run_analyze` is idempotent: it recomputes from stored rows (incrementally when it safely can)
+and overwrites its outputs, so running it twice, or again after a worker died midway, stores the
+same thing. Incremental analysis is used only when nothing the result depends on changed (the
+run's configuration fingerprint) and every stored row of every rank is either already folded in
+or newer than what was folded in — checked exactly against the per-rank row counts that ingest
+keeps in the same transaction as the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from phantomhub.pricing.catalog import gpu_resolve, peak_flops
+from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
+from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus, SystemSample
+from phantomhub.telemetry.selectors import steps_arrays
+from phantomhub.waste.model import (
+    CATEGORIES,
+    Analysis,
+    NotAppendable,
+    Phase,
+    PriceSegment,
+    RunAccumulator,
+    RunConfig,
+    StepColumns,
+    SystemSamples,
+    analysis_from,
+    recoverability_check,
+)
+from phantomhub.waste.models import OrgSettings, ProjectDay, ProjectSettings, RollupPending, RunAnalysis, RunDay
+from phantomhub.waste.money import cents_allocate
+from phantomhub.waste.recommendations import recommend
+
+log = logging.getLogger(__name__)
+NS = 10**9
+# Price segments are resolved up to this far past allocation start, so a live run's configuration
+# (and with it the incremental state) does not change every time the run grows.
+PRICE_HORIZON = timedelta(days=400)
+_OPTIONAL = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "tokens", "samples",
+             "mem_allocated", "mem_reserved", "mem_peak", "alloc_retries")  # fmt: skip
+
+
+def _ns(moment: datetime) -> int:
+    return int(moment.timestamp()) * NS + moment.microsecond * 1000
+
+
+def _moment(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / NS, tz=UTC)
+
+
+@dataclass(frozen=True)
+class Policy:
+    target_mfu: float
+    recoverability: dict[str, float]
+
+
+def policy_for(run: Run) -> Policy:
+    org = OrgSettings.get()
+    project_settings = ProjectSettings.objects.filter(project_id=run.project_id).first()
+    factors = {**org.recoverability, **(project_settings.recoverability if project_settings else {})}
+    return Policy(
+        target_mfu=run.project.target_mfu or org.target_mfu,
+        recoverability=recoverability_check(factors),
+    )
+
+
+def run_config(run: Run, policy: Policy) -> RunConfig:
+    spec = gpu_resolve(run.gpu_model) if run.gpu_model else None
+    peak = peak_flops(spec, run.dtype) if spec and run.dtype else None
+    segments = run_price_segments(run=run, end=run.allocation_start + PRICE_HORIZON)
+    phases = [
+        Phase(event.name, event.t_start_ns, event.t_start_ns + event.dur_ns)
+        for event in RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns", "event_id")
+        if event.t_start_ns is not None and event.dur_ns is not None
+    ]
+    return RunConfig(
+        gpu_count=run.gpu_count,
+        world_size=run.world_size,
+        allocation_start_ns=_ns(run.allocation_start),
+        price_segments=tuple(
+            PriceSegment(_ns(s.start), _ns(s.end), s.usd_per_gpu_hour)
+            for s in segments
+            if s.usd_per_gpu_hour is not None
+        ),
+        phases=tuple(phases),
+        peak_flops_per_gpu=peak,
+        target_mfu=policy.target_mfu,
+        gpu_memory_bytes=spec.memory_bytes if spec else None,
+        dtype=run.dtype or None,
+    )
+
+
+def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray]) -> StepColumns:
+    cols: dict[str, Any] = {"step": arrays["step"], "t_start_ns": arrays["t_start_ns"]}
+    dur = arrays["dur_ns"]
+    if (dur < 0).any():  # a step without dur_ns lasts until the next step starts (or 0 for the last)
+        nxt = np.append(arrays["t_start_ns"][1:], arrays["t_start_ns"][-1])
+        dur = np.where(dur < 0, nxt - arrays["t_start_ns"], dur)
+    cols["dur_ns"] = dur
+    for name in _OPTIONAL:
+        values = arrays[name]
+        known = values >= 0
+        if known.any():
+            cols[name] = np.where(known, values, 0)
+    if np.isfinite(arrays["flops"]).any():
+        cols["flops"] = arrays["flops"]
+    return StepColumns(rank=rank, host=host, **cols)
+
+
+def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[SystemSamples], int]:
+    rows = list(
+        SystemSample.objects.filter(run=run, t_ns__gt=since_ns)
+        .order_by("rank", "device", "t_ns")
+        .values_list("rank", "device", "t_ns", "gpu_util_pct", "cpu_other_pct", "cpu_steal_pct")
+    )
+    if not rows:
+        return [], since_ns
+    out: list[SystemSamples] = []
+    groups: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault((row[0], row[1]), []).append(row)
+    for (rank, device), group in groups.items():
+        def column(i: int) -> np.ndarray | None:
+            values = [np.nan if r[i] is None else r[i] for r in group]
+            arr = np.array(values, dtype=np.float64)
+            return arr if np.isfinite(arr).any() else None
+
+        out.append(
+            SystemSamples(
+                host=hosts.get(rank, f"rank-{rank}"),
+                t_ns=np.array([r[2] for r in group], dtype=np.int64),
+                gpu_util_pct=column(3) if device >= 0 else None,
+                cpu_other_pct=column(4) if device < 0 else None,
+                cpu_steal_pct=column(5) if device < 0 else None,
+                rank=rank if device >= 0 else None,
+            )
+        )
+    return out, max(r[2] for r in rows)
+
+
+def _analysis_lock(run: Run) -> RunAnalysis:
+    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time."""
+    try:
+        with transaction.atomic():
+            RunAnalysis.objects.get_or_create(run=run, defaults={"project_id": run.project_id, "team_id": run.project.team_id})
+    except IntegrityError:
+        pass  # created concurrently
+    return RunAnalysis.objects.select_for_update().get(run=run)
+
+
+def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
+    """Analyse one run and store the result, its recommendations and its per-day costs."""
+    with transaction.atomic():
+        run = Run.objects.select_related("project", "project__team").filter(pk=run_id).first()
+        if run is None:
+            return None
+        row = _analysis_lock(run)
+        run.refresh_from_db()  # the seq read after taking the lock is the one we analyse up to
+        seq = run.ingest_seq
+        policy = policy_for(run)
+        config = run_config(run, policy)
+        ranks = {r.rank: r for r in RunRank.objects.filter(run=run)}
+        hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
+
+        acc, rank_rows, last_step, full = None, {}, {}, True
+        if row.state is not None and row.state.get("config") == config.fingerprint():
+            acc = RunAccumulator.from_json(row.state["acc"])
+            rank_rows = {int(k): v for k, v in row.rank_rows.items()}
+            last_step = {int(k): v for k, v in row.rank_last_step.items()}
+            full = False
+        if acc is None:
+            acc = RunAccumulator(config)
+        samples_since = int(row.state.get("samples_t", 0)) if (row.state and not full) else 0
+        steps_end_ns = int(row.state.get("steps_end_ns", 0)) if (row.state and not full) else 0
+
+        try:
+            fresh = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
+        except NotAppendable:
+            fresh = None
+        if fresh is None:  # a late batch landed below what was folded in: start over
+            acc, rank_rows, last_step, samples_since, steps_end_ns, full = RunAccumulator(config), {}, {}, 0, 0, True
+            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts)
+        try:
+            for cols in fresh:
+                acc.add_steps(cols)
+        except NotAppendable:
+            acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
+            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts)
+            for cols in fresh:
+                acc.add_steps(cols, align=False)
+            samples_since, steps_end_ns = 0, 0
+        for cols in fresh:
+            rank_rows[cols.rank] = rank_rows.get(cols.rank, 0) + len(cols)
+            last_step[cols.rank] = int(cols.step[-1])
+            steps_end_ns = max(steps_end_ns, int((cols.t_start_ns + cols.dur_ns).max()))
+        samples, samples_since = _samples(run, samples_since, hosts)
+        for batch in samples:
+            acc.add_samples(batch)
+
+        end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns)
+        if run.status == RunStatus.CRASHED and run.finished_at is None:
+            Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
+        oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
+        analysis = analysis_from(acc, end_ns=end_ns, recoverability=policy.recoverability, oom_count=oom_count)
+        _store(row, run, analysis, seq)
+        row.state = {"config": config.fingerprint(), "acc": acc.to_json(), "samples_t": samples_since, "steps_end_ns": steps_end_ns}
+        row.rank_rows = {str(k): v for k, v in rank_rows.items()}
+        row.rank_last_step = {str(k): v for k, v in last_step.items()}
+        row.save()
+        _days_store(run, row, analysis, config)
+    return row
+
+
+def _fetch_new_rows(
+    ranks: dict[int, RunRank],
+    last_step: dict[int, int],
+    rank_rows: dict[int, int],
+    full: bool,
+    run_id: uuid.UUID,
+    hosts: dict[int, str],
+) -> list[StepColumns] | None:
+    """New rows per rank, or None when a rank's count shows rows we cannot append."""
+    out: list[StepColumns] = []
+    for rank in sorted(ranks):
+        after = -1 if full else last_step.get(rank, -1)
+        arrays = steps_arrays(run_id=run_id, rank=rank, after_step=after)
+        seen = 0 if full else rank_rows.get(rank, 0)
+        if seen + len(arrays["step"]) != ranks[rank].step_rows:
+            if full:
+                # Rows committed between the count and the read: the read is the truth.
+                pass
+            else:
+                return None
+        if len(arrays["step"]):
+            out.append(_step_columns(rank, hosts[rank], arrays))
+    return out
+
+
+def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int) -> int:
+    """Billing ends at the finish; otherwise at the last sign of life in the telemetry itself.
+
+    Signs of life are timestamps from the training job's clock (step ends, samples, events), not
+    when the server received them: a spool synced a week late must not bill the week.
+    """
+    end = max(steps_end_ns, samples_t_ns, start_ns)
+    last_event = RunEvent.objects.filter(run=run).order_by("-t_ns").values_list("t_ns", flat=True).first()
+    end = max(end, last_event or 0)
+    if run.status != RunStatus.RUNNING and run.finished_at is not None:
+        end = max(_ns(run.finished_at), steps_end_ns, start_ns)
+    return end
+
+
+def _store(row: RunAnalysis, run: Run, analysis: Analysis, seq: int) -> None:
+    result = analysis.to_json()
+    recs = [r.to_json() for r in recommend(analysis)]
+    row.project_id, row.team_id = run.project_id, run.project.team_id
+    row.analysed_seq = seq
+    row.analysed_at = timezone.now()
+    row.complete = run.status != RunStatus.RUNNING
+    row.started_at = run.started_at
+    row.gpu_key = gpu_key_for(run.gpu_model)
+    row.gpu_hours = analysis.billed_gpu_seconds / 3600
+    row.cost_usd = Decimal(analysis.cost_cents) / 100
+    row.waste_usd = Decimal(analysis.waste_cents) / 100
+    row.recoverable_usd = Decimal(str(round(analysis.recoverable_usd, 2)))
+    row.waste_share = analysis.waste_cents / analysis.cost_cents if analysis.cost_cents else 0.0
+    row.mfu = analysis.mfu
+    row.result = result
+    row.recommendations = recs
+
+
+def _day_span_ns(day: date, start: int, end: int) -> tuple[int, int]:
+    midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return max(start, _ns(midnight)), min(end, _ns(midnight + timedelta(days=1)))
+
+
+def _day_weights(config: RunConfig, analysis: Analysis) -> tuple[dict[date, Fraction], dict[date, Fraction]]:
+    """Each UTC day's share of the run's billed dollars (price × time) and of its billed time.
+
+    Categories are spread over days in proportion to the dollars of each day: a day's category
+    mix is the run's mix (documented approximation; the per-day totals are exact).
+    """
+    start, end = analysis.allocation_start_ns, analysis.end_ns
+    segments = [(s.start_ns, s.end_ns, s.price()) for s in config.price_segments]
+    dollars: dict[date, Fraction] = {}
+    time: dict[date, Fraction] = {}
+    day = _moment(start).date()
+    span = max(end - start, 1)
+    while True:
+        lo, hi = _day_span_ns(day, start, end)
+        if lo >= end and dollars:
+            break
+        dollars[day] = sum((Fraction(max(0, min(hi, b) - max(lo, a))) * p for a, b, p in segments), Fraction(0))
+        time[day] = Fraction(max(0, hi - lo), span)
+        day += timedelta(days=1)
+    if sum(dollars.values()) == 0:
+        dollars = dict(time)
+    return dollars, time
+
+
+def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfig) -> None:
+    weights, time_weights = _day_weights(config, analysis)
+    days = sorted(weights)
+    keys = [d.isoformat() for d in days]
+    by_cat = {
+        fig.category: cents_allocate(fig.usd_cents, {k: weights[d] for k, d in zip(keys, days)})
+        for fig in analysis.categories
+    }
+    old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
+    RunDay.objects.filter(run=run).delete()
+    rows = []
+    factors = analysis.recoverability
+    for key, day in zip(keys, days):
+        cats = {name: by_cat[name][key] / 100 for name in CATEGORIES}
+        cost_cents = sum(by_cat[name][key] for name in CATEGORIES)
+        seconds = float(time_weights[day]) * analysis.billed_gpu_seconds
+        rows.append(
+            RunDay(
+                run=run, day=day, project_id=run.project_id, team_id=run.project.team_id, gpu_key=row.gpu_key,
+                gpu_seconds=seconds, cost_usd=Decimal(cost_cents) / 100, categories_usd=cats,
+                recoverable_usd=Decimal(str(round(sum(cats[n] * factors.get(n, 0) for n in CATEGORIES), 2))),
+                mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds, mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
+            )  # fmt: skip
+        )
+    RunDay.objects.bulk_create(rows)
+    rollups_mark(old_days | set(days))
+
+
+def rollups_mark(days: Iterable[date]) -> None:
+    for day in days:
+        RollupPending.objects.update_or_create(day=day)
+
+
+def rollups_rebuild(*, days: Iterable[date] | None = None) -> list[date]:
+    """Rebuild ProjectDay rows for pending days (or the given ones) from RunDay."""
+    if days is None:
+        days = list(RollupPending.objects.values_list("day", flat=True))
+    done: list[date] = []
+    for day in sorted(set(days)):
+        with transaction.atomic():
+            if connection.vendor == "postgresql":  # one rebuilder of a day at a time
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [4242, day.toordinal()])
+            RollupPending.objects.filter(day=day).delete()
+            _rollup_day(day)
+        done.append(day)
+    return done
+
+
+def _rollup_day(day: date) -> None:
+    groups: dict[int, dict[str, Any]] = {}
+    for rd in RunDay.objects.filter(day=day).order_by("project_id"):
+        g = groups.setdefault(
+            rd.project_id,
+            {"team_id": rd.team_id, "runs": 0, "gpu_seconds": 0.0, "cost": Decimal(0), "cats": dict.fromkeys(CATEGORIES, 0.0),
+             "recoverable": Decimal(0), "mfu_gs": 0.0, "mfu_known": 0.0},
+        )  # fmt: skip
+        g["runs"] += 1
+        g["gpu_seconds"] += rd.gpu_seconds
+        g["cost"] += rd.cost_usd
+        for name in CATEGORIES:
+            g["cats"][name] += float(rd.categories_usd.get(name, 0))
+        g["recoverable"] += rd.recoverable_usd
+        g["mfu_gs"] += rd.mfu_gpu_seconds
+        g["mfu_known"] += rd.mfu_known_gpu_seconds
+    ProjectDay.objects.filter(day=day).delete()
+    ProjectDay.objects.bulk_create(
+        [
+            ProjectDay(
+                day=day, project_id=pid, team_id=g["team_id"], runs=g["runs"], gpu_seconds=g["gpu_seconds"],
+                cost_usd=g["cost"], categories_usd={k: round(v, 2) for k, v in g["cats"].items()},
+                recoverable_usd=g["recoverable"], mfu_gpu_seconds=g["mfu_gs"], mfu_known_gpu_seconds=g["mfu_known"],
+            )  # fmt: skip
+            for pid, g in groups.items()
+        ]
+    )
+
+
+def runs_mark_crashed(*, now: datetime | None = None) -> int:
+    """Running runs the server has not heard from for longer than the crash threshold become
+    crashed; analysis then bills them up to their last sign of life and sets finished_at there."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=OrgSettings.get().crash_after_s)
+    return Run.objects.filter(status=RunStatus.RUNNING, last_seen_at__lt=cutoff).update(
+        status=RunStatus.CRASHED, ingest_seq=F("ingest_seq") + 1
+    )
+
+
+def runs_dirty(limit: int = 500) -> list[uuid.UUID]:
+    """Runs whose stored analysis is missing or older than their telemetry."""
+    never = Run.objects.filter(analysis__isnull=True)
+    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq"))
+    return list(never.union(stale).values_list("id", flat=True)[:limit])
+
+
+def analyses_invalidate(*, gpu_key: str | None = None) -> int:
+    """Mark analyses for re-computation (after a price or policy change)."""
+    rows = RunAnalysis.objects.all() if gpu_key is None else RunAnalysis.objects.filter(gpu_key=gpu_key)
+    return rows.update(analysed_seq=-1)
+
+
+def analysis_request(run_id: uuid.UUID) -> None:
+    """After new telemetry committed: analyse soon, at most once per debounce interval per run.
+
+    With a broker, a Redis key debounces and a delayed Celery task does the work. On the
+    embedded default (no broker) the in-process sweeper picks the run up (see waste/embedded.py).
+    """
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        return
+    from phantomhub.waste.tasks import analyze_run, redis_client
+
+    debounce = OrgSettings.get().analysis_debounce_s
+    try:
+        first = redis_client().set(f"phantomhub:analyze:{run_id}", "1", nx=True, ex=max(debounce, 1))
+        if first:
+            analyze_run.apply_async(args=[str(run_id)], countdown=debounce)
+    except Exception:  # the beat sweep catches up; ingest must not fail because the broker is down
+        log.warning("could not enqueue analysis of run %s; the periodic sweep will pick it up", run_id, exc_info=True)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    crashed: int
+    analysed: int
+    enqueued: int
+    rollup_days: int
+
+
+def analysis_sweep(*, inline: bool) -> SweepResult:
+    """Mark silent runs crashed, analyse (or enqueue) every dirty run, rebuild pending rollups."""
+    crashed = runs_mark_crashed()
+    dirty = runs_dirty()
+    analysed = enqueued = 0
+    if inline:
+        for run_id in dirty:
+            run_analyze(run_id=run_id)
+            analysed += 1
+    else:
+        from phantomhub.waste.tasks import analyze_run
+
+        for run_id in dirty:
+            analyze_run.delay(str(run_id))
+            enqueued += 1
+    days = rollups_rebuild()
+    return SweepResult(crashed, analysed, enqueued, len(days))

@@ -1,0 +1,39 @@
+"""Celery tasks: fetch by id, call one service. Idempotent, so acks_late redelivery is safe."""
+
+from __future__ import annotations
+
+import uuid
+from functools import cache
+from typing import Any
+
+import redis
+from celery import shared_task
+from django.conf import settings
+from django.db import OperationalError
+
+from phantomhub.waste import services
+
+
+@cache
+def redis_client() -> redis.Redis[Any]:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+@shared_task(
+    acks_late=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=5,
+)
+def analyze_run(run_id: str) -> str | None:
+    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    return None if row is None else row.analysed_at.isoformat() if row.analysed_at else None
+
+
+@shared_task(acks_late=True)
+def sweep() -> dict[str, int]:
+    """Beat, every ~30 s: crash detection, dirty runs, pending rollups. A lost analysis message
+    delays an analysis until here; it never loses one."""
+    result = services.analysis_sweep(inline=settings.CELERY_TASK_ALWAYS_EAGER)
+    return {"crashed": result.crashed, "analysed": result.analysed, "enqueued": result.enqueued, "rollup_days": result.rollup_days}

@@ -1,0 +1,219 @@
+"""Analysis on the database: exact figures from synthetic runs, idempotency, incremental == full,
+piecewise prices, crash detection, rollups and the analysis API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from phantomhub.pricing.models import PriceEntry
+from phantomhub.pricing.services import price_set
+from phantomhub.telemetry.models import Run
+from phantomhub.waste import services
+from phantomhub.waste.models import OrgSettings, ProjectDay, RunAnalysis, RunDay
+from tests.conftest import Tenant
+
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]
+S = 10**9
+T0 = datetime(2026, 9, 21, 10, 0, tzinfo=UTC)
+T0_NS = int(T0.timestamp()) * S
+H100_BF16 = 989.4e12  # the catalog's dense bf16 peak of H100-SXM
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def known_steps(n: int, first: int = 0, *, t0_ns: int = T0_NS, data_s: float = 0.2) -> dict[str, Any]:
+    """Steps of 1 s: data 0.2, forward 0.2, backward 0.4, optimizer 0.1, host 0.1 (by default);
+    FLOPs of 0.35 s at target MFU 0.5 on an H100 (so compute splits 0.35 useful / 0.35 not)."""
+    data_ns = int(data_s * S)
+    return {
+        "rank": 0,
+        "steps": {
+            "step": list(range(first, first + n)),
+            "t_start_ns": [t0_ns + i * S for i in range(first, first + n)],
+            "dur_ns": [S] * n,
+            "data_ns": [data_ns] * n,
+            "forward_ns": [200_000_000] * n,
+            "backward_ns": [400_000_000] * n,
+            "optimizer_ns": [100_000_000] * n,
+            "flops": [0.5 * H100_BF16 * 0.35] * n,
+        },
+    }
+
+
+@pytest.fixture
+def price_36(db: None) -> None:
+    PriceEntry.objects.all().delete()
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("36"), effective_from=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def make_run(tenant: Tenant, **fields: Any) -> str:
+    body = {
+        "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "world_size": 1, "dtype": "bf16",
+        "allocation_start": _iso(T0 - timedelta(seconds=10)), "started_at": _iso(T0), **fields,
+    }  # fmt: skip
+    return tenant.create_run(**body)
+
+
+def finish(tenant: Tenant, run_id: str, at_ns: int, status: str = "finished") -> None:
+    event = {"id": f"finish-{at_ns}", "kind": "finish", "t_ns": at_ns, "status": status}
+    response = tenant.client.post(f"/api/v1/runs/{run_id}/events", {"events": [event]}, format="json")
+    assert response.status_code == 200, response.content
+
+
+def test_a_run_of_known_composition_is_priced_exactly(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    assert owner.post_steps(run_id, known_steps(100)).status_code == 200
+    finish(owner, run_id, T0_NS + 105 * S)  # 10 s start-up, 100 s of steps, 5 s tear-down
+    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert row is not None
+    cents = {c["category"]: c["usd_cents"] for c in row.result["categories"]}
+    assert cents == {"useful_compute": 35, "compute_inefficiency": 35, "data_stall": 20, "comm_exposed": 0,
+                     "host_overhead": 10, "idle": 15}  # fmt: skip
+    assert row.cost_usd == Decimal("1.15") and row.gpu_hours == pytest.approx(115 / 3600)
+    assert row.mfu == pytest.approx(0.5 * 35 / 115)
+    # recoverable = 0.3 × 0.35 + 0.8 × 0.20 + 0.5 × 0.10 + 0.5 × 0.15 (documented defaults)
+    assert row.recoverable_usd == Decimal("0.39")
+    assert row.complete
+
+
+def test_analysing_twice_stores_the_same_result(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(50))
+    first = services.run_analyze(run_id=uuid.UUID(run_id))
+    second = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert first is not None and second is not None
+    assert first.result == second.result and first.recommendations == second.recommendations
+    assert list(RunDay.objects.filter(run_id=run_id).values_list("cost_usd", flat=True)) == [second.cost_usd]
+
+
+def _full_reanalysis(run_id: str) -> RunAnalysis:
+    RunAnalysis.objects.filter(run_id=run_id).update(state=None)
+    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert row is not None
+    return row
+
+
+def _figures(row: RunAnalysis) -> tuple[Any, ...]:
+    return (row.cost_usd, row.recoverable_usd, [(c["category"], c["usd_cents"]) for c in row.result["categories"]],
+            row.result["steps"], row.result["billed_gpu_seconds"])  # fmt: skip
+
+
+def test_incremental_analysis_equals_a_full_one(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(40))
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    owner.post_steps(run_id, known_steps(60, first=40, data_s=0.5))
+    finish(owner, run_id, T0_NS + 101 * S)
+    incremental = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert incremental is not None
+    assert _figures(incremental) == _figures(_full_reanalysis(run_id))
+
+
+def test_a_late_batch_below_what_was_analysed_forces_a_correct_full_analysis(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(30, first=30))
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    owner.post_steps(run_id, known_steps(30, first=0))  # a spool replayed after newer steps
+    finish(owner, run_id, T0_NS + 60 * S)
+    late = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert late is not None and late.result["steps"] == 60
+    assert _figures(late) == _figures(_full_reanalysis(run_id))
+
+
+def test_a_run_spanning_a_price_change_is_charged_piecewise(owner: Tenant, price_36: None) -> None:
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("72"), effective_from=T0 + timedelta(seconds=50))
+    run_id = make_run(owner, allocation_start=_iso(T0))
+    owner.post_steps(run_id, known_steps(100))
+    finish(owner, run_id, T0_NS + 100 * S)
+    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert row is not None
+    assert row.cost_usd == Decimal("1.50")  # 50 s at $0.01/s + 50 s at $0.02/s
+
+
+def test_a_price_override_replaces_the_price_book(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner, allocation_start=_iso(T0))
+    owner.post_steps(run_id, known_steps(100))
+    finish(owner, run_id, T0_NS + 100 * S)
+    Run.objects.filter(pk=run_id).update(price_override_usd_per_gpu_hour=Decimal("3.6"), ingest_seq=99)
+    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert row is not None and row.cost_usd == Decimal("0.10")
+
+
+def test_a_silent_running_run_becomes_crashed_and_stops_accruing(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner, allocation_start=_iso(T0))
+    owner.post_steps(run_id, known_steps(20))
+    last_seen = T0 + timedelta(seconds=30)
+    Run.objects.filter(pk=run_id).update(last_seen_at=last_seen)
+    OrgSettings.objects.update_or_create(pk=1, defaults={"crash_after_s": 60})
+    assert services.runs_mark_crashed(now=last_seen + timedelta(seconds=59)) == 0
+    assert services.runs_mark_crashed(now=last_seen + timedelta(seconds=61)) == 1
+    assert Run.objects.get(pk=run_id).status == "crashed"
+    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    # Billed to the last sign of life in the telemetry (the end of step 19), not to when the
+    # server last heard from it.
+    assert row is not None and row.cost_usd == Decimal("0.20") and row.complete
+    assert Run.objects.get(pk=run_id).finished_at == T0 + timedelta(seconds=20)
+
+
+def test_the_sweep_analyses_dirty_runs_and_rolls_up_by_day(owner: Tenant, outsider: Tenant, price_36: None) -> None:
+    a = make_run(owner, allocation_start=_iso(T0))
+    b = make_run(outsider, allocation_start=_iso(T0))
+    for run_id in (a, b):
+        owner_or = owner if run_id == a else outsider
+        owner_or.post_steps(run_id, known_steps(100))
+        finish(owner_or, run_id, T0_NS + 100 * S)
+    result = services.analysis_sweep(inline=True)
+    assert result.analysed == 2 and result.rollup_days == 1
+    assert services.runs_dirty() == []
+    days = {pd.project.slug: pd for pd in ProjectDay.objects.select_related("project")}
+    assert days["llm-pretrain"].cost_usd == Decimal("1.00") and days["detector"].cost_usd == Decimal("1.00")
+    assert days["llm-pretrain"].runs == 1
+    assert sum(days["llm-pretrain"].categories_usd.values()) == pytest.approx(1.00)
+
+
+def test_a_run_across_midnight_splits_its_cost_by_day(owner: Tenant, price_36: None) -> None:
+    midnight = datetime(2026, 9, 22, tzinfo=UTC)
+    start = midnight - timedelta(seconds=40)
+    run_id = make_run(owner, allocation_start=_iso(start), started_at=_iso(start))
+    owner.post_steps(run_id, known_steps(100, t0_ns=int(start.timestamp()) * S))
+    finish(owner, run_id, int(start.timestamp()) * S + 100 * S)
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    days = {d.day.isoformat(): d.cost_usd for d in RunDay.objects.filter(run_id=run_id)}
+    assert days == {"2026-09-21": Decimal("0.40"), "2026-09-22": Decimal("0.60")}
+
+
+def test_a_price_change_marks_analyses_stale(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(10))
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    assert services.runs_dirty() == []
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("1"), effective_from=T0 - timedelta(days=1))
+    assert services.runs_dirty() == [uuid.UUID(run_id)]
+
+
+def test_the_analysis_api_answers_the_documented_shape(owner: Tenant, outsider: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    url = f"/api/v1/runs/{run_id}/analysis"
+    assert owner.client.get(url).status_code == 202
+    owner.post_steps(run_id, known_steps(100))
+    finish(owner, run_id, T0_NS + 105 * S)
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    body = owner.client.get(url).json()
+    for key in ("cost_usd", "gpu_seconds", "mfu", "target_mfu", "recoverable_usd", "categories", "stragglers",
+                "recommendations", "analysed_at", "complete"):  # fmt: skip
+        assert key in body, key
+    assert set(body["categories"]) == {"useful_compute", "compute_inefficiency", "data_stall", "comm_exposed",
+                                       "host_overhead", "idle"}  # fmt: skip
+    assert body["categories"]["data_stall"] == pytest.approx({**body["categories"]["data_stall"], "usd": 0.20})
+    assert body["cost_usd"] == 1.15 and body["complete"] is True and "explain" not in body
+    explained = owner.client.get(url, {"explain": "1"}).json()["explain"]
+    assert explained["cost_usd"]["formula"] and explained["cost_usd"]["inputs"]
+    assert outsider.client.get(url).status_code == 404
+    assert owner.client.get(f"/api/v1/runs/{run_id}/series").json()["t_start_ns"]
