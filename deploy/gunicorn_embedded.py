@@ -1,7 +1,7 @@
 """gunicorn settings for the embedded default (`make run`): start the in-process sweeper."""
 
 
-def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn hook signature
+def post_worker_init(worker):
     from phantomhub.waste.embedded import sweeper_start
 
     sweeper_start()

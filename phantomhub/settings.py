@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "phantomhub.telemetry",
     "phantomhub.pricing",
     "phantomhub.waste",
+    "phantomhub.portal",
 ]
 
 MIDDLEWARE = [
@@ -104,6 +105,11 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# The built web UI (frontend/dist): WhiteNoise serves its files at the site root (/assets/...),
+# and phantomhub.portal.views.spa answers index.html for client-side routes.
+FRONTEND_DIST = BASE_DIR / "frontend" / "dist"
+WHITENOISE_ROOT = FRONTEND_DIST if FRONTEND_DIST.is_dir() else None
+LOGIN_URL = "/login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -159,7 +165,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "phantomhub"
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "phantomhub.waste.tasks.sweep", "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600)},
+    "sweep": {
+        "task": "phantomhub.waste.tasks.sweep",
+        "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600),
+    },
 }
 
 TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)

@@ -1,6 +1,8 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from phantomhub.portal.views import spa
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -8,4 +10,7 @@ urlpatterns = [
     path("api/v1/pricing/", include("phantomhub.pricing.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/portal/", include("phantomhub.portal.urls")),
+    # Everything else is a client-side route of the web UI.
+    re_path(r"^(?!api/|admin/|static/|assets/).*$", spa, name="spa"),
 ]

@@ -111,9 +111,7 @@ class PriceDetailApi(APIView):
                 "effective_to: must be after effective_from",
                 fields={"effective_to": "must be after effective_from"},
             )
-        entry = services.price_update(
-            entry=entry, changes=serializer.validated_data, actor=request.user, actor_label="api"
-        )
+        entry = services.price_update(entry=entry, changes=serializer.validated_data, actor=request.user, actor_label="api")
         return Response(PriceSerializer(entry).data)
 
     @extend_schema(responses={204: None})

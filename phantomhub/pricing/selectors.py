@@ -35,9 +35,7 @@ def _specificity(entry: PriceEntry, tier: str) -> tuple[int, datetime]:
     return (score, entry.effective_from)
 
 
-def price_segments(
-    *, gpu: str, provider: str, region: str, tier: str, start: datetime, end: datetime
-) -> list[PriceSegment]:
+def price_segments(*, gpu: str, provider: str, region: str, tier: str, start: datetime, end: datetime) -> list[PriceSegment]:
     """Cover [start, end) with the most specific entry in force at each moment.
 
     An entry applies when its gpu matches and its provider/region are blank or equal to the
@@ -82,11 +80,7 @@ def run_price_segments(*, run: Run, end: datetime) -> list[PriceSegment]:
     """Price segments over a run's billed span [allocation_start, end), honouring its override."""
     override = run.price_override_usd_per_gpu_hour
     if override is not None:
-        return (
-            [PriceSegment(run.allocation_start, end, override, None, "run override")]
-            if end > run.allocation_start
-            else []
-        )
+        return [PriceSegment(run.allocation_start, end, override, None, "run override")] if end > run.allocation_start else []
     return price_segments(
         gpu=gpu_key_for(run.gpu_model),
         provider=run.provider,

@@ -165,9 +165,7 @@ class RunCreateApi(APIView):
                     status_code=403,
                 )
         run, created = services.run_create_or_resume(project=project, run_id=data.pop("id"), data=data)
-        return Response(
-            RunOutputSerializer(run).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        )
+        return Response(RunOutputSerializer(run).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class RunDetailApi(APIView):
@@ -271,9 +269,7 @@ class EventSerializer(StrictSerializer):
     rank = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, default=0)
     t_ns = serializers.IntegerField(min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9)
     name = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    t_start_ns = serializers.IntegerField(
-        min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9, required=False
-    )
+    t_start_ns = serializers.IntegerField(min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9, required=False)
     dur_ns = serializers.IntegerField(min_value=0, max_value=365 * 86_400 * 10**9, required=False)
     status = serializers.ChoiceField(choices=[RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CRASHED], required=False)
     data = serializers.DictField(required=False)  # type: ignore[assignment]  # the wire name

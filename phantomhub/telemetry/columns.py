@@ -112,9 +112,7 @@ def _typed(col: Column, field: str, raw: list[Any]) -> tuple[npt.NDArray[Any], n
         arr = arr.astype(np.float64)
     if len(arr) and (arr.min() < col.lo or arr.max() > col.hi):
         bad = int(np.flatnonzero((arr < col.lo) | (arr > col.hi))[0])
-        raise ColumnError(
-            f"{field}[{bad}]", f"{raw[bad]!r} is out of range; values must be in [{col.lo:g}, {col.hi:g}]"
-        )
+        raise ColumnError(f"{field}[{bad}]", f"{raw[bad]!r} is out of range; values must be in [{col.lo:g}, {col.hi:g}]")
     return arr, nulls
 
 

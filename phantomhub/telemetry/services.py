@@ -82,7 +82,13 @@ def _after_ingest(run: Run, rank: int, host: str | None, accepted: int, *, count
             "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows) VALUES (%s, %s, %s, %s, %s) "
             "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
             "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END",
-            [run.pk.hex if connection.vendor == "sqlite" else run.pk, rank, host or "", "{}", accepted if counts_steps else 0],
+            [
+                run.pk.hex if connection.vendor == "sqlite" else run.pk,
+                rank,
+                host or "",
+                "{}",
+                accepted if counts_steps else 0,
+            ],
         )
     updates: dict[str, Any] = {"last_seen_at": timezone.now()}
     if accepted:
@@ -92,9 +98,7 @@ def _after_ingest(run: Run, rank: int, host: str | None, accepted: int, *, count
 
 def _columns(body: Any, spec: Any, where: str, keys: tuple[str, ...], defaults: dict[str, int] | None = None) -> Batch:
     try:
-        return columns_validate(
-            body, spec, where=where, keys=keys, max_rows=settings.MAX_BATCH_ROWS, key_defaults=defaults
-        )
+        return columns_validate(body, spec, where=where, keys=keys, max_rows=settings.MAX_BATCH_ROWS, key_defaults=defaults)
     except ColumnError as exc:
         raise ApiError("invalid", str(exc), fields={exc.field: exc.message}) from None
 

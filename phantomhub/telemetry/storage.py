@@ -138,9 +138,7 @@ def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, bat
         except psycopg.errors.UniqueViolation:
             cur.execute("ROLLBACK TO SAVEPOINT phantomhub_copy")
         stage = f"{table.name}_stage"
-        cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-        )
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
         cur.execute(f"TRUNCATE {stage}")
         _pg_copy(cur, stage, table, names, run_id, rank, batch)
         cols = ", ".join(["run_id", "rank", *names])

@@ -6,6 +6,8 @@ telemetry and the price book; analysis overwrites it idempotently.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -13,7 +15,10 @@ from django.db import models
 from phantomhub.accounts.models import Project, Team
 from phantomhub.telemetry.models import Run
 
-MONEY = {"max_digits": 16, "decimal_places": 2}
+
+def money() -> models.DecimalField[Decimal, Decimal]:
+    """US dollars to the cent."""
+    return models.DecimalField(default=Decimal(0), max_digits=16, decimal_places=2)
 
 
 class OrgSettings(models.Model):
@@ -59,9 +64,9 @@ class RunAnalysis(models.Model):
     started_at = models.DateTimeField(null=True)
     gpu_key = models.CharField(max_length=128, blank=True)
     gpu_hours = models.FloatField(default=0)
-    cost_usd = models.DecimalField(default=0, **MONEY)
-    waste_usd = models.DecimalField(default=0, **MONEY)
-    recoverable_usd = models.DecimalField(default=0, **MONEY)
+    cost_usd = money()
+    waste_usd = money()
+    recoverable_usd = money()
     waste_share = models.FloatField(default=0)
     mfu = models.FloatField(null=True)
     # The full analysis (categories, ranks, stragglers, series, diagnostics, explain) and its rules.
@@ -91,9 +96,9 @@ class RunDay(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     gpu_key = models.CharField(max_length=128, blank=True)
     gpu_seconds = models.FloatField(default=0)
-    cost_usd = models.DecimalField(default=0, **MONEY)
+    cost_usd = money()
     categories_usd = models.JSONField(default=dict)
-    recoverable_usd = models.DecimalField(default=0, **MONEY)
+    recoverable_usd = money()
     # For GPU-hour-weighted MFU: sum of mfu × gpu_seconds over runs whose MFU is known.
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)
@@ -114,9 +119,9 @@ class ProjectDay(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     runs = models.PositiveIntegerField(default=0)
     gpu_seconds = models.FloatField(default=0)
-    cost_usd = models.DecimalField(default=0, **MONEY)
+    cost_usd = money()
     categories_usd = models.JSONField(default=dict)
-    recoverable_usd = models.DecimalField(default=0, **MONEY)
+    recoverable_usd = money()
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)
 

@@ -93,9 +93,7 @@ def run_config(run: Run, policy: Policy) -> RunConfig:
         world_size=run.world_size,
         allocation_start_ns=_ns(run.allocation_start),
         price_segments=tuple(
-            PriceSegment(_ns(s.start), _ns(s.end), s.usd_per_gpu_hour)
-            for s in segments
-            if s.usd_per_gpu_hour is not None
+            PriceSegment(_ns(s.start), _ns(s.end), s.usd_per_gpu_hour) for s in segments if s.usd_per_gpu_hour is not None
         ),
         phases=tuple(phases),
         peak_flops_per_gpu=peak,
@@ -135,7 +133,8 @@ def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[Syste
     for row in rows:
         groups.setdefault((row[0], row[1]), []).append(row)
     for (rank, device), group in groups.items():
-        def column(i: int) -> np.ndarray | None:
+
+        def column(i: int, group: list[tuple[Any, ...]] = group) -> np.ndarray | None:
             values = [np.nan if r[i] is None else r[i] for r in group]
             arr = np.array(values, dtype=np.float64)
             return arr if np.isfinite(arr).any() else None
@@ -188,19 +187,17 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         samples_since = int(row.state.get("samples_t", 0)) if (row.state and not full) else 0
         steps_end_ns = int(row.state.get("steps_end_ns", 0)) if (row.state and not full) else 0
 
-        try:
-            fresh = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
-        except NotAppendable:
-            fresh = None
-        if fresh is None:  # a late batch landed below what was folded in: start over
+        fetched = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
+        if fetched is None:  # a late batch landed below what was folded in: start over
             acc, rank_rows, last_step, samples_since, steps_end_ns, full = RunAccumulator(config), {}, {}, 0, 0, True
-            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts)
+            fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
+        fresh: list[StepColumns] = fetched
         try:
             for cols in fresh:
                 acc.add_steps(cols)
         except NotAppendable:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
-            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts)
+            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
             for cols in fresh:
                 acc.add_steps(cols, align=False)
             samples_since, steps_end_ns = 0, 0
@@ -218,7 +215,12 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
         analysis = analysis_from(acc, end_ns=end_ns, recoverability=policy.recoverability, oom_count=oom_count)
         _store(row, run, analysis, seq)
-        row.state = {"config": config.fingerprint(), "acc": acc.to_json(), "samples_t": samples_since, "steps_end_ns": steps_end_ns}
+        row.state = {
+            "config": config.fingerprint(),
+            "acc": acc.to_json(),
+            "samples_t": samples_since,
+            "steps_end_ns": steps_end_ns,
+        }
         row.rank_rows = {str(k): v for k, v in rank_rows.items()}
         row.rank_last_step = {str(k): v for k, v in last_step.items()}
         row.save()
@@ -318,8 +320,7 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
     days = sorted(weights)
     keys = [d.isoformat() for d in days]
     by_cat = {
-        fig.category: cents_allocate(fig.usd_cents, {k: weights[d] for k, d in zip(keys, days)})
-        for fig in analysis.categories
+        fig.category: cents_allocate(fig.usd_cents, {k: weights[d] for k, d in zip(keys, days)}) for fig in analysis.categories
     }
     old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
     RunDay.objects.filter(run=run).delete()
@@ -331,11 +332,18 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
         seconds = float(time_weights[day]) * analysis.billed_gpu_seconds
         rows.append(
             RunDay(
-                run=run, day=day, project_id=run.project_id, team_id=run.project.team_id, gpu_key=row.gpu_key,
-                gpu_seconds=seconds, cost_usd=Decimal(cost_cents) / 100, categories_usd=cats,
+                run=run,
+                day=day,
+                project_id=run.project_id,
+                team_id=run.project.team_id,
+                gpu_key=row.gpu_key,
+                gpu_seconds=seconds,
+                cost_usd=Decimal(cost_cents) / 100,
+                categories_usd=cats,
                 recoverable_usd=Decimal(str(round(sum(cats[n] * factors.get(n, 0) for n in CATEGORIES), 2))),
-                mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds, mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
-            )  # fmt: skip
+                mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds,
+                mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
+            )
         )
     RunDay.objects.bulk_create(rows)
     rollups_mark(old_days | set(days))
@@ -382,10 +390,17 @@ def _rollup_day(day: date) -> None:
     ProjectDay.objects.bulk_create(
         [
             ProjectDay(
-                day=day, project_id=pid, team_id=g["team_id"], runs=g["runs"], gpu_seconds=g["gpu_seconds"],
-                cost_usd=g["cost"], categories_usd={k: round(v, 2) for k, v in g["cats"].items()},
-                recoverable_usd=g["recoverable"], mfu_gpu_seconds=g["mfu_gs"], mfu_known_gpu_seconds=g["mfu_known"],
-            )  # fmt: skip
+                day=day,
+                project_id=pid,
+                team_id=g["team_id"],
+                runs=g["runs"],
+                gpu_seconds=g["gpu_seconds"],
+                cost_usd=g["cost"],
+                categories_usd={k: round(v, 2) for k, v in g["cats"].items()},
+                recoverable_usd=g["recoverable"],
+                mfu_gpu_seconds=g["mfu_gs"],
+                mfu_known_gpu_seconds=g["mfu_known"],
+            )
             for pid, g in groups.items()
         ]
     )

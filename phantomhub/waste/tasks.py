@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import uuid
 from functools import cache
-from typing import Any
-
 import redis
 from celery import shared_task
 from django.conf import settings
@@ -15,7 +13,7 @@ from phantomhub.waste import services
 
 
 @cache
-def redis_client() -> redis.Redis[Any]:
+def redis_client() -> redis.Redis:
     return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
 
 
@@ -36,4 +34,9 @@ def sweep() -> dict[str, int]:
     """Beat, every ~30 s: crash detection, dirty runs, pending rollups. A lost analysis message
     delays an analysis until here; it never loses one."""
     result = services.analysis_sweep(inline=settings.CELERY_TASK_ALWAYS_EAGER)
-    return {"crashed": result.crashed, "analysed": result.analysed, "enqueued": result.enqueued, "rollup_days": result.rollup_days}
+    return {
+        "crashed": result.crashed,
+        "analysed": result.analysed,
+        "enqueued": result.enqueued,
+        "rollup_days": result.rollup_days,
+    }

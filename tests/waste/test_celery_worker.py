@@ -98,7 +98,8 @@ def _wait_analysed(run_id: str, timeout_s: float = 60) -> RunAnalysis:
     raise AssertionError("run was not analysed in time")
 
 
-def test_ingest_enqueues_a_debounced_analysis_that_the_worker_runs(owner: Tenant, price_36: None, worker: Worker) -> None:  # noqa: F811
+@pytest.mark.usefixtures("price_36")
+def test_ingest_enqueues_a_debounced_analysis_that_the_worker_runs(owner: Tenant, worker: Worker) -> None:
     OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 1})
     run_id = make_run(owner)
     for first in range(0, 100, 10):  # ten batches in quick succession: debounced to few analyses
@@ -121,11 +122,8 @@ def _big_run(tenant: Tenant, ranks: int, rows: int) -> str:
     return run_id
 
 
-def test_a_worker_killed_midway_leaves_nothing_half_written_and_the_retry_matches(
-    owner: Tenant,
-    price_36: None,  # noqa: F811
-    worker: Worker,
-) -> None:
+@pytest.mark.usefixtures("price_36")
+def test_a_worker_killed_midway_leaves_nothing_half_written_and_the_retry_matches(owner: Tenant, worker: Worker) -> None:
     run_id = _big_run(owner, ranks=4, rows=100_000)
     RunAnalysis.objects.filter(run_id=run_id).delete()
     from phantomhub.waste.tasks import analyze_run
@@ -144,5 +142,10 @@ def test_a_worker_killed_midway_leaves_nothing_half_written_and_the_retry_matche
     RunAnalysis.objects.filter(run_id=run_id).delete()
     reference = services.run_analyze(run_id=uuid.UUID(run_id))
     assert reference is not None
-    assert stored == (reference.cost_usd, reference.recoverable_usd, reference.result["categories"], reference.result["steps"])
+    assert stored == (
+        reference.cost_usd,
+        reference.recoverable_usd,
+        reference.result["categories"],
+        reference.result["steps"],
+    )
     assert reference.result["steps"] == 400_000

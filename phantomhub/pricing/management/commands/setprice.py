@@ -47,9 +47,7 @@ class Command(BaseCommand):
         except InvalidOperation:
             raise CommandError(f"--usd-per-hour {options['usd_per_hour']!r} is not a number") from None
         if gpu_resolve(options["gpu"]) is None:
-            self.stderr.write(
-                f"note: {options['gpu']!r} is not in the GPU catalog; it prices runs reporting exactly that name"
-            )
+            self.stderr.write(f"note: {options['gpu']!r} is not in the GPU catalog; it prices runs reporting exactly that name")
         try:
             entry = price_set(
                 gpu=options["gpu"], usd_per_gpu_hour=price, provider=options["provider"], region=options["region"],

@@ -17,8 +17,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from phantomhub.accounts.models import Membership, Profile, Role
-from phantomhub.accounts.services import project_get_or_create, project_token_create, team_get_or_create
+from phantomhub.accounts.models import ApiToken, Membership, Profile, Role
+from phantomhub.accounts.services import project_get_or_create, project_token_create, team_get_or_create, token_digest
+from phantomhub.pricing.catalog import gpu_resolve, peak_flops
 from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.services import events_ingest, run_create_or_resume, steps_ingest
 
@@ -39,7 +40,8 @@ class Command(BaseCommand):
         team = team_get_or_create(slug="demo", name="Demo team")
         project = project_get_or_create(team=team, slug="quickstart", name="Quickstart")
         token_file = settings.VAR_DIR / "demo-token"
-        if not token_file.exists():
+        saved = token_file.read_text().strip() if token_file.exists() else ""
+        if not ApiToken.objects.filter(digest=token_digest(saved), revoked_at__isnull=True).exists():
             token_file.parent.mkdir(parents=True, exist_ok=True)
             token_file.write_text(project_token_create(project=project, name="demo").raw + "\n")
             token_file.chmod(0o600)
@@ -56,10 +58,10 @@ class Command(BaseCommand):
             self._seed_run(project, run_id, name, stall_ms, compute_ms, gpu, seed=index)
         self.stdout.write(f"demo ready: sign in as {DEMO_USER} / {DEMO_PASSWORD}; ingest token in {token_file}")
 
-    def _seed_run(
-        self, project: Any, run_id: uuid.UUID, name: str, stall_ms: int, compute_ms: int, gpu: str, seed: int
-    ) -> None:
+    def _seed_run(self, project: Any, run_id: uuid.UUID, name: str, stall_ms: int, compute_ms: int, gpu: str, seed: int) -> None:
         rng = np.random.default_rng(seed)
+        spec = gpu_resolve(gpu)
+        peak = (peak_flops(spec, "bf16") if spec else None) or 0.0
         start = timezone.now() - timedelta(hours=2 + seed)
         run, _ = run_create_or_resume(
             project=project,
@@ -85,7 +87,8 @@ class Command(BaseCommand):
                 "forward_ns": fwd.tolist(),
                 "backward_ns": bwd.tolist(),
                 "optimizer_ns": opt.tolist(),
-                "flops": [3.2e14] * n,
+                # FLOPs the model did: about 40% of the GPU's bf16 peak during forward + backward.
+                "flops": (0.4 * peak * (fwd + bwd) / 1e9).tolist(),
                 "tokens": [16384] * n,
                 "samples": [8] * n,
             }

@@ -1,0 +1,351 @@
+"""The portal read API (docs/portal-api.md). Thin views over selectors and services."""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+from typing import Any, cast
+
+from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth.models import User
+from django.http import HttpResponse
+from django.middleware.csrf import get_token
+from django.utils.decorators import method_decorator
+from django.views.decorators.csrf import csrf_protect
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from phantomhub.accounts.auth import ProjectPrincipal
+from phantomhub.accounts.models import ApiToken, Membership, Profile, Project, Role, Team, TokenKind
+from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
+from phantomhub.accounts.selectors import projects_visible, user_sees_everything
+from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
+from phantomhub.errors import ApiError, invalid
+from phantomhub.portal import selectors, services
+from phantomhub.portal.models import ClosedMonth
+from phantomhub.portal.periods import month_period, period_parse
+from phantomhub.telemetry.api import RunOutputSerializer
+from phantomhub.telemetry.models import EventKind, RunEvent
+from phantomhub.telemetry.selectors import run_get_visible
+from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
+from phantomhub.waste.models import OrgSettings
+from phantomhub.waste.selectors import analysis_series, analysis_view
+
+OBJ = OpenApiTypes.OBJECT
+
+
+def _user_view(user: Any) -> dict[str, Any] | None:
+    if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, ProjectPrincipal):
+        return None
+    profile = Profile.objects.filter(user=user).first()
+    memberships = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
+    return {
+        "username": user.get_username(),
+        "is_finance": bool(profile and profile.is_finance),
+        "is_org_admin": is_org_admin(user),
+        "teams": [{"slug": m.team.slug, "name": m.team.name, "role": m.role} for m in memberships],
+    }
+
+
+class SessionApi(APIView):
+    permission_classes = [AllowAny]
+
+    class Input(serializers.Serializer[Any]):
+        username = serializers.CharField(max_length=150)
+        password = serializers.CharField(max_length=256, trim_whitespace=False)
+
+    def _view(self, request: Request) -> dict[str, Any]:
+        user = _user_view(request.user)
+        return {"authenticated": user is not None, "user": user, "csrf_token": get_token(request._request)}
+
+    @extend_schema(responses=OBJ, auth=[])
+    def get(self, request: Request) -> Response:
+        return Response(self._view(request))
+
+    @method_decorator(csrf_protect)
+    @extend_schema(request=Input, responses=OBJ, auth=[])
+    def post(self, request: Request) -> Response:
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(request._request, **data.validated_data)
+        if user is None:
+            raise ApiError("invalid_credentials", "unknown username or wrong password", fields={"password": "does not match"})
+        login(request._request, user)
+        request.user = user
+        return Response(self._view(request))
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request) -> Response:
+        logout(request._request)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _page_params(request: Request) -> tuple[int, int]:
+    def number(name: str, default: int, hi: int) -> int:
+        raw = request.query_params.get(name) or str(default)
+        if not raw.isdigit() or not 1 <= int(raw) <= hi:
+            raise invalid(name, f"must be an integer in [1, {hi}]")
+        return int(raw)
+
+    return number("page", 1, 10**6), number("page_size", 50, 200)
+
+
+class RunListApi(APIView):
+    @extend_schema(responses=OBJ, summary="Runs, filtered, sorted and paged")
+    def get(self, request: Request) -> Response:
+        page, page_size = _page_params(request)
+        filters = {
+            k: request.query_params.get(k, "").strip() for k in ("team", "project", "status", "gpu", "tag", "from", "to", "q")
+        }
+        for name in ("from", "to"):
+            if filters[name] and not _is_date(filters[name]):
+                raise invalid(name, "must be a date (YYYY-MM-DD)")
+        return Response(
+            selectors.runs_list(
+                principal=request.user,
+                filters=filters,
+                sort=request.query_params.get("sort"),
+                page=page,
+                page_size=page_size,
+            )
+        )
+
+
+def _is_date(text: str) -> bool:
+    from django.utils.dateparse import parse_date
+
+    try:
+        return parse_date(text) is not None
+    except ValueError:
+        return False
+
+
+class RunPageApi(APIView):
+    @extend_schema(responses=OBJ, summary="Everything the run page shows")
+    def get(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = run_get_visible(principal=request.user, run_id=run_id)
+        phases = RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns")
+        return Response(
+            {
+                "run": RunOutputSerializer(run).data
+                | {"gpu_key": getattr(getattr(run, "analysis", None), "gpu_key", run.gpu_model)},
+                "analysis": analysis_view(run=run, explain=True),
+                "series": analysis_series(run=run),
+                "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
+            }
+        )
+
+
+class LeaderboardApi(APIView):
+    @extend_schema(responses=OBJ, summary="Teams, projects or runs ranked over a period")
+    def get(self, request: Request, kind: str) -> Response:
+        period = period_parse(request.query_params.get("period"))
+        return Response(
+            selectors.leaderboard(principal=request.user, kind=kind, period=period, sort=request.query_params.get("sort"))
+        )
+
+
+class OverviewApi(APIView):
+    @extend_schema(responses=OBJ, summary="Organization overview for a period")
+    def get(self, request: Request) -> Response:
+        return Response(selectors.overview(principal=request.user, period=period_parse(request.query_params.get("period"))))
+
+
+class TeamPageApi(APIView):
+    @extend_schema(responses=OBJ)
+    def get(self, request: Request, slug: str) -> Response:
+        team = Team.objects.filter(slug=slug, projects__in=projects_visible(request.user)).distinct().first()
+        if team is None:
+            raise ApiError("not_found", "team not found", status_code=404)
+        period = period_parse(request.query_params.get("period"))
+        summary = selectors.scope_summary(principal=request.user, period=period, team=team)
+        return Response({"team": {"slug": team.slug, "name": team.name}, **summary})
+
+
+class ProjectPageApi(APIView):
+    @extend_schema(responses=OBJ)
+    def get(self, request: Request, slug: str) -> Response:
+        project = projects_visible(request.user).filter(slug=slug).select_related("team").first()
+        if project is None:
+            raise ApiError("not_found", "project not found", status_code=404)
+        period = period_parse(request.query_params.get("period"))
+        summary = selectors.scope_summary(principal=request.user, period=period, project=project)
+        body = {"slug": project.slug, "name": project.name, "team": project.team.slug, "target_mfu": project.target_mfu}
+        return Response({"project": body, **summary})
+
+
+def _finance_view(request: Request, month: str) -> dict[str, Any]:
+    period = month_period(month)
+    closed = ClosedMonth.objects.filter(month=period.start).select_related("closed_by").first()
+    review = closed.snapshot if closed else selectors.finance_review(period=period)
+    review = selectors.finance_rows_visible(review, request.user)
+    return review | {
+        "closed": closed is not None,
+        "closed_at": closed.closed_at.isoformat() if closed else None,
+        "closed_by": closed.closed_by.get_username() if closed and closed.closed_by else None,
+    }
+
+
+class FinanceApi(APIView):
+    @extend_schema(responses=OBJ, summary="Monthly cost review per team and project")
+    def get(self, request: Request, month: str) -> Response:
+        return Response(_finance_view(request, month))
+
+
+class FinanceCsvApi(APIView):
+    @extend_schema(responses={(200, "text/csv"): str})
+    def get(self, request: Request, month: str) -> HttpResponse:
+        review = _finance_view(request, month)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        head = [
+            "team",
+            "project",
+            "runs",
+            "gpu_hours",
+            "cost_usd",
+            *[f"{c}_usd" for c in CATEGORIES],
+            "waste_usd",
+            "recoverable_usd",
+        ]
+        writer.writerow(head)
+
+        def line(team: str, project: str, row: dict[str, Any]) -> list[Any]:
+            cats = [f"{row['categories_usd'][c]:.2f}" for c in CATEGORIES]
+            return [team, project, row["runs"], f"{row['gpu_hours']:.3f}", f"{row['cost_usd']:.2f}", *cats,
+                    f"{row['waste_usd']:.2f}", f"{row['recoverable_usd']:.2f}"]  # fmt: skip
+
+        for row in review["rows"]:
+            writer.writerow(line(row["team"], row["project"], row))
+        writer.writerow(line("TOTAL", "", review["totals"]))
+        response = HttpResponse(out.getvalue(), content_type="text/csv")
+        state = "closed" if review["closed"] else "open"
+        response["Content-Disposition"] = f'attachment; filename="phantomhub-finance-{month}-{state}.csv"'
+        return response
+
+
+def _finance_or_admin(user: Any) -> bool:
+    return not isinstance(user, ProjectPrincipal) and user_sees_everything(user)
+
+
+class FinanceCloseApi(APIView):
+    @extend_schema(request=None, responses=OBJ, summary="Close a month (finance or admin)")
+    def post(self, request: Request, month: str) -> Response:
+        if not _finance_or_admin(request.user):
+            raise ApiError("forbidden", "closing a month needs finance or an organization admin", status_code=403)
+        services.month_close(period=month_period(month), actor=request.user)
+        return Response(_finance_view(request, month))
+
+
+class FinanceReopenApi(APIView):
+    @extend_schema(request=None, responses=OBJ, summary="Reopen a closed month (admin)")
+    def post(self, request: Request, month: str) -> Response:
+        if isinstance(request.user, ProjectPrincipal) or not is_org_admin(request.user):
+            raise ApiError("forbidden", "reopening a month needs an organization admin", status_code=403)
+        services.month_reopen(month=month_period(month).start)
+        return Response(_finance_view(request, month))
+
+
+class SettingsApi(APIView):
+    permission_classes = [ReadAnyoneWriteOrgAdmin]
+
+    class Input(serializers.Serializer[Any]):
+        target_mfu = serializers.FloatField(min_value=0.01, max_value=1.0, required=False)
+        recoverability = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=1), required=False)
+        crash_after_s = serializers.IntegerField(min_value=60, max_value=7 * 86_400, required=False)
+
+    def _view(self) -> dict[str, Any]:
+        row = OrgSettings.get()
+        return {
+            "target_mfu": row.target_mfu,
+            "recoverability": {**DEFAULT_RECOVERABILITY, **row.recoverability},
+            "crash_after_s": row.crash_after_s,
+            "defaults": {"target_mfu": 0.5, "recoverability": dict(DEFAULT_RECOVERABILITY)},
+        }
+
+    @extend_schema(responses=OBJ)
+    def get(self, request: Request) -> Response:
+        return Response(self._view())
+
+    @extend_schema(request=Input, responses=OBJ)
+    def put(self, request: Request) -> Response:
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.org_settings_update(changes=dict(data.validated_data))
+        return Response(self._view())
+
+
+def _token_row(token: ApiToken) -> dict[str, Any]:
+    return {
+        "id": token.pk, "prefix": token.prefix, "kind": token.kind, "name": token.name,
+        "project": token.project.slug if token.project else None, "user": token.user.get_username() if token.user else None,
+        "created_at": token.created_at.isoformat(), "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
+        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
+    }  # fmt: skip
+
+
+def _administered_projects(user: Any) -> Any:
+    if is_org_admin(user):
+        return Project.objects.all()
+    return Project.objects.filter(team__memberships__user=user, team__memberships__role=Role.ADMIN)
+
+
+class TokenListApi(APIView):
+    class Input(serializers.Serializer[Any]):
+        kind = serializers.ChoiceField(choices=TokenKind.choices, default=TokenKind.PROJECT)
+        project = serializers.SlugField(required=False)
+        name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+    def _people_only(self, request: Request) -> None:
+        if isinstance(request.user, ProjectPrincipal) or getattr(request.auth, "kind", None) == TokenKind.PERSONAL:
+            raise ApiError("forbidden", "tokens are managed by signed-in people", status_code=403)
+
+    @extend_schema(responses=OBJ)
+    def get(self, request: Request) -> Response:
+        self._people_only(request)
+        user = cast(User, request.user)
+        tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
+        return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
+
+    @extend_schema(request=Input, responses={201: OBJ})
+    def post(self, request: Request) -> Response:
+        self._people_only(request)
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        if data.validated_data["kind"] == TokenKind.PERSONAL:
+            issued = personal_token_create(user=cast(User, request.user), name=data.validated_data["name"])
+        else:
+            slug = data.validated_data.get("project")
+            if not slug:
+                raise invalid("project", "required for a project token")
+            project = _administered_projects(request.user).filter(slug=slug).first()
+            if project is None:
+                raise ApiError(
+                    "not_found",
+                    "project not found, or you do not administer it",
+                    fields={"project": "not found"},
+                    status_code=404,
+                )
+            issued = project_token_create(project=project, name=data.validated_data["name"])
+        return Response({**_token_row(issued.token), "token": issued.raw}, status=status.HTTP_201_CREATED)
+
+
+class TokenDetailApi(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, token_id: int) -> Response:
+        if isinstance(request.user, ProjectPrincipal):
+            raise ApiError("forbidden", "tokens are managed by signed-in people", status_code=403)
+        token = (
+            ApiToken.objects.filter(pk=token_id, project__in=_administered_projects(request.user)).first()
+            or ApiToken.objects.filter(pk=token_id, user=cast(User, request.user)).first()
+        )
+        if token is None:
+            raise ApiError("not_found", "token not found", status_code=404)
+        token_revoke(token=token)
+        return Response(status=status.HTTP_204_NO_CONTENT)

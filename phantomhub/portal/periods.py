@@ -1,0 +1,59 @@
+"""Reporting periods: `7d`, `30d`, `90d` (ending today, UTC) or a month `2026-11`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from django.utils import timezone
+
+from phantomhub.errors import invalid
+
+_DAYS = re.compile(r"^(\d{1,3})d$")
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+@dataclass(frozen=True)
+class Period:
+    start: date  # inclusive
+    end: date  # inclusive
+    label: str
+
+    @property
+    def days(self) -> int:
+        return (self.end - self.start).days + 1
+
+    def previous(self) -> Period:
+        if _MONTH.match(self.label):
+            last = self.start - timedelta(days=1)
+            return month_period(f"{last.year:04d}-{last.month:02d}")
+        end = self.start - timedelta(days=1)
+        return Period(end - timedelta(days=self.days - 1), end, f"previous {self.label}")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "label": self.label}
+
+
+def month_period(text: str) -> Period:
+    match = _MONTH.match(text)
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        raise invalid("month", f"{text!r} is not a month (YYYY-MM)")
+    year, month = int(match.group(1)), int(match.group(2))
+    start = date(year, month, 1)
+    nxt = date(year + (month == 12), month % 12 + 1, 1)
+    return Period(start, nxt - timedelta(days=1), text)
+
+
+def period_parse(text: str | None, *, today: date | None = None) -> Period:
+    text = (text or "30d").strip()
+    today = today or timezone.now().date()
+    days = _DAYS.match(text)
+    if days:
+        n = int(days.group(1))
+        if not 1 <= n <= 366:
+            raise invalid("period", "days must be in [1, 366]")
+        return Period(today - timedelta(days=n - 1), today, text)
+    if _MONTH.match(text):
+        return month_period(text)
+    raise invalid("period", f"{text!r} is not a period (7d, 30d, 90d or YYYY-MM)")

@@ -1,0 +1,375 @@
+"""Reads for the portal. Every figure comes from RunAnalysis, RunDay and ProjectDay — the derived
+tables analysis writes — never from raw steps, so pages cost the same however much telemetry
+is stored."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count, F, Q, QuerySet
+
+from phantomhub.accounts.models import Project, Team
+from phantomhub.accounts.selectors import projects_visible
+from phantomhub.errors import ApiError, invalid
+from phantomhub.portal.periods import Period
+from phantomhub.pricing.models import PriceEntry
+from phantomhub.telemetry.models import Run, RunStatus
+from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
+
+SORTS = {"recoverable_usd", "cost_usd", "mfu", "waste_share", "started_at"}
+_ZERO = Decimal(0)
+
+
+def _money(value: Decimal | float | None) -> float:
+    return round(float(value or 0), 2)
+
+
+def sort_parse(text: str | None, default: str = "-recoverable_usd") -> tuple[str, bool]:
+    text = text or default
+    field = text.lstrip("-")
+    if field not in SORTS:
+        raise invalid("sort", f"must be one of {', '.join(sorted(SORTS))}, optionally prefixed with '-'")
+    return field, text.startswith("-")
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
+    return {
+        "id": str(run.pk),
+        "name": run.name,
+        "team": run.project.team.slug,
+        "project": run.project.slug,
+        "status": run.status,
+        "gpu_model": run.gpu_model,
+        "gpu_key": analysis.gpu_key if analysis else run.gpu_model,
+        "gpu_count": run.gpu_count,
+        "tags": run.tags,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "gpu_hours": round(analysis.gpu_hours, 3) if analysis else None,
+        "cost_usd": _money(analysis.cost_usd) if analysis else None,
+        "waste_usd": _money(analysis.waste_usd) if analysis else None,
+        "recoverable_usd": _money(analysis.recoverable_usd) if analysis else None,
+        "waste_share": round(analysis.waste_share, 4) if analysis else None,
+        "mfu": analysis.mfu if analysis else None,
+        "analysed": bool(analysis and analysis.analysed_at),
+    }
+
+
+def runs_visible(principal: Any) -> QuerySet[Run]:
+    return Run.objects.filter(project__in=projects_visible(principal))
+
+
+def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page: int, page_size: int) -> dict[str, Any]:
+    runs = runs_visible(principal).select_related("project", "project__team", "analysis")
+    if filters.get("team"):
+        runs = runs.filter(project__team__slug=filters["team"])
+    if filters.get("project"):
+        runs = runs.filter(project__slug=filters["project"])
+    if filters.get("status"):
+        if filters["status"] not in RunStatus.values:
+            raise invalid("status", f"must be one of {', '.join(RunStatus.values)}")
+        runs = runs.filter(status=filters["status"])
+    if filters.get("gpu"):
+        runs = runs.filter(Q(analysis__gpu_key=filters["gpu"]) | Q(gpu_model=filters["gpu"]))
+    if filters.get("tag"):
+        if connection.vendor == "postgresql":
+            runs = runs.filter(tags__contains=[filters["tag"]])
+        else:  # SQLite has no JSON containment; match the quoted element in the JSON text
+            runs = runs.filter(tags__icontains=f'"{filters["tag"]}"')
+    if filters.get("from"):
+        runs = runs.filter(started_at__date__gte=filters["from"])
+    if filters.get("to"):
+        runs = runs.filter(started_at__date__lte=filters["to"])
+    if filters.get("q"):
+        runs = runs.filter(name__icontains=filters["q"])
+    field, desc = sort_parse(sort)
+    key = F("started_at") if field == "started_at" else F(f"analysis__{field}")
+    runs = runs.order_by(key.desc(nulls_last=True) if desc else key.asc(nulls_last=True), "-started_at", "id")
+    count = runs.count()
+    offset = (page - 1) * page_size
+    rows = [run_row(run, getattr(run, "analysis", None)) for run in runs[offset : offset + page_size]]
+    return {"count": count, "page": page, "page_size": page_size, "results": rows}
+
+
+# -- rollup aggregates -----------------------------------------------------------------------
+
+
+def _figures(gpu_seconds: float, cost: Decimal, cats: dict[str, float], recoverable: Decimal,
+             mfu_gs: float, mfu_known: float, runs: int) -> dict[str, Any]:  # fmt: skip
+    waste = sum(v for k, v in cats.items() if k != "useful_compute")
+    cost_f = float(cost or 0)
+    return {
+        "runs": runs,
+        "gpu_hours": round(gpu_seconds / 3600, 3),
+        "cost_usd": _money(cost),
+        "waste_usd": round(waste, 2),
+        "recoverable_usd": _money(recoverable),
+        "waste_share": round(waste / cost_f, 4) if cost_f else None,
+        "mfu": round(mfu_gs / mfu_known, 4) if mfu_known else None,
+    }
+
+
+class _Acc:
+    __slots__ = ("cats", "cost", "gpu_seconds", "mfu_gs", "mfu_known", "recoverable", "runs")
+
+    def __init__(self) -> None:
+        self.gpu_seconds = 0.0
+        self.cost = _ZERO
+        self.cats: dict[str, float] = dict.fromkeys(CATEGORIES, 0.0)
+        self.recoverable = _ZERO
+        self.mfu_gs = 0.0
+        self.mfu_known = 0.0
+        self.runs: set[Any] | int = 0
+
+    def add(self, row: ProjectDay | RunDay, runs: int | Any) -> None:
+        self.gpu_seconds += row.gpu_seconds
+        self.cost += row.cost_usd
+        for name in CATEGORIES:
+            self.cats[name] += float(row.categories_usd.get(name, 0))
+        self.recoverable += row.recoverable_usd
+        self.mfu_gs += row.mfu_gpu_seconds
+        self.mfu_known += row.mfu_known_gpu_seconds
+        if isinstance(self.runs, set):
+            self.runs.add(runs)
+        else:
+            self.runs += runs
+
+    def figures(self) -> dict[str, Any]:
+        runs = len(self.runs) if isinstance(self.runs, set) else self.runs
+        return _figures(self.gpu_seconds, self.cost, self.cats, self.recoverable, self.mfu_gs, self.mfu_known, runs)
+
+
+def _run_days(principal: Any, period: Period) -> QuerySet[RunDay]:
+    return RunDay.objects.filter(project__in=projects_visible(principal), day__gte=period.start, day__lte=period.end)
+
+
+def _project_days(principal: Any, period: Period) -> QuerySet[ProjectDay]:
+    return ProjectDay.objects.filter(project__in=projects_visible(principal), day__gte=period.start, day__lte=period.end)
+
+
+def _grouped(kind: str, principal: Any, period: Period) -> dict[Any, _Acc]:
+    groups: dict[Any, _Acc] = defaultdict(_Acc)
+    if kind == "runs":
+        for rd in _run_days(principal, period):
+            acc = groups[rd.run_id]
+            acc.runs = set() if not isinstance(acc.runs, set) else acc.runs
+            acc.add(rd, rd.run_id)
+        return groups
+    key = "team_id" if kind == "teams" else "project_id"
+    for pd in _project_days(principal, period):
+        groups[getattr(pd, key)].add(pd, 0)
+    # Distinct runs per group over the period (a run spanning days counts once).
+    for group_id, run_count in _distinct_runs(principal, period, key):
+        groups[group_id].runs = run_count
+    return groups
+
+
+def _distinct_runs(principal: Any, period: Period, key: str) -> list[tuple[Any, int]]:
+    rows = _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))
+    return [(row[key], row["n"]) for row in rows]
+
+
+def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None) -> dict[str, Any]:
+    if kind not in ("teams", "projects", "runs"):
+        raise ApiError("not_found", f"no leaderboard {kind!r} (teams, projects, runs)", status_code=404)
+    field, desc = sort_parse(sort)
+    if field == "started_at" and kind != "runs":
+        raise invalid("sort", "started_at sorts runs only")
+    previous = period.previous()
+    now, before = _grouped(kind, principal, period), _grouped(kind, principal, previous)
+    names = _names(kind, set(now))
+    rows = []
+    for group_id, acc in now.items():
+        figures = acc.figures()
+        prev = before[group_id].figures() if group_id in before else None
+        change = None
+        if prev is not None:
+            change = {
+                name: (round(figures[name] - prev[name], 4) if figures[name] is not None and prev[name] is not None else None)
+                for name in ("cost_usd", "recoverable_usd", "waste_share", "mfu")
+            }
+        rows.append({**names[group_id], **figures, "previous": prev, "change": change})
+
+    def order(row: dict[str, Any]) -> tuple[bool, Any]:
+        value = row.get(field)
+        return (value is None, -value if (desc and value is not None and not isinstance(value, str)) else value or 0)
+
+    if field == "started_at":
+        rows.sort(key=lambda r: r.get("started_at") or "", reverse=desc)
+    else:
+        rows.sort(key=order)
+    return {"period": period.as_dict(), "previous": previous.as_dict(), "rows": rows}
+
+
+def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
+    if kind == "teams":
+        return {t.pk: {"key": t.slug, "name": t.name} for t in Team.objects.filter(pk__in=ids)}
+    if kind == "projects":
+        return {
+            p.pk: {"key": p.slug, "name": p.name, "team": p.team.slug}
+            for p in Project.objects.filter(pk__in=ids).select_related("team")
+        }
+    return {
+        r.pk: {"key": str(r.pk), "name": r.name or str(r.pk)[:8], "team": r.project.team.slug, "project": r.project.slug,
+               "status": r.status, "gpu_model": r.gpu_model, "started_at": r.started_at.isoformat()}
+        for r in Run.objects.filter(pk__in=ids).select_related("project", "project__team")
+    }  # fmt: skip
+
+
+def overview(*, principal: Any, period: Period) -> dict[str, Any]:
+    total, previous_total = _Acc(), _Acc()
+    by_day: dict[str, _Acc] = defaultdict(_Acc)
+    for pd in _project_days(principal, period).order_by("day"):
+        total.add(pd, 0)
+        by_day[pd.day.isoformat()].add(pd, 0)
+    for pd in _project_days(principal, period.previous()):
+        previous_total.add(pd, 0)
+    runs_now = _run_days(principal, period).values("run_id").distinct().count()
+    total.runs = runs_now
+    by_gpu: dict[str, _Acc] = defaultdict(_Acc)
+    for rd in _run_days(principal, period):
+        by_gpu[rd.gpu_key or "unknown"].add(rd, 0)
+    worst = leaderboard(principal=principal, kind="runs", period=period, sort="-recoverable_usd")["rows"][:10]
+    return {
+        "period": period.as_dict(),
+        "totals": total.figures(),
+        "previous_totals": previous_total.figures(),
+        "by_day": [
+            {
+                "day": day,
+                **{k: v for k, v in acc.figures().items() if k in ("cost_usd", "waste_usd", "recoverable_usd")},
+            }
+            for day, acc in sorted(by_day.items())
+        ],
+        "by_category": {name: round(total.cats[name], 2) for name in CATEGORIES},
+        "by_gpu": sorted(
+            (
+                {"gpu": gpu, **{k: acc.figures()[k] for k in ("gpu_hours", "cost_usd", "recoverable_usd")}}
+                for gpu, acc in by_gpu.items()
+            ),
+            key=lambda row: -row["cost_usd"],
+        ),
+        "worst_runs": worst,
+    }
+
+
+def scope_summary(*, principal: Any, period: Period, team: Team | None = None, project: Project | None = None) -> dict[str, Any]:
+    days = _project_days(principal, period)
+    run_days = _run_days(principal, period)
+    if team is not None:
+        days, run_days = days.filter(team=team), run_days.filter(team=team)
+    if project is not None:
+        days, run_days = days.filter(project=project), run_days.filter(project=project)
+    total = _Acc()
+    by_day: dict[str, _Acc] = defaultdict(_Acc)
+    per_project: dict[int, _Acc] = defaultdict(_Acc)
+    for pd in days.order_by("day"):
+        total.add(pd, 0)
+        by_day[pd.day.isoformat()].add(pd, 0)
+        per_project[pd.project_id].add(pd, 0)
+    total.runs = run_days.values("run_id").distinct().count()
+    top: dict[Any, _Acc] = defaultdict(_Acc)
+    for rd in run_days:
+        top[rd.run_id].add(rd, 0)
+    top_ids = sorted(top, key=lambda rid: -top[rid].recoverable)[:10]
+    run_names = _names("runs", set(top_ids))
+    projects = _names("projects", set(per_project))
+    return {
+        "period": period.as_dict(),
+        "totals": total.figures(),
+        "by_day": [
+            {"day": d, **{k: v for k, v in a.figures().items() if k in ("cost_usd", "waste_usd", "recoverable_usd")}}
+            for d, a in sorted(by_day.items())
+        ],
+        "by_category": {name: round(total.cats[name], 2) for name in CATEGORIES},
+        "projects": sorted(
+            ({**projects[pid], **acc.figures()} for pid, acc in per_project.items()),
+            key=lambda r: -r["recoverable_usd"],
+        ),
+        "top_runs": [{**run_names[rid], **top[rid].figures()} for rid in top_ids],
+    }
+
+
+# -- finance ---------------------------------------------------------------------------------
+
+
+def finance_review(*, period: Period) -> dict[str, Any]:
+    """The month's review for the whole organization (callers filter rows by visibility)."""
+    per_project: dict[int, _Acc] = defaultdict(_Acc)
+    for pd in ProjectDay.objects.filter(day__gte=period.start, day__lte=period.end):
+        per_project[pd.project_id].add(pd, 0)
+    runs = {
+        row["project_id"]: row["n"]
+        for row in RunDay.objects.filter(day__gte=period.start, day__lte=period.end)
+        .values("project_id")
+        .annotate(n=Count("run_id", distinct=True))
+    }
+    projects = {p.pk: p for p in Project.objects.filter(pk__in=per_project).select_related("team")}
+    rows = []
+    total = _Acc()
+    for pid, acc in per_project.items():
+        acc.runs = runs.get(pid, 0)
+        project = projects[pid]
+        figures = acc.figures()
+        rows.append({
+            "team": project.team.slug, "project": project.slug, "runs": figures["runs"], "gpu_hours": figures["gpu_hours"],
+            "cost_usd": figures["cost_usd"], "categories_usd": {k: round(v, 2) for k, v in acc.cats.items()},
+            "waste_usd": figures["waste_usd"], "recoverable_usd": figures["recoverable_usd"],
+        })  # fmt: skip
+        total.gpu_seconds += acc.gpu_seconds
+        total.cost += acc.cost
+        total.recoverable += acc.recoverable
+        for name in CATEGORIES:
+            total.cats[name] += acc.cats[name]
+    rows.sort(key=lambda r: (r["team"], r["project"]))
+    totals = total.figures()
+    totals["runs"] = sum(r["runs"] for r in rows)
+    gpus = set(RunDay.objects.filter(day__gte=period.start, day__lte=period.end).values_list("gpu_key", flat=True))
+    entries = PriceEntry.objects.filter(gpu__in=gpus, effective_from__date__lte=period.end).filter(
+        Q(effective_to__isnull=True) | Q(effective_to__date__gte=period.start)
+    )
+    return {
+        "month": period.label,
+        "rows": rows,
+        "totals": {k: totals[k] for k in ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd")}
+        | {"categories_usd": {k: round(v, 2) for k, v in total.cats.items()}},
+        "price_entries": [
+            {
+                "id": e.pk,
+                "gpu": e.gpu,
+                "provider": e.provider,
+                "region": e.region,
+                "tier": e.tier,
+                "usd_per_gpu_hour": str(e.usd_per_gpu_hour),
+                "effective_from": e.effective_from.isoformat(),
+                "effective_to": e.effective_to.isoformat() if e.effective_to else None,
+                "is_example": e.is_example,
+            }
+            for e in entries.order_by("gpu", "provider", "region", "tier", "effective_from")
+        ],
+    }
+
+
+def finance_rows_visible(review: dict[str, Any], principal: Any) -> dict[str, Any]:
+    """Restrict a (possibly frozen) review to the projects the principal may see."""
+    visible = set(projects_visible(principal).values_list("slug", flat=True))
+    rows = [row for row in review["rows"] if row["project"] in visible]
+    if len(rows) == len(review["rows"]):
+        return review
+    totals: dict[str, Any] = {"runs": 0, "gpu_hours": 0.0, "cost_usd": 0.0, "waste_usd": 0.0, "recoverable_usd": 0.0,
+                              "categories_usd": dict.fromkeys(CATEGORIES, 0.0)}  # fmt: skip
+    for row in rows:
+        for key in ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"):
+            totals[key] += row[key]
+        for name in CATEGORIES:
+            totals["categories_usd"][name] += row["categories_usd"][name]
+    totals = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in totals.items()}
+    totals["categories_usd"] = {k: round(v, 2) for k, v in totals["categories_usd"].items()}
+    return {**review, "rows": rows, "totals": totals}

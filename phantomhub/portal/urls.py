@@ -1,0 +1,20 @@
+from django.urls import path, re_path
+
+from phantomhub.portal import api
+
+urlpatterns = [
+    path("session", api.SessionApi.as_view(), name="portal-session"),
+    path("runs", api.RunListApi.as_view(), name="portal-runs"),
+    path("runs/<uuid:run_id>", api.RunPageApi.as_view(), name="portal-run"),
+    path("leaderboards/<str:kind>", api.LeaderboardApi.as_view(), name="portal-leaderboard"),
+    path("overview", api.OverviewApi.as_view(), name="portal-overview"),
+    path("teams/<slug:slug>", api.TeamPageApi.as_view(), name="portal-team"),
+    path("projects/<slug:slug>", api.ProjectPageApi.as_view(), name="portal-project"),
+    re_path(r"^finance/(?P<month>\d{4}-\d{2})\.csv$", api.FinanceCsvApi.as_view(), name="portal-finance-csv"),
+    re_path(r"^finance/(?P<month>\d{4}-\d{2})$", api.FinanceApi.as_view(), name="portal-finance"),
+    re_path(r"^finance/(?P<month>\d{4}-\d{2})/close$", api.FinanceCloseApi.as_view(), name="portal-finance-close"),
+    re_path(r"^finance/(?P<month>\d{4}-\d{2})/reopen$", api.FinanceReopenApi.as_view(), name="portal-finance-reopen"),
+    path("settings", api.SettingsApi.as_view(), name="portal-settings"),
+    path("tokens", api.TokenListApi.as_view(), name="portal-tokens"),
+    path("tokens/<int:token_id>", api.TokenDetailApi.as_view(), name="portal-token"),
+]
