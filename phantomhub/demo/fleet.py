@@ -1,0 +1,168 @@
+"""A generated fleet for the demo organization: a few hundred runs over 90 days across teams,
+projects, GPU models, providers and waste patterns.
+
+Pure generation (numpy, no Django): `fleet_runs()` yields run bodies and their columnar step,
+sample and event batches exactly as the agent would post them; the seeding command posts them
+through the real ingest API over HTTP.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+NS = 10**9
+DENSE_BF16 = {"H100-SXM": 989.4e12, "H200": 989.4e12, "A100-80GB": 312e12, "L40S": 362.05e12, "A10G": 70e12,
+              "L4": 121e12, "MI300X": 1307.4e12, "B200": 2250e12}  # fmt: skip
+# (team, [(project, pattern, gpu, provider, region, tier)])
+ORG: list[tuple[str, list[tuple[str, str, str, str, str, str]]]] = [
+    ("nlp", [("llm-pretrain", "comm", "H100-SXM", "aws", "us-east-1", "on_demand"),
+             ("llm-finetune", "data", "A100-80GB", "gcp", "us-central1", "on_demand"),
+             ("tokenizer-lab", "healthy", "L4", "gcp", "us-central1", "on_demand")]),
+    ("vision", [("detector", "data", "A100-80GB", "aws", "us-east-1", "on_demand"),
+                ("segmentation", "memory", "L40S", "coreweave", "us-east", "on_demand"),
+                ("video-gen", "low_mfu", "H200", "coreweave", "us-east", "on_demand")]),
+    ("speech", [("asr", "host", "A10G", "aws", "us-east-1", "spot"),
+                ("tts", "idle", "L40S", "aws", "us-east-1", "on_demand"),
+                ("diarization", "healthy", "A10G", "aws", "us-east-1", "on_demand")]),
+    ("recsys", [("ranking", "data", "A100-80GB", "lambda", "us", "on_demand"),
+                ("retrieval", "low_mfu", "H100-SXM", "gcp", "us-central1", "spot"),
+                ("ads-ctr", "host", "L4", "aws", "us-east-1", "on_demand")]),
+    ("research", [("moe-scaling", "comm", "H100-SXM", "azure", "eastus", "on_demand"),
+                  ("rl-agents", "idle", "MI300X", "azure", "eastus", "on_demand"),
+                  ("diffusion", "memory", "B200", "lambda", "us", "on_demand")]),
+    ("platform", [("eval-harness", "idle", "A10G", "aws", "us-east-1", "on_demand"),
+                  ("distill", "healthy", "H200", "aws", "us-east-1", "on_demand"),
+                  ("benchmarks", "comm", "H100-SXM", "coreweave", "us-east", "on_demand")]),
+]  # fmt: skip
+
+
+@dataclass
+class DemoRun:
+    team: str
+    project: str
+    body: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)  # {"rank", "host", "steps": {...}}
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(b["steps"]["step"]) for b in self.steps)
+
+
+def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: str, provider: str, region: str,
+         tier: str, index: int, start: datetime, now: datetime) -> DemoRun:  # fmt: skip
+    world = int(rng.choice([1, 2, 4, 8], p=[0.2, 0.2, 0.25, 0.35]))
+    n = int(rng.integers(150, 400))
+    step_s = float(rng.uniform(4, 40))  # coarse steps keep the demo quick to post
+    compute_s = step_s * 0.7
+    mfu_target = {"low_mfu": 0.12, "healthy": 0.42}.get(pattern, 0.33)
+    data_share = {"data": 0.35}.get(pattern, 0.03)
+    comm_share = {"comm": 0.22}.get(pattern, 0.04 if world > 1 else 0.0)
+    host_share = {"host": 0.2}.get(pattern, 0.04)
+    peak = DENSE_BF16[gpu]
+    alloc = start - timedelta(seconds=float(rng.uniform(60, 900 if pattern == "idle" else 240)))
+    t0 = int(start.timestamp()) * NS
+    name = f"{project}-{start:%m%d}-{index:02d}"
+    run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"phantomhub-demo-fleet/{team}/{project}/{index}"))
+    body = {"id": run_id, "name": name, "tags": [pattern, "fleet"], "gpu_model": gpu, "gpu_count": world,
+            "world_size": world, "nodes": max(1, world // 8), "provider": provider, "region": region,
+            "pricing_tier": tier, "dtype": "bf16", "allocation_start": alloc.isoformat(), "started_at": start.isoformat(),
+            "config": {"batch_size": int(rng.choice([8, 16, 32, 64])), "lr": float(rng.choice([1e-4, 3e-4]))},
+            "environment": {"torch": "2.13.0", "generator": "phantomhub demo fleet"}}  # fmt: skip
+    run = DemoRun(team, project, body)
+    slow_rank = int(rng.integers(0, world)) if pattern == "comm" and world > 1 else -1
+    eval_every = 100 if pattern == "idle" else 0
+    if eval_every:
+        n = max(n, eval_every + 1)
+    jitter = rng.normal(1.0, 0.04, size=(world, n)).clip(0.8, 1.3)
+    compute = compute_s * jitter
+    if slow_rank >= 0:
+        compute[slow_rank] *= 1.25
+    arrive = compute.max(axis=0)  # every rank waits for the slowest before the all-reduce ends
+    data = np.abs(rng.normal(step_s * data_share, step_s * data_share * 0.3, size=(world, n)))
+    comm = arrive[None, :] - compute + step_s * comm_share
+    host = np.full((world, n), step_s * host_share)
+    dur = data + compute + comm + host
+    dur_common = dur.max(axis=0)
+    gaps = np.zeros(n)
+    if eval_every:
+        gaps[eval_every::eval_every] = step_s * 20
+    starts = (t0 + np.concatenate([[0.0], np.cumsum(dur_common + gaps)[:-1]]) * NS).astype(np.int64)
+    # A run still going at `now` has posted only the steps that have ended: it is live.
+    done = starts + (dur_common * NS).astype(np.int64) < int(now.timestamp()) * NS
+    running = not bool(done.all())
+    n = max(int(done.sum()), 1)
+    starts, dur_common, dur, data, compute, comm, host = (
+        starts[:n],
+        dur_common[:n],
+        dur[:, :n],
+        data[:, :n],
+        compute[:, :n],
+        comm[:, :n],
+        host[:, :n],
+    )
+    if eval_every:
+        for k in range(eval_every, n, eval_every):
+            end_prev = int(starts[k - 1] + dur_common[k - 1] * NS)
+            run.events.append({"id": f"eval-{k}", "kind": "phase", "name": "eval", "t_ns": end_prev + int(gaps[k] * NS),
+                               "t_start_ns": end_prev, "dur_ns": int(gaps[k] * NS)})  # fmt: skip
+    mem_cap = {"L4": 24, "A10G": 24, "L40S": 48, "A100-80GB": 80, "H100-SXM": 80, "H200": 141, "MI300X": 192, "B200": 180}[gpu]
+    for rank in range(world):
+        d = (dur[rank] * NS).astype(np.int64)
+        d = np.maximum(d, (dur_common * NS).astype(np.int64))  # step wall time is shared by all ranks
+        stage = compute[rank] * NS
+        reserved = mem_cap * 0.85 * 2**30
+        allocated = reserved * (0.55 if pattern == "memory" else 0.85)
+        steps = {
+            "step": list(range(n)),
+            "t_start_ns": starts.tolist(),
+            "dur_ns": d.tolist(),
+            "data_ns": (data[rank] * NS).astype(np.int64).tolist(),
+            "forward_ns": (stage / 3).astype(np.int64).tolist(),
+            "backward_ns": (stage * 0.6).astype(np.int64).tolist(),
+            "optimizer_ns": (stage * (1 - 1 / 3 - 0.6)).astype(np.int64).tolist(),
+            "comm_ns": (comm[rank] * NS).astype(np.int64).tolist() if world > 1 else [0] * n,
+            "flops": (mfu_target * peak * compute_s * rng.normal(1, 0.02, n)).tolist(),
+            "tokens": [4096 * int(body["config"]["batch_size"])] * n,
+            "samples": [int(body["config"]["batch_size"])] * n,
+            "mem_allocated": (allocated * rng.uniform(0.97, 1.0, n)).astype(np.int64).tolist(),
+            "mem_reserved": [int(reserved)] * n,
+            "mem_peak": [int(min(reserved * 1.02, mem_cap * 2**30))] * n,
+            "alloc_retries": (rng.poisson(0.3, n) if pattern == "memory" else np.zeros(n, dtype=int)).tolist(),
+        }
+        run.steps.append({"rank": rank, "host": f"{project}-node-{rank // 8}", "steps": steps})
+    end_ns = int(starts[-1] + dur_common[-1] * NS)
+    sample_t = np.arange(int(starts[0]), end_ns, 60 * NS, dtype=np.int64)  # a sample a minute keeps it small
+    busy = 97.0 if pattern != "data" else 70.0
+    for rank in range(world):
+        run.samples.append({"rank": rank, "host": f"{project}-node-{rank // 8}", "samples": {
+            "t_ns": sample_t.tolist(), "device": [rank % 8] * len(sample_t),
+            "gpu_util_pct": rng.normal(busy, 2, len(sample_t)).clip(0, 100).round(1).tolist()}})  # fmt: skip
+    other = 55.0 if pattern == "host" else 6.0
+    run.samples.append({"rank": 0, "host": f"{project}-node-0", "samples": {
+        "t_ns": sample_t.tolist(), "cpu_other_pct": rng.normal(other, 3, len(sample_t)).clip(0, 100).round(1).tolist(),
+        "cpu_steal_pct": rng.normal(2 if pattern == "host" else 0.2, 0.2, len(sample_t)).clip(0, 100).round(2).tolist()}})  # fmt: skip
+    if not running:
+        status = "crashed" if rng.random() < 0.04 else "finished"
+        run.events.append({"id": "finish", "kind": "finish", "t_ns": end_ns + int(rng.uniform(20, 120) * NS), "status": status})
+    return run
+
+
+def fleet_runs(*, runs: int = 300, days: int = 90, seed: int = 42, now: datetime | None = None) -> Iterator[DemoRun]:
+    """`runs` runs spread over the last `days` days, round-robin over the projects of ORG."""
+    rng = np.random.default_rng(seed)
+    now = (now or datetime.now(UTC)).replace(minute=0, second=0, microsecond=0)
+    projects = [(team, *p) for team, ps in ORG for p in ps]
+    for index in range(runs):
+        team, project, pattern, gpu, provider, region, tier = projects[index % len(projects)]
+        start = now - timedelta(hours=float(rng.uniform(1, days * 24)))
+        if index >= runs - 3:  # a few runs are live right now
+            start = now - timedelta(hours=float(rng.uniform(0.3, 1.5)))
+        yield _run(rng, team, project, pattern, gpu, provider, region, tier, index // len(projects), start, now)
