@@ -30,12 +30,13 @@ from phantomhub.errors import ApiError, invalid
 from phantomhub.portal import selectors, services
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
+from phantomhub.pricing.selectors import gpu_key_for
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.telemetry.selectors import run_get_visible
 from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
-from phantomhub.waste.selectors import analysis_series, analysis_view
+from phantomhub.waste.selectors import analysis_row, analysis_series, analysis_view
 
 OBJ = OpenApiTypes.OBJECT
 
@@ -131,12 +132,13 @@ class RunPageApi(APIView):
     def get(self, request: Request, run_id: uuid.UUID) -> Response:
         run = run_get_visible(principal=request.user, run_id=run_id)
         phases = RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns")
+        row = analysis_row(run=run)
         return Response(
             {
                 "run": RunOutputSerializer(run).data
                 | {"gpu_key": getattr(getattr(run, "analysis", None), "gpu_key", run.gpu_model)},
-                "analysis": analysis_view(run=run, explain=True),
-                "series": analysis_series(run=run),
+                "analysis": analysis_view(run=run, explain=True, row=row),
+                "series": analysis_series(run=run, row=row),
                 "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
             }
         )

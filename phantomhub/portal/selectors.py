@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Sum
 
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
@@ -67,7 +67,12 @@ def runs_visible(principal: Any) -> QuerySet[Run]:
 
 
 def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page: int, page_size: int) -> dict[str, Any]:
-    runs = runs_visible(principal).select_related("project", "project__team", "analysis")
+    runs = (
+        runs_visible(principal)
+        .select_related("project", "project__team", "analysis")
+        .defer("config", "environment", "analysis__result", "analysis__recommendations", "analysis__state",
+               "analysis__rank_rows", "analysis__rank_last_step")
+    )  # fmt: skip
     if filters.get("team"):
         runs = runs.filter(project__team__slug=filters["team"])
     if filters.get("project"):
@@ -154,58 +159,82 @@ def _project_days(principal: Any, period: Period) -> QuerySet[ProjectDay]:
     return ProjectDay.objects.filter(project__in=projects_visible(principal), day__gte=period.start, day__lte=period.end)
 
 
-def _grouped(kind: str, principal: Any, period: Period) -> dict[Any, _Acc]:
-    groups: dict[Any, _Acc] = defaultdict(_Acc)
+# Sums done by the database: pages stay fast however many runs a period holds.
+AGG = {
+    "gpu_seconds": Sum("gpu_seconds"),
+    "cost": Sum("cost_usd"),
+    "waste": Sum("waste_usd"),
+    "recoverable": Sum("recoverable_usd"),
+    "mfu_gs": Sum("mfu_gpu_seconds"),
+    "mfu_known": Sum("mfu_known_gpu_seconds"),
+}
+
+
+def _agg_figures(row: dict[str, Any], runs: int) -> dict[str, Any]:
+    cost = float(row.get("cost") or 0)
+    waste = float(row.get("waste") or 0)
+    mfu_known = row.get("mfu_known") or 0
+    return {
+        "runs": runs,
+        "gpu_hours": round((row.get("gpu_seconds") or 0) / 3600, 3),
+        "cost_usd": round(cost, 2),
+        "waste_usd": round(waste, 2),
+        "recoverable_usd": _money(row.get("recoverable")),
+        "waste_share": round(waste / cost, 4) if cost else None,
+        "mfu": round((row.get("mfu_gs") or 0) / mfu_known, 4) if mfu_known else None,
+    }
+
+
+def _grouped(kind: str, principal: Any, period: Period, only: set[Any] | None = None) -> dict[Any, dict[str, Any]]:
+    """Figures per team, project or run over the period."""
     if kind == "runs":
-        for rd in _run_days(principal, period):
-            acc = groups[rd.run_id]
-            acc.runs = set() if not isinstance(acc.runs, set) else acc.runs
-            acc.add(rd, rd.run_id)
-        return groups
+        days = _run_days(principal, period)
+        if only is not None:
+            days = days.filter(run_id__in=only)
+        return {row["run_id"]: _agg_figures(row, 1) for row in days.values("run_id").annotate(**AGG)}
     key = "team_id" if kind == "teams" else "project_id"
-    for pd in _project_days(principal, period):
-        groups[getattr(pd, key)].add(pd, 0)
-    # Distinct runs per group over the period (a run spanning days counts once).
-    for group_id, run_count in _distinct_runs(principal, period, key):
-        groups[group_id].runs = run_count
-    return groups
+    runs = {
+        row[key]: row["n"] for row in _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))
+    }
+    rows = _project_days(principal, period).values(key).annotate(**AGG)
+    return {row[key]: _agg_figures(row, runs.get(row[key], 0)) for row in rows}
 
 
-def _distinct_runs(principal: Any, period: Period, key: str) -> list[tuple[Any, int]]:
-    rows = _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))
-    return [(row[key], row["n"]) for row in rows]
+def _sorted(rows: list[dict[str, Any]], field: str, desc: bool) -> list[dict[str, Any]]:
+    present = [r for r in rows if r.get(field) is not None]
+    missing = [r for r in rows if r.get(field) is None]
+    return sorted(present, key=lambda r: r[field], reverse=desc) + missing
 
 
-def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None) -> dict[str, Any]:
+def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, limit: int = 100) -> dict[str, Any]:
     if kind not in ("teams", "projects", "runs"):
         raise ApiError("not_found", f"no leaderboard {kind!r} (teams, projects, runs)", status_code=404)
     field, desc = sort_parse(sort)
     if field == "started_at" and kind != "runs":
         raise invalid("sort", "started_at sorts runs only")
     previous = period.previous()
-    now, before = _grouped(kind, principal, period), _grouped(kind, principal, previous)
-    names = _names(kind, set(now))
-    rows = []
-    for group_id, acc in now.items():
-        figures = acc.figures()
-        prev = before[group_id].figures() if group_id in before else None
+    now = _grouped(kind, principal, period)
+    rows = [{"id": group_id, **figures} for group_id, figures in now.items()]
+    if field == "started_at":
+        starts = dict(Run.objects.filter(pk__in=now).values_list("id", "started_at"))
+        for row in rows:
+            row["started_at"] = starts[row["id"]].isoformat()
+    rows = _sorted(rows, field, desc)[:limit]
+    ids = {row["id"] for row in rows}
+    before = _grouped(kind, principal, previous, only=ids if kind == "runs" else None)
+    names = _names(kind, ids)
+    out = []
+    for row in rows:
+        group_id = row.pop("id")
+        prev = before.get(group_id)
         change = None
         if prev is not None:
             change = {
-                name: (round(figures[name] - prev[name], 4) if figures[name] is not None and prev[name] is not None else None)
+                name: (round(row[name] - prev[name], 4) if row[name] is not None and prev[name] is not None else None)
                 for name in ("cost_usd", "recoverable_usd", "waste_share", "mfu")
             }
-        rows.append({**names[group_id], **figures, "previous": prev, "change": change})
-
-    def order(row: dict[str, Any]) -> tuple[bool, Any]:
-        value = row.get(field)
-        return (value is None, -value if (desc and value is not None and not isinstance(value, str)) else value or 0)
-
-    if field == "started_at":
-        rows.sort(key=lambda r: r.get("started_at") or "", reverse=desc)
-    else:
-        rows.sort(key=order)
-    return {"period": period.as_dict(), "previous": previous.as_dict(), "rows": rows}
+        out.append({**names[group_id], **row, "previous": prev, "change": change})
+    return {"period": period.as_dict(), "previous": previous.as_dict(), "rows": out}
 
 
 def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
@@ -216,84 +245,74 @@ def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
             p.pk: {"key": p.slug, "name": p.name, "team": p.team.slug}
             for p in Project.objects.filter(pk__in=ids).select_related("team")
         }
+    runs = Run.objects.filter(pk__in=ids).select_related("project", "project__team")
+    runs = runs.only("id", "name", "status", "gpu_model", "started_at", "project__slug", "project__team__slug")
     return {
         r.pk: {"key": str(r.pk), "name": r.name or str(r.pk)[:8], "team": r.project.team.slug, "project": r.project.slug,
                "status": r.status, "gpu_model": r.gpu_model, "started_at": r.started_at.isoformat()}
-        for r in Run.objects.filter(pk__in=ids).select_related("project", "project__team")
+        for r in runs
     }  # fmt: skip
 
 
+def _categories(days: QuerySet[ProjectDay]) -> dict[str, float]:
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    for cats in days.values_list("categories_usd", flat=True):
+        for name in CATEGORIES:
+            totals[name] += float(cats.get(name, 0))
+    return {name: round(value, 2) for name, value in totals.items()}
+
+
+def _by_day(days: QuerySet[ProjectDay]) -> list[dict[str, Any]]:
+    return [
+        {"day": row["day"].isoformat(), "cost_usd": _money(row["cost"]), "waste_usd": _money(row["waste"]),
+         "recoverable_usd": _money(row["recoverable"])}
+        for row in days.values("day").annotate(**AGG).order_by("day")
+    ]  # fmt: skip
+
+
+def _totals(days: QuerySet[ProjectDay], run_days: QuerySet[RunDay]) -> dict[str, Any]:
+    return _agg_figures(days.aggregate(**AGG), run_days.values("run_id").distinct().count())
+
+
 def overview(*, principal: Any, period: Period) -> dict[str, Any]:
-    total, previous_total = _Acc(), _Acc()
-    by_day: dict[str, _Acc] = defaultdict(_Acc)
-    for pd in _project_days(principal, period).order_by("day"):
-        total.add(pd, 0)
-        by_day[pd.day.isoformat()].add(pd, 0)
-    for pd in _project_days(principal, period.previous()):
-        previous_total.add(pd, 0)
-    runs_now = _run_days(principal, period).values("run_id").distinct().count()
-    total.runs = runs_now
-    by_gpu: dict[str, _Acc] = defaultdict(_Acc)
-    for rd in _run_days(principal, period):
-        by_gpu[rd.gpu_key or "unknown"].add(rd, 0)
-    worst = leaderboard(principal=principal, kind="runs", period=period, sort="-recoverable_usd")["rows"][:10]
+    days, previous = _project_days(principal, period), _project_days(principal, period.previous())
+    run_days = _run_days(principal, period)
+    by_gpu = [
+        {"gpu": row["gpu_key"] or "unknown", **{k: v for k, v in _agg_figures(row, 0).items() if k in ("gpu_hours", "cost_usd", "recoverable_usd")}}
+        for row in run_days.values("gpu_key").annotate(**AGG)
+    ]  # fmt: skip
     return {
         "period": period.as_dict(),
-        "totals": total.figures(),
-        "previous_totals": previous_total.figures(),
-        "by_day": [
-            {
-                "day": day,
-                **{k: v for k, v in acc.figures().items() if k in ("cost_usd", "waste_usd", "recoverable_usd")},
-            }
-            for day, acc in sorted(by_day.items())
-        ],
-        "by_category": {name: round(total.cats[name], 2) for name in CATEGORIES},
-        "by_gpu": sorted(
-            (
-                {"gpu": gpu, **{k: acc.figures()[k] for k in ("gpu_hours", "cost_usd", "recoverable_usd")}}
-                for gpu, acc in by_gpu.items()
-            ),
-            key=lambda row: -row["cost_usd"],
-        ),
-        "worst_runs": worst,
+        "totals": _totals(days, run_days),
+        "previous_totals": _totals(previous, _run_days(principal, period.previous())),
+        "by_day": _by_day(days),
+        "by_category": _categories(days),
+        "by_gpu": sorted(by_gpu, key=lambda row: -row["cost_usd"]),
+        "worst_runs": leaderboard(principal=principal, kind="runs", period=period, sort="-recoverable_usd", limit=10)["rows"],
     }
 
 
 def scope_summary(*, principal: Any, period: Period, team: Team | None = None, project: Project | None = None) -> dict[str, Any]:
-    days = _project_days(principal, period)
-    run_days = _run_days(principal, period)
+    days, run_days = _project_days(principal, period), _run_days(principal, period)
     if team is not None:
         days, run_days = days.filter(team=team), run_days.filter(team=team)
     if project is not None:
         days, run_days = days.filter(project=project), run_days.filter(project=project)
-    total = _Acc()
-    by_day: dict[str, _Acc] = defaultdict(_Acc)
-    per_project: dict[int, _Acc] = defaultdict(_Acc)
-    for pd in days.order_by("day"):
-        total.add(pd, 0)
-        by_day[pd.day.isoformat()].add(pd, 0)
-        per_project[pd.project_id].add(pd, 0)
-    total.runs = run_days.values("run_id").distinct().count()
-    top: dict[Any, _Acc] = defaultdict(_Acc)
-    for rd in run_days:
-        top[rd.run_id].add(rd, 0)
-    top_ids = sorted(top, key=lambda rid: -top[rid].recoverable)[:10]
-    run_names = _names("runs", set(top_ids))
-    projects = _names("projects", set(per_project))
+    runs = {row["project_id"]: row["n"] for row in run_days.values("project_id").annotate(n=Count("run_id", distinct=True))}
+    per_project = {row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)}
+    names = _names("projects", set(per_project))
+    top = [
+        (row["run_id"], _agg_figures(row, 1))
+        for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable")[:10]
+    ]
+    run_names = _names("runs", {rid for rid, _ in top})
     return {
         "period": period.as_dict(),
-        "totals": total.figures(),
-        "by_day": [
-            {"day": d, **{k: v for k, v in a.figures().items() if k in ("cost_usd", "waste_usd", "recoverable_usd")}}
-            for d, a in sorted(by_day.items())
-        ],
-        "by_category": {name: round(total.cats[name], 2) for name in CATEGORIES},
-        "projects": sorted(
-            ({**projects[pid], **acc.figures()} for pid, acc in per_project.items()),
-            key=lambda r: -r["recoverable_usd"],
-        ),
-        "top_runs": [{**run_names[rid], **top[rid].figures()} for rid in top_ids],
+        "totals": _totals(days, run_days),
+        "by_day": _by_day(days),
+        "by_category": _categories(days),
+        "projects": sorted(({**names[pid], **fig} for pid, fig in per_project.items()), key=lambda r: -r["recoverable_usd"]),
+        "top_runs": [{**run_names[rid], **fig} for rid, fig in top],
     }
 
 

@@ -98,6 +98,7 @@ class RunDay(models.Model):
     gpu_seconds = models.FloatField(default=0)
     cost_usd = money()
     categories_usd = models.JSONField(default=dict)
+    waste_usd = money()  # every category but useful_compute: a column so SQL can sum it
     recoverable_usd = money()
     # For GPU-hour-weighted MFU: sum of mfu × gpu_seconds over runs whose MFU is known.
     mfu_gpu_seconds = models.FloatField(default=0)
@@ -121,6 +122,7 @@ class ProjectDay(models.Model):
     gpu_seconds = models.FloatField(default=0)
     cost_usd = money()
     categories_usd = models.JSONField(default=dict)
+    waste_usd = money()
     recoverable_usd = money()
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)

@@ -9,9 +9,15 @@ from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import RunAnalysis
 
 
-def analysis_view(*, run: Run, explain: bool) -> dict[str, Any] | None:
-    row = RunAnalysis.objects.filter(run=run).first()
-    if row is None or row.analysed_at is None:
+def analysis_row(*, run: Run) -> RunAnalysis | None:
+    """The stored analysis without the incremental state (large, and of no use to readers)."""
+    row = RunAnalysis.objects.filter(run=run).defer("state", "rank_rows", "rank_last_step").first()
+    return row if row is not None and row.analysed_at is not None else None
+
+
+def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) -> dict[str, Any] | None:
+    row = row or analysis_row(run=run)
+    if row is None:
         return None
     result = row.result
     categories = {fig["category"]: fig for fig in result["categories"]}
@@ -54,8 +60,6 @@ def analysis_view(*, run: Run, explain: bool) -> dict[str, Any] | None:
     return view
 
 
-def analysis_series(*, run: Run) -> dict[str, Any] | None:
-    row = RunAnalysis.objects.filter(run=run).only("result", "analysed_at").first()
-    if row is None or row.analysed_at is None:
-        return None
-    return dict(row.result["windows"])
+def analysis_series(*, run: Run, row: RunAnalysis | None = None) -> dict[str, Any] | None:
+    row = row or analysis_row(run=run)
+    return None if row is None else dict(row.result["windows"])

@@ -329,6 +329,7 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
     for key, day in zip(keys, days):
         cats = {name: by_cat[name][key] / 100 for name in CATEGORIES}
         cost_cents = sum(by_cat[name][key] for name in CATEGORIES)
+        waste_cents = cost_cents - by_cat["useful_compute"][key]
         seconds = float(time_weights[day]) * analysis.billed_gpu_seconds
         rows.append(
             RunDay(
@@ -339,6 +340,7 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
                 gpu_key=row.gpu_key,
                 gpu_seconds=seconds,
                 cost_usd=Decimal(cost_cents) / 100,
+                waste_usd=Decimal(waste_cents) / 100,
                 categories_usd=cats,
                 recoverable_usd=Decimal(str(round(sum(cats[n] * factors.get(n, 0) for n in CATEGORIES), 2))),
                 mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds,
@@ -376,7 +378,7 @@ def _rollup_day(day: date) -> None:
         g = groups.setdefault(
             rd.project_id,
             {"team_id": rd.team_id, "runs": 0, "gpu_seconds": 0.0, "cost": Decimal(0), "cats": dict.fromkeys(CATEGORIES, 0.0),
-             "recoverable": Decimal(0), "mfu_gs": 0.0, "mfu_known": 0.0},
+             "waste": Decimal(0), "recoverable": Decimal(0), "mfu_gs": 0.0, "mfu_known": 0.0},
         )  # fmt: skip
         g["runs"] += 1
         g["gpu_seconds"] += rd.gpu_seconds
@@ -384,6 +386,7 @@ def _rollup_day(day: date) -> None:
         for name in CATEGORIES:
             g["cats"][name] += float(rd.categories_usd.get(name, 0))
         g["recoverable"] += rd.recoverable_usd
+        g["waste"] += rd.waste_usd
         g["mfu_gs"] += rd.mfu_gpu_seconds
         g["mfu_known"] += rd.mfu_known_gpu_seconds
     ProjectDay.objects.filter(day=day).delete()
@@ -397,6 +400,7 @@ def _rollup_day(day: date) -> None:
                 gpu_seconds=g["gpu_seconds"],
                 cost_usd=g["cost"],
                 categories_usd={k: round(v, 2) for k, v in g["cats"].items()},
+                waste_usd=g["waste"],
                 recoverable_usd=g["recoverable"],
                 mfu_gpu_seconds=g["mfu_gs"],
                 mfu_known_gpu_seconds=g["mfu_known"],

@@ -1,0 +1,296 @@
+"""Portal read latency with a big store: 10,000 runs and 10,000,000 step rows in PostgreSQL.
+
+Setup (not timed): raw steps by binary COPY; 20 runs analysed for real, their analyses copied to
+the other runs with per-run figures (the derived tables then have production-like sizes); daily
+rollups rebuilt. Timed: the leaderboard, runs-list and run-detail endpoints over HTTP through
+gunicorn, authenticated with a personal token, each N times; p50/p95 printed and written to
+bench/results/portal.json. With --browser, also the leaderboard page's render time in headless
+Chromium (needs frontend/dist and Debian's chromium).
+
+    .venv/bin/python bench/portal.py [--runs 10000] [--rows-per-run 1000] [--requests 200] [--browser]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+NS = 10**9
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--rows-per-run", type=int, default=1_000)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--browser", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="reuse the database of a previous run if it is complete")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench_portal"),
+    )
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "portal.json"))
+    args = parser.parse_args()
+    env = {**os.environ, "PHANTOMHUB_DATABASE_URL": args.database_url, "PHANTOMHUB_SECRET_KEY": "p" * 48,
+           "PHANTOMHUB_DEBUG": "0", "PHANTOMHUB_LOG_LEVEL": "WARNING", "PHANTOMHUB_SECURE_COOKIES": "0"}  # fmt: skip
+    os.environ.update(env)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "phantomhub.settings"
+
+    dbname = args.database_url.rsplit("/", 1)[1]
+    admin_url = args.database_url.rsplit("/", 1)[0] + "/postgres"
+    reuse = False
+    if args.keep:
+        try:
+            with psycopg.connect(args.database_url) as conn:
+                reuse = conn.execute("SELECT count(*) FROM waste_runanalysis").fetchone()[0] >= args.runs  # type: ignore[index]
+        except psycopg.Error:
+            reuse = False
+    if not reuse:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{dbname}"')
+        subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+    import django
+
+    django.setup()
+    token = setup(args) if not reuse else personal_token()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
+         "--log-level", "warning"], cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        results = measure(port, token, args)
+        if args.browser:
+            results["leaderboard_page_render_s"] = browser_render(port)
+    finally:
+        server.terminate()
+        server.wait(30)
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM telemetry_step")
+        steps = cursor.fetchone()[0]  # type: ignore[index]
+        cursor.execute("SELECT count(*) FROM telemetry_run")
+        runs = cursor.fetchone()[0]  # type: ignore[index]
+    out = {
+        "benchmark": "portal",
+        "runs": runs,
+        "step_rows": steps,
+        "requests_per_endpoint": args.requests,
+        "gunicorn_workers": args.workers,
+        "endpoints": results["endpoints"],
+        "leaderboard_page_render_s": results.get("leaderboard_page_render_s"),
+        "targets": {"p95_ms": 100, "leaderboard_page_render_s": 1.0},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    print(f"store: {runs:,} runs, {steps:,} step rows")
+    for name, figures in results["endpoints"].items():
+        print(f"{name:<28} p50 {figures['p50_ms']:7.1f} ms   p95 {figures['p95_ms']:7.1f} ms   (target p95 ≤ 100 ms)")
+    if out["leaderboard_page_render_s"] is not None:
+        print(f"leaderboard page render in headless Chromium: {out['leaderboard_page_render_s']:.3f} s (target ≤ 1 s)")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+def personal_token() -> str:
+    from django.contrib.auth.models import User
+
+    from phantomhub.accounts.models import Profile
+    from phantomhub.accounts.services import personal_token_create
+
+    user, _ = User.objects.get_or_create(username="bench-finance")
+    Profile.objects.get_or_create(user=user, defaults={"is_finance": True})
+    return personal_token_create(user=user, name="bench").raw
+
+
+def setup(args: argparse.Namespace) -> str:
+    from django.db import connection, transaction
+
+    from phantomhub.accounts.services import project_get_or_create, team_get_or_create
+    from phantomhub.demo.fleet import ORG
+    from phantomhub.telemetry.columns import STEP_COLUMNS, columns_validate
+    from phantomhub.telemetry.models import Run, RunRank
+    from phantomhub.telemetry.storage import STEP_TABLE, pg_copy_payload
+    from phantomhub.waste.models import RunAnalysis, RunDay
+    from phantomhub.waste.services import rollups_rebuild, run_analyze
+
+    rng = np.random.default_rng(3)
+    projects = []
+    for team_slug, items in ORG:
+        team = team_get_or_create(slug=team_slug)
+        projects += [project_get_or_create(team=team, slug=slug) for slug, *_ in items]
+    now = datetime.now(UTC).replace(microsecond=0)
+    n = args.rows_per_run
+    print(f"[setup] {args.runs:,} runs × {n:,} steps by COPY …", flush=True)
+    started = time.perf_counter()
+    runs = []
+    for i in range(args.runs):
+        start = now - timedelta(hours=float(rng.uniform(1, 90 * 24)))
+        runs.append(Run(id=uuid.uuid4(), project=projects[i % len(projects)], name=f"bench-{i:05d}", tags=["bench"],
+                        status="finished", gpu_model="H100-SXM", gpu_count=8, world_size=1, dtype="bf16",
+                        allocation_start=start - timedelta(minutes=2), started_at=start, last_seen_at=start,
+                        finished_at=start + timedelta(seconds=n * 2), ingest_seq=1))  # fmt: skip
+    Run.objects.bulk_create(runs, batch_size=2000)
+    RunRank.objects.bulk_create([RunRank(run=r, rank=0, host="node-0", step_rows=n) for r in runs], batch_size=2000)
+    dur = rng.integers(1_800_000_000, 2_200_000_000, n)
+    base = {
+        "step": list(range(n)),
+        "dur_ns": dur.tolist(),
+        "data_ns": rng.integers(10**8, 5 * 10**8, n).tolist(),
+        "forward_ns": [4 * 10**8] * n,
+        "backward_ns": [8 * 10**8] * n,
+        "optimizer_ns": [10**8] * n,
+        "flops": [0.35 * 989.4e12 * 8 * 1.2] * n,
+    }
+    names = [c for c in STEP_TABLE.pg_types if c in base or c == "t_start_ns"]
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    cols = ", ".join(["run_id", "rank", *names])
+    with raw.cursor() as cur:
+        for i, run in enumerate(runs):
+            t0 = int(run.started_at.timestamp()) * NS
+            body = {**base, "t_start_ns": (t0 + np.concatenate([[0], np.cumsum(dur[:-1])])).tolist()}
+            batch = columns_validate(body, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**7)
+            with cur.copy(f"COPY telemetry_step ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(pg_copy_payload(STEP_TABLE, names, run.pk, 0, batch))
+            if i % 500 == 499:
+                raw.commit()
+                print(f"  {i + 1:,} runs, {(i + 1) * n:,} rows ({time.perf_counter() - started:.0f} s)", flush=True)
+    raw.commit()
+    print("[setup] analysing 20 runs for real, copying their analyses to the rest …", flush=True)
+    templates = [run_analyze(run_id=r.pk) for r in runs[:20]]
+    rows, days = [], []
+    for i, run in enumerate(runs[20:], start=20):
+        t = templates[i % 20]
+        assert t is not None
+        scale = float(rng.uniform(0.3, 3.0))
+        rows.append(RunAnalysis(run=run, project=run.project, team_id=run.project.team_id, analysed_seq=1, analysed_at=now,
+                                complete=True, started_at=run.started_at, gpu_key="H100-SXM", gpu_hours=t.gpu_hours * scale,
+                                cost_usd=round(t.cost_usd * type(t.cost_usd)(scale), 2),
+                                waste_usd=round(t.waste_usd * type(t.cost_usd)(scale), 2),
+                                recoverable_usd=round(t.recoverable_usd * type(t.cost_usd)(scale), 2),
+                                waste_share=t.waste_share, mfu=t.mfu, result=t.result, recommendations=t.recommendations))  # fmt: skip
+        for d in RunDay.objects.filter(run_id=t.run_id):
+            shift = d.day - runs[i % 20].started_at.date()
+            days.append(RunDay(run=run, day=run.started_at.date() + shift, project=run.project, team_id=run.project.team_id,
+                               gpu_key=d.gpu_key, gpu_seconds=d.gpu_seconds * scale, cost_usd=round(d.cost_usd * type(d.cost_usd)(scale), 2),
+                               categories_usd={k: round(v * scale, 2) for k, v in d.categories_usd.items()},
+                               recoverable_usd=round(d.recoverable_usd * type(d.cost_usd)(scale), 2),
+                               mfu_gpu_seconds=d.mfu_gpu_seconds * scale, mfu_known_gpu_seconds=d.mfu_known_gpu_seconds * scale))  # fmt: skip
+    with transaction.atomic():
+        RunAnalysis.objects.bulk_create(rows, batch_size=500)
+        RunDay.objects.bulk_create(days, batch_size=2000)
+    rollups_rebuild(days=set(RunDay.objects.values_list("day", flat=True)))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    print(f"[setup] done in {time.perf_counter() - started:.0f} s", flush=True)
+    return personal_token()
+
+
+def measure(port: int, token: str, args: argparse.Namespace) -> dict[str, Any]:
+    from phantomhub.telemetry.models import Run
+
+    run_ids = [str(r) for r in Run.objects.values_list("id", flat=True)[:500]]
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", "/api/v1/health")
+            if conn.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.2)
+    headers = {"Authorization": f"Bearer {token}"}
+    endpoints = {
+        "leaderboard_teams_30d": lambda i: "/api/v1/portal/leaderboards/teams?period=30d",
+        "leaderboard_projects_90d": lambda i: "/api/v1/portal/leaderboards/projects?period=90d",
+        "leaderboard_runs_30d": lambda i: "/api/v1/portal/leaderboards/runs?period=30d",
+        "runs_list": lambda i: "/api/v1/portal/runs?sort=-recoverable_usd&page_size=50",
+        "runs_list_filtered": lambda i: "/api/v1/portal/runs?team=nlp&status=finished&sort=-cost_usd&page=2",
+        "run_detail": lambda i: f"/api/v1/portal/runs/{run_ids[i % len(run_ids)]}",
+    }
+    out: dict[str, Any] = {}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for name, path in endpoints.items():
+        for i in range(5):  # warm-up
+            conn.request("GET", path(i), headers=headers)
+            conn.getresponse().read()
+        times = []
+        for i in range(args.requests):
+            t = time.perf_counter()
+            conn.request("GET", path(i), headers=headers)
+            response = conn.getresponse()
+            response.read()
+            times.append((time.perf_counter() - t) * 1000)
+            assert response.status == 200, (name, response.status)
+        out[name] = {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "max_ms": round(max(times), 2)}
+        print(f"  {name}: p95 {out[name]['p95_ms']} ms", flush=True)
+    return {"endpoints": out}
+
+
+def browser_render(port: int) -> float | None:
+    chromium = shutil.which("chromium")
+    if chromium is None or not (ROOT / "frontend" / "dist" / "index.html").exists():
+        print("  (no chromium or no frontend build: page render not measured)")
+        return None
+    from django.contrib.auth.models import User
+    from playwright.sync_api import sync_playwright
+
+    user = User.objects.get(username="bench-finance")
+    user.set_password("bench-password")
+    user.save()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        page = browser.new_page()
+        page.request.post(f"http://127.0.0.1:{port}/api/v1/portal/session", data={"username": "bench-finance", "password": "bench-password"},
+                          headers={"X-CSRFToken": page.request.get(f"http://127.0.0.1:{port}/api/v1/portal/session").json()["csrf_token"]})  # fmt: skip
+        page.goto(f"http://127.0.0.1:{port}/leaderboards")  # warm the cache of static assets
+        page.wait_for_selector("table tbody tr")
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}/leaderboards")
+            page.wait_for_selector("table tbody tr")
+            times.append(time.perf_counter() - t)
+        browser.close()
+    return round(float(np.median(times)), 3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Mergeable, JSON-serialisable accumulator: the waste model's state for one run.
+
+``analyze`` is nothing but "one accumulator, every row added once, then finalised", so a live run
+that appends batches as they arrive goes through the same code as a from-scratch analysis. Every
+figure that decides a category or a cent is accumulated as an integer (nanoseconds, counts), so
+incremental and from-scratch results agree exactly; float aggregates (FLOPs, GPU-util means) agree
+to rounding (~1e-15 relative), because float addition depends on the order of the batches.
+
+Appending is only possible forward in time: each rank's rows must start after its last row, and a
+step number must not be at or below the straggler watermark (steps already aligned across ranks).
+Anything else (a replayed spool from the past, a rank that shows up late) raises
+``NotAppendable``; the caller then analyses the run from scratch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from phantomhub.waste.inputs import (
+    OPTIONAL_INT_COLUMNS,
+    IntArray,
+    RunConfig,
+    StepColumns,
+    SystemSamples,
+)
+from phantomhub.waste.steps import StepBlock, StepContext, piece_totals, process_rows
+from phantomhub.waste.stragglers import AlignedRows, StragglerCounters, attribute
+from phantomhub.waste.timeline import NS_MAX, Coverage, PricePieces
+from phantomhub.waste.windows import WindowSums
+
+STATE_VERSION = 1
+# Rows held for cross-rank alignment before aligning with the ranks seen so far anyway (bounds
+# the state of a run whose world_size counts ranks that never report).
+TAIL_ALIGN_LIMIT = 262_144
+_MEM_COLUMNS = ("mem_allocated", "mem_reserved", "mem_peak")
+_SUM_KEYS = (
+    "rows",
+    "live_steps",
+    "nonphase_ns",
+    "useful_ns",
+    "inefficiency_ns",
+    "data_ns",
+    "comm_ns",
+    "host_ns",
+    "forward_ns",
+    "backward_ns",
+    "optimizer_ns",
+    "tokens",
+    "samples",
+    "alloc_retries",
+    "flops_steps",
+    "overrun_steps",
+    "clipped_steps",
+    "mem_rows",
+    "frag_rows",
+)
+
+
+class NotAppendable(ValueError):
+    """The new data cannot be appended to this state; analyse the run from scratch."""
+
+
+@dataclass
+class RankState:
+    rank: int
+    host: str
+    columns: set[str] = field(default_factory=set)
+    pending: dict[str, Any] | None = None  # the last row: its end depends on the next row
+    first_s: int | None = None  # start of the first step with billed time
+    last_e: int | None = None  # end of the last step with billed time
+    max_t_start: int | None = None
+    horizon: int | None = None  # latest end of any attributed row
+    # (price pieces, 5) step-category nanoseconds; rows follow RunAccumulator.ctx.pieces.
+    piece_ns: IntArray = field(default_factory=lambda: np.zeros((0, 5), dtype=np.int64))
+    sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_SUM_KEYS, 0))
+    flops: float = 0.0
+    frag_sum: float = 0.0
+    mem_peak_max: int = -1
+    mem_reserved_max: int = -1
+    mem_allocated_max: int = -1
+    tail: AlignedRows = field(default_factory=AlignedRows)
+
+    def to_json(self) -> dict[str, Any]:
+        step, arrival, comm = self.tail.arrays()
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "columns": sorted(self.columns),
+            "pending": self.pending,
+            "first_s": self.first_s,
+            "last_e": self.last_e,
+            "max_t_start": self.max_t_start,
+            "horizon": self.horizon,
+            # Sparse: [piece index, five category sums] for the pieces this rank touched.
+            "piece_ns": [[i, *self.piece_ns[i].tolist()] for i in np.flatnonzero(self.piece_ns.any(axis=1)).tolist()],
+            "sums": self.sums,
+            "flops": self.flops,
+            "frag_sum": self.frag_sum,
+            "mem_max": [self.mem_peak_max, self.mem_reserved_max, self.mem_allocated_max],
+            "tail": [step.tolist(), arrival.tolist(), comm.tolist()],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], n_pieces: int) -> RankState:
+        rs = cls(rank=int(d["rank"]), host=str(d["host"]), columns=set(d["columns"]))
+        rs.piece_ns = np.zeros((n_pieces, 5), dtype=np.int64)
+        for i, *row in d["piece_ns"]:
+            rs.piece_ns[int(i)] = row
+        rs.pending = d["pending"]
+        rs.first_s, rs.last_e = d["first_s"], d["last_e"]
+        rs.max_t_start, rs.horizon = d["max_t_start"], d["horizon"]
+        rs.sums = {k: int(v) for k, v in d["sums"].items()}
+        rs.flops, rs.frag_sum = float(d["flops"]), float(d["frag_sum"])
+        rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max = (int(x) for x in d["mem_max"])
+        rs.tail.add(*(np.array(x, dtype=np.int64) for x in d["tail"]))
+        return rs
+
+
+@dataclass
+class HostSamples:
+    """Per-host CPU contention sums; histograms in 1% bins make percentiles mergeable."""
+
+    other_n: int = 0
+    other_sum: float = 0.0
+    other_hist: list[int] = field(default_factory=lambda: [0] * 101)
+    steal_n: int = 0
+    steal_sum: float = 0.0
+    steal_hist: list[int] = field(default_factory=lambda: [0] * 101)
+    gpu_util_n: int = 0
+    gpu_util_sum: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> HostSamples:
+        return cls(**d)
+
+
+def _filled(cols: StepColumns) -> dict[str, Any]:
+    """All columns present: unmeasured stages/counters are 0, memory -1, FLOPs NaN."""
+    n = len(cols)
+    out: dict[str, Any] = {
+        "step": cols.step,
+        "t_start_ns": cols.t_start_ns,
+        "dur_ns": cols.dur_ns,
+    }
+    for name in OPTIONAL_INT_COLUMNS:
+        arr = getattr(cols, name)
+        fill = -1 if name in _MEM_COLUMNS else 0
+        out[name] = np.full(n, fill, dtype=np.int64) if arr is None else arr
+    out["flops"] = np.full(n, np.nan) if cols.flops is None else cols.flops
+    return out
+
+
+def _json_scalar(value: Any) -> int | float | None:
+    item = value.item()
+    if isinstance(item, float) and not np.isfinite(item):
+        return None  # JSON has no NaN: an uncounted FLOPs value is stored as null
+    return item  # type: ignore[no-any-return]
+
+
+def _pending_arrays(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The pending row as one-element columns, null FLOPs back to NaN."""
+    return {
+        k: (np.array([np.nan if v is None else v], dtype=np.float64) if k == "flops" else np.array([v], dtype=np.int64))
+        for k, v in row.items()
+    }
+
+
+def _hist(values: Any) -> list[int]:
+    bins = np.clip(np.floor(values), 0, 100).astype(np.int64)
+    return [int(x) for x in np.bincount(bins, minlength=101)]
+
+
+class RunAccumulator:
+    """Accumulates one run's steps and samples; ``analysis()`` turns it into an Analysis."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        start = config.allocation_start_ns
+        coverage = Coverage.from_phases(config.phases, start)
+        pieces = PricePieces.from_segments(config.price_segments, start)
+        peak_rank = None if config.peak_flops_per_gpu is None else config.peak_flops_per_gpu * config.gpus_per_rank
+        self.ctx = StepContext(start, coverage, pieces, config.target_mfu, peak_rank)
+        self.ranks: dict[int, RankState] = {}
+        self.windows = WindowSums.empty()
+        self.watermark: int | None = None
+        self.stragglers: dict[int, StragglerCounters] = {}
+        self.hosts: dict[str, HostSamples] = {}
+        self.max_t_seen: int | None = None
+
+    # -- appending -------------------------------------------------------------------------
+
+    def add_steps(self, cols: StepColumns, *, align: bool = True) -> None:
+        """Append one batch of one rank's rows (later than anything seen for that rank).
+
+        ``align=False`` defers cross-rank straggler alignment to the end (a from-scratch analysis
+        adds whole ranks one after another, and must not align before all have arrived).
+        """
+        rs = self.ranks.get(cols.rank)
+        if len(cols) == 0:
+            return
+        order = np.argsort(cols.t_start_ns, kind="stable")
+        if np.any(order != np.arange(len(order))):
+            cols = cols.take(order)
+        if np.any(np.diff(cols.step) <= 0):
+            raise NotAppendable(f"rank {cols.rank}: step numbers must rise with start time")
+        if self.watermark is not None and int(cols.step.min()) <= self.watermark:
+            raise NotAppendable(
+                f"rank {cols.rank}: step {int(cols.step.min())} is at or below the aligned watermark {self.watermark}"
+            )
+        if rs is None:
+            rs = self.ranks[cols.rank] = RankState(rank=cols.rank, host=cols.host)
+            rs.piece_ns = np.zeros((len(self.ctx.pieces), 5), dtype=np.int64)
+        elif rs.pending is not None and (
+            int(cols.t_start_ns[0]) <= rs.pending["t_start_ns"] or int(cols.step[0]) <= rs.pending["step"]
+        ):
+            raise NotAppendable(f"rank {cols.rank}: rows overlap or precede earlier rows")
+        rs.host = cols.host
+        rs.columns.update(cols.present())
+        filled = _filled(cols)
+        if rs.pending is not None:
+            head_row = _pending_arrays(rs.pending)
+            filled = {k: np.concatenate((head_row[k], v)) for k, v in filled.items()}
+        n = len(filled["step"])
+        last = n - 1
+        rs.pending = {k: _json_scalar(v[last]) for k, v in filled.items()}
+        if last > 0:
+            head = {k: v[:last] for k, v in filled.items()}
+            self._attribute(rs, head, filled["t_start_ns"][1:])
+        if align:
+            self._align(final=False)
+
+    def add_samples(self, samples: SystemSamples) -> None:
+        """Append system samples of one host (any order; they are sums and histograms)."""
+        start = self.config.allocation_start_ns
+        keep = samples.t_ns >= start
+        if not keep.any():
+            return
+        t = samples.t_ns[keep]
+        self.max_t_seen = max(int(t.max()), self.max_t_seen or start)
+        hs = self.hosts.setdefault(samples.host, HostSamples())
+        if samples.cpu_other_pct is not None:
+            v = samples.cpu_other_pct[keep]
+            v = v[np.isfinite(v)]
+            hs.other_n += len(v)
+            hs.other_sum += float(v.sum())
+            hs.other_hist = [a + b for a, b in zip(hs.other_hist, _hist(v), strict=True)]
+        if samples.cpu_steal_pct is not None:
+            v = samples.cpu_steal_pct[keep]
+            v = v[np.isfinite(v)]
+            hs.steal_n += len(v)
+            hs.steal_sum += float(v.sum())
+            hs.steal_hist = [a + b for a, b in zip(hs.steal_hist, _hist(v), strict=True)]
+        if samples.gpu_util_pct is not None:
+            v = samples.gpu_util_pct[keep]
+            ok = np.isfinite(v)
+            hs.gpu_util_n += int(ok.sum())
+            hs.gpu_util_sum += float(v[ok].sum())
+            self.windows.add_gpu_util(t, v, start)
+
+    def _attribute(self, rs: RankState, cols: Mapping[str, Any], next_start: IntArray) -> None:
+        block = process_rows(cols, next_start, self.ctx)
+        idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage)
+        np.add.at(rs.piece_ns, idx, sums)
+        self._fold_sums(rs, block, cols)
+        live = np.flatnonzero(block.e_ns > block.s_ns)
+        if len(live):
+            first = int(block.s_ns[live[0]])
+            rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
+            rs.last_e = max(int(block.e_ns[live].max()), rs.last_e or first)
+        rs.max_t_start = max(int(block.t_start_ns.max()), rs.max_t_start or -NS_MAX)
+        rs.horizon = max(int(block.e_ns.max()), rs.horizon or -NS_MAX)
+        self.max_t_seen = max(rs.max_t_start, self.max_t_seen or rs.max_t_start)
+        self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
+        on = block.nonphase_ns > 0
+        rs.tail.add(block.step[on], block.arrival_ns[on], block.cats[on, 3])
+
+    @staticmethod
+    def _fold_sums(rs: RankState, block: StepBlock, cols: Mapping[str, Any]) -> None:
+        s = rs.sums
+        cats = block.cats
+        s["rows"] += len(block.step)
+        s["live_steps"] += int((block.nonphase_ns > 0).sum())
+        s["nonphase_ns"] += int(block.nonphase_ns.sum())
+        for i, key in enumerate(("useful_ns", "inefficiency_ns", "data_ns", "comm_ns", "host_ns")):
+            s[key] += int(cats[:, i].sum())
+        s["forward_ns"] += int(block.forward_ns.sum())
+        s["backward_ns"] += int(block.backward_ns.sum())
+        s["optimizer_ns"] += int(block.optimizer_ns.sum())
+        for key in ("tokens", "samples", "alloc_retries"):
+            s[key] += int(np.maximum(cols[key], 0).sum())
+        known = np.isfinite(block.flops)
+        s["flops_steps"] += int(known.sum())
+        rs.flops += float(block.flops[known].sum())
+        s["overrun_steps"] += block.overrun
+        s["clipped_steps"] += block.clipped
+        alloc, reserved, peak = cols["mem_allocated"], cols["mem_reserved"], cols["mem_peak"]
+        s["mem_rows"] += int((peak >= 0).sum())
+        frag_ok = (alloc >= 0) & (reserved > 0)
+        s["frag_rows"] += int(frag_ok.sum())
+        rs.frag_sum += float((1.0 - alloc[frag_ok] / reserved[frag_ok]).clip(0.0, 1.0).sum())
+        rs.mem_peak_max = max(rs.mem_peak_max, int(peak.max(initial=-1)))
+        rs.mem_reserved_max = max(rs.mem_reserved_max, int(reserved.max(initial=-1)))
+        rs.mem_allocated_max = max(rs.mem_allocated_max, int(alloc.max(initial=-1)))
+
+    def _align(self, *, final: bool) -> None:
+        """Fold into the straggler counters every step no known rank can still report."""
+        if not self.ranks:
+            return
+        if final:
+            bound = NS_MAX
+        else:
+            waiting = sum(len(rs.tail) for rs in self.ranks.values())
+            if len(self.ranks) < self.config.world_size and waiting < TAIL_ALIGN_LIMIT:
+                return
+            bound = min((rs.pending["step"] - 1) if rs.pending is not None else NS_MAX for rs in self.ranks.values())
+        if self.watermark is not None and bound <= self.watermark:
+            return
+        ranks = sorted(self.ranks)
+        rows = [self.ranks[r].tail.take_through(bound) for r in ranks]
+        attribute(ranks, rows, self.stragglers)
+        self.watermark = bound
+
+    # -- finishing -------------------------------------------------------------------------
+
+    def finished(self, end_ns: int) -> RunAccumulator:
+        """A copy with every pending row attributed up to ``end_ns``; this state is unchanged."""
+        if end_ns < self.config.allocation_start_ns:
+            raise ValueError("end_ns is before allocation_start_ns")
+        done = self._clone()
+        for rs in done.ranks.values():
+            past_end = rs.max_t_start is not None and rs.max_t_start >= end_ns
+            if past_end or (rs.horizon is not None and rs.horizon > end_ns):
+                raise NotAppendable(f"rank {rs.rank}: steps already analysed run past end_ns={end_ns}")
+            row, rs.pending = rs.pending, None
+            if row is None or row["t_start_ns"] >= end_ns:
+                continue
+            row = {**row, "dur_ns": min(row["dur_ns"], end_ns - row["t_start_ns"])}
+            cols = _pending_arrays(row)
+            done._attribute(rs, cols, np.array([NS_MAX], dtype=np.int64))
+        done._align(final=True)
+        return done
+
+    def _clone(self) -> RunAccumulator:
+        """A copy sharing nothing mutable (cheaper than deepcopy: arrays that are only ever
+        replaced, never written in place, are shared)."""
+        twin = copy.copy(self)
+        twin.ranks = {}
+        for rank, rs in self.ranks.items():
+            c = copy.copy(rs)
+            c.columns = set(rs.columns)
+            c.pending = None if rs.pending is None else dict(rs.pending)
+            c.piece_ns = rs.piece_ns.copy()
+            c.sums = dict(rs.sums)
+            c.tail = AlignedRows(list(rs.tail.step), list(rs.tail.arrival), list(rs.tail.comm))
+            twin.ranks[rank] = c
+        twin.windows = WindowSums(self.windows.level, self.windows.sums.copy(), self.windows.peak.copy())
+        twin.stragglers = {k: copy.copy(v) for k, v in self.stragglers.items()}
+        twin.hosts = {k: copy.deepcopy(v) for k, v in self.hosts.items()}
+        return twin
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types only (ints, floats, strings, lists, dicts)."""
+        return {
+            "version": STATE_VERSION,
+            "config": self.config.fingerprint(),
+            "ranks": [rs.to_json() for rs in self.ranks.values()],
+            "windows": self.windows.to_json(),
+            "watermark": self.watermark,
+            "stragglers": {str(k): v.to_json() for k, v in self.stragglers.items()},
+            "hosts": {k: v.to_json() for k, v in self.hosts.items()},
+            "max_t_seen": self.max_t_seen,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunAccumulator:
+        if data.get("version") != STATE_VERSION:
+            raise NotAppendable("state written by another version of the waste model")
+        acc = cls(RunConfig.from_fingerprint(data["config"]))
+        for raw in data["ranks"]:
+            rs = RankState.from_json(raw, len(acc.ctx.pieces))
+            acc.ranks[rs.rank] = rs
+        acc.windows = WindowSums.from_json(data["windows"])
+        acc.watermark = data["watermark"]
+        acc.stragglers = {int(k): StragglerCounters.from_json(v) for k, v in data["stragglers"].items()}
+        acc.hosts = {k: HostSamples.from_json(v) for k, v in data["hosts"].items()}
+        acc.max_t_seen = data["max_t_seen"]
+        return acc
+
+    def matches(self, config: RunConfig) -> bool:
+        """True when this state was built under ``config`` (else start a fresh accumulator)."""
+        return self.config.fingerprint() == config.fingerprint()

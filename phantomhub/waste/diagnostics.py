@@ -1,0 +1,205 @@
+"""Diagnostics beside the dollar split: memory, host CPU contention, stragglers, chart windows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import median
+
+import numpy as np
+
+from phantomhub.waste.accumulator import HostSamples, RankState, RunAccumulator
+from phantomhub.waste.result import (
+    HostDiagnostics,
+    HostFigure,
+    MemoryDiagnostics,
+    Straggler,
+    WindowSeries,
+)
+from phantomhub.waste.stragglers import STRAGGLER_MIN_SLOW_SHARE, StragglerCounters
+from phantomhub.waste.windows import FIELDS
+
+# Host contention thresholds (percent of the node's CPU; steal from /proc/stat).
+CONTENDED_OTHER_MEAN_PCT = 25.0
+CONTENDED_OTHER_P95_PCT = 50.0
+CONTENDED_STEAL_MEAN_PCT = 5.0
+# A rank is only called a straggler over enough aligned steps to be more than bad luck.
+STRAGGLER_MIN_ALIGNED_STEPS = 3
+
+
+def _mean(total: float, count: int) -> float | None:
+    return total / count if count else None
+
+
+def _p95(hist: Sequence[int]) -> float | None:
+    """95th percentile from 1%-wide bins (the lower edge of the bin that crosses 95%)."""
+    n = sum(hist)
+    if n == 0:
+        return None
+    cum = np.cumsum(hist)
+    return float(np.searchsorted(cum, math.ceil(0.95 * n)))
+
+
+def memory_diagnostics(ranks: Sequence[RankState], capacity_bytes: int | None, oom_count: int) -> MemoryDiagnostics:
+    peak_rs = max(ranks, key=lambda r: r.mem_peak_max, default=None)
+    peak = peak_rs.mem_peak_max if peak_rs is not None and peak_rs.mem_peak_max >= 0 else None
+    reserved = max((r.mem_reserved_max for r in ranks), default=-1)
+    allocated = max((r.mem_allocated_max for r in ranks), default=-1)
+    frag_rows = sum(r.sums["frag_rows"] for r in ranks)
+    retries_seen = any("alloc_retries" in r.columns for r in ranks)
+    retries = sum(r.sums["alloc_retries"] for r in ranks) if retries_seen else None
+    rows = sum(r.sums["rows"] for r in ranks)
+    return MemoryDiagnostics(
+        capacity_bytes=capacity_bytes,
+        peak_bytes_max=peak,
+        peak_rank=peak_rs.rank if peak is not None and peak_rs is not None else None,
+        peak_fraction_of_capacity=(peak / capacity_bytes if peak and capacity_bytes else None),
+        headroom_bytes=(capacity_bytes - peak if peak is not None and capacity_bytes else None),
+        reserved_bytes_max=reserved if reserved >= 0 else None,
+        allocated_bytes_max=allocated if allocated >= 0 else None,
+        fragmentation_mean=_mean(sum(r.frag_sum for r in ranks), frag_rows),
+        alloc_retries_total=retries,
+        alloc_retries_per_1k_steps=(retries * 1000 / rows if retries is not None and rows else None),
+        oom_count=oom_count,
+    )
+
+
+def host_diagnostics(ranks: Sequence[RankState], hosts: dict[str, HostSamples]) -> HostDiagnostics:
+    names = sorted({r.host for r in ranks} | set(hosts))
+    figures = []
+    for name in names:
+        mine = [r for r in ranks if r.host == name]
+        hs = hosts.get(name, HostSamples())
+        step_ns = sum(r.sums["nonphase_ns"] for r in mine)
+        other_mean = _mean(hs.other_sum, hs.other_n)
+        other_p95 = _p95(hs.other_hist)
+        steal_mean = _mean(hs.steal_sum, hs.steal_n)
+        contended = (
+            (other_mean is not None and other_mean >= CONTENDED_OTHER_MEAN_PCT)
+            or (other_p95 is not None and other_p95 >= CONTENDED_OTHER_P95_PCT)
+            or (steal_mean is not None and steal_mean >= CONTENDED_STEAL_MEAN_PCT)
+        )
+        figures.append(
+            HostFigure(
+                host=name,
+                ranks=tuple(sorted(r.rank for r in mine)),
+                samples=max(hs.other_n, hs.steal_n, hs.gpu_util_n),
+                cpu_other_pct_mean=other_mean,
+                cpu_other_pct_p95=other_p95,
+                cpu_steal_pct_mean=steal_mean,
+                cpu_steal_pct_p95=_p95(hs.steal_hist),
+                gpu_util_pct_mean=_mean(hs.gpu_util_sum, hs.gpu_util_n),
+                host_overhead_share=_mean(sum(r.sums["host_ns"] for r in mine), step_ns),
+                data_stall_share=_mean(sum(r.sums["data_ns"] for r in mine), step_ns),
+                contended=bool(contended),
+            )
+        )
+    total_step = sum(r.sums["nonphase_ns"] for r in ranks)
+    return HostDiagnostics(
+        hosts=tuple(figures),
+        gpu_util_pct_mean=_mean(sum(h.gpu_util_sum for h in hosts.values()), sum(h.gpu_util_n for h in hosts.values())),
+        host_overhead_share=_mean(sum(r.sums["host_ns"] for r in ranks), total_step),
+    )
+
+
+def _per_step(rs: RankState, key: str) -> float | None:
+    return _mean(rs.sums[key], rs.sums["live_steps"])
+
+
+def stragglers_found(
+    ranks: Sequence[RankState],
+    counters: dict[int, StragglerCounters],
+    gpu_ns_per_rank_ns: float,
+    comm_usd_per_gpu_ns: float,
+) -> tuple[Straggler, ...]:
+    """Ranks persistently slower than the median, with the comm wait they cost the others."""
+    compute_means = [
+        v for v in (_mean(r.sums["useful_ns"] + r.sums["inefficiency_ns"], r.sums["live_steps"]) for r in ranks) if v is not None
+    ]
+    data_means = [v for v in (_per_step(r, "data_ns") for r in ranks) if v is not None]
+    med_compute = median(compute_means) if compute_means else None
+    med_data = median(data_means) if data_means else None
+    found = []
+    for rs in ranks:
+        c = counters.get(rs.rank)
+        if c is None or c.aligned_steps < STRAGGLER_MIN_ALIGNED_STEPS or c.blamed_steps == 0:
+            continue
+        share = c.slow_steps / c.aligned_steps
+        if share < STRAGGLER_MIN_SLOW_SHARE:
+            continue
+        caused_gpu_ns = c.caused_wait_ns * gpu_ns_per_rank_ns
+        found.append(
+            Straggler(
+                rank=rs.rank,
+                host=rs.host,
+                aligned_steps=c.aligned_steps,
+                slow_step_share=share,
+                blamed_steps=c.blamed_steps,
+                excess_ns_mean=c.excess2_ns / 2 / c.blamed_steps,
+                compute_ns_mean=_mean(rs.sums["useful_ns"] + rs.sums["inefficiency_ns"], rs.sums["live_steps"]),
+                median_rank_compute_ns_mean=med_compute,
+                data_ns_mean=_per_step(rs, "data_ns"),
+                median_rank_data_ns_mean=med_data,
+                caused_wait_gpu_seconds=caused_gpu_ns / 1e9,
+                caused_wait_usd=caused_gpu_ns * comm_usd_per_gpu_ns,
+            )
+        )
+    return tuple(sorted(found, key=lambda s: (-s.caused_wait_gpu_seconds, s.rank)))
+
+
+def window_series(
+    acc: RunAccumulator,
+    end_ns: int,
+    *,
+    rank_scale: float,
+    peak_total_flops: float | None,
+) -> WindowSeries:
+    """Per-window chart data; ``rank_scale`` (world_size / reporting ranks) extrapolates the
+    reporting ranks' FLOPs, tokens and samples to the whole run."""
+    start = acc.config.allocation_start_ns
+    last = max(end_ns, (acc.max_t_seen or start) + 1)
+    win = acc.windows
+    win.fit(max(last - start - 1, 0))
+    width = win.width_ns
+    n = max(math.ceil((last - start) / width), 0)
+    sums = np.pad(win.sums, ((0, 0), (0, max(n - win.sums.shape[1], 0))))[:, :n]
+    peak = np.pad(win.peak, (0, max(n - len(win.peak), 0)), constant_values=-1.0)[:n]
+    t0 = start + width * np.arange(n, dtype=np.int64)
+    length_s = np.clip(np.minimum(t0 + width, end_ns) - t0, 0, None) / 1e9
+    fields = {name: sums[i] for i, name in enumerate(FIELDS)}
+    steps = fields["steps"]
+
+    def ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> tuple[float | None, ...]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vals = num * scale / den
+        return tuple(float(v) if d > 0 else None for v, d in zip(vals, den, strict=True))
+
+    mfu: tuple[float | None, ...]
+    if peak_total_flops is None or not acc_has_flops(fields["flops"]):
+        mfu = (None,) * n
+    else:
+        mfu = ratio(fields["flops"] * rank_scale, length_s * peak_total_flops)
+    return WindowSeries(
+        width_ns=width,
+        t_start_ns=tuple(int(t) for t in t0),
+        steps=tuple(int(s) for s in steps),
+        step_ms=ratio(fields["step_ns"], steps, 1e-6),
+        data_ms=ratio(fields["data_ns"], steps, 1e-6),
+        forward_ms=ratio(fields["forward_ns"], steps, 1e-6),
+        backward_ms=ratio(fields["backward_ns"], steps, 1e-6),
+        optimizer_ms=ratio(fields["optimizer_ns"], steps, 1e-6),
+        comm_ms=ratio(fields["comm_ns"], steps, 1e-6),
+        host_ms=ratio(fields["host_ns"], steps, 1e-6),
+        tokens_per_s=ratio(fields["tokens"] * rank_scale, length_s),
+        samples_per_s=ratio(fields["samples"] * rank_scale, length_s),
+        mfu=mfu,
+        mem_allocated_bytes=ratio(fields["mem_allocated_sum"], fields["mem_rows"]),
+        mem_reserved_bytes=ratio(fields["mem_reserved_sum"], fields["mem_rows"]),
+        mem_peak_bytes=tuple(float(p) if p >= 0 else None for p in peak),
+        gpu_util_pct=ratio(fields["gpu_util_sum"], fields["gpu_util_samples"]),
+        alloc_retries=tuple(int(r) for r in fields["alloc_retries"]),
+    )
+
+
+def acc_has_flops(flops: np.ndarray) -> bool:
+    return bool(np.any(flops > 0))

@@ -1,0 +1,384 @@
+"""From a finished accumulator to the Analysis: idle time, money, MFU, diagnostics, explanations.
+
+Billed GPU-seconds B = gpu_count x (end - allocation_start). Each reporting rank stands for
+gpu_count / ranks_reporting GPUs (when fewer ranks report than world_size, the missing ones are
+assumed to look like the average reporting rank), and on each rank's clock every nanosecond of
+[allocation_start, end) is in exactly one place: a step category, a phase, or idle (startup before
+its first step, teardown after its last, gap in between). So the categories sum to B exactly.
+
+Dollars are exact rationals per price piece; the cost is rounded to cents once, and the cents are
+split over the categories by largest remainder, so they sum to the cost to the cent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+from phantomhub.waste.accumulator import RankState, RunAccumulator
+from phantomhub.waste.diagnostics import (
+    host_diagnostics,
+    memory_diagnostics,
+    stragglers_found,
+    window_series,
+)
+from phantomhub.waste.inputs import CATEGORIES, STEP_CATEGORIES
+from phantomhub.waste.ledger import ledger_build
+from phantomhub.waste.money import cents_allocate, cents_round
+from phantomhub.waste.result import (
+    Analysis,
+    CategoryFigure,
+    Explained,
+    IdleFigure,
+    RankFigure,
+)
+
+HOURS_PER_MONTH = 730  # 8,760 h / 12: the usual cloud-billing month
+
+
+def build_analysis(
+    acc: RunAccumulator,
+    *,
+    end_ns: int,
+    recoverability: Mapping[str, float],
+    oom_count: int,
+) -> Analysis:
+    cfg = acc.config
+    start = cfg.allocation_start_ns
+    span_ns = end_ns - start
+    reporting = sorted((rs for rs in acc.ranks.values() if rs.sums["rows"] > 0), key=lambda r: r.rank)
+    n_rep = len(reporting)
+    # A run with no step rows is one virtual rank standing for every GPU, all of it idle.
+    rank_slots: list[RankState | None] = list(reporting) if reporting else [None]
+    gpu_per_slot = Fraction(cfg.gpu_count, len(rank_slots))
+
+    book = ledger_build(acc, end_ns, rank_slots, gpu_per_slot)
+    total_ns, usd_exact, cost_exact = book.total_ns, book.usd_exact, book.cost_exact
+    idle_labels = [lbl for lbl in book.labels if lbl not in STEP_CATEGORIES]
+
+    def cat_of(label: str) -> str:
+        return label if label in STEP_CATEGORIES else "idle"
+
+    cat_ns = {c: sum(ns for lbl, ns in total_ns.items() if cat_of(lbl) == c) for c in CATEGORIES}
+    cat_usd = {c: sum((u for lbl, u in usd_exact.items() if cat_of(lbl) == c), Fraction(0)) for c in CATEGORIES}
+    if sum(cat_usd.values()) != cost_exact:
+        raise RuntimeError("category dollars do not add up to the run's cost")
+    cost_cents = cents_round(cost_exact)
+    cat_cents = cents_allocate(cost_cents, cat_usd)
+    idle_cents = cents_allocate(cat_cents["idle"], {lbl: usd_exact[lbl] for lbl in idle_labels})
+
+    def gpu_s(ns: int) -> float:
+        return float(ns * gpu_per_slot / 10**9)
+
+    billed = cfg.gpu_count * span_ns / 1e9
+    categories = tuple(
+        CategoryFigure(
+            category=c,
+            gpu_seconds=gpu_s(cat_ns[c]),
+            usd_cents=cat_cents[c],
+            share=(gpu_s(cat_ns[c]) / billed) if billed else 0.0,
+            recoverability=recoverability[c],
+            recoverable_usd=cat_cents[c] * recoverability[c] / 100,
+        )
+        for c in CATEGORIES
+    )
+    idle = tuple(IdleFigure(label=lbl, gpu_seconds=gpu_s(total_ns[lbl]), usd_cents=idle_cents[lbl]) for lbl in idle_labels)
+
+    # -- efficiency ----------------------------------------------------------------------------
+    rank_scale = cfg.world_size / n_rep if n_rep else 0.0
+    flops = sum(rs.flops for rs in reporting)
+    flops_steps = sum(rs.sums["flops_steps"] for rs in reporting)
+    live_steps = sum(rs.sums["live_steps"] for rs in reporting)
+    flops_known = flops_steps > 0
+    peak = cfg.peak_flops_per_gpu
+    span_s = span_ns / 1e9
+    achieved = flops * rank_scale / (cfg.gpu_count * span_s) if flops_known and span_s > 0 else None
+    step_s = sum(rs.sums["nonphase_ns"] for rs in reporting) / 1e9
+    compute_s = sum(rs.sums["useful_ns"] + rs.sums["inefficiency_ns"] for rs in reporting) / 1e9
+    peak_rank = peak * cfg.gpus_per_rank if peak is not None else None
+    mfu = achieved / peak if achieved is not None and peak is not None else None
+    mfu_step = flops / (peak_rank * step_s) if flops_known and peak_rank and step_s > 0 else None
+    mfu_compute = flops / (peak_rank * compute_s) if flops_known and peak_rank and compute_s > 0 else None
+    tokens = sum(rs.sums["tokens"] for rs in reporting)
+    samples = sum(rs.sums["samples"] for rs in reporting)
+    tokens_seen = any("tokens" in rs.columns for rs in reporting)
+    samples_seen = any("samples" in rs.columns for rs in reporting)
+
+    # -- per rank ------------------------------------------------------------------------------
+    ranks = []
+    for slot, rs in enumerate(rank_slots):
+        if rs is None:
+            continue
+        by_cat_ns = dict.fromkeys(CATEGORIES, 0)
+        by_cat_usd = dict.fromkeys(CATEGORIES, 0.0)
+        for label, ns in book.rank_ns[slot].items():
+            by_cat_ns[cat_of(label)] += ns
+            by_cat_usd[cat_of(label)] += book.rank_usd[slot][label]
+        live = rs.sums["live_steps"]
+        compute_ns = rs.sums["useful_ns"] + rs.sums["inefficiency_ns"]
+        counters = acc.stragglers.get(rs.rank)
+        ranks.append(
+            RankFigure(
+                rank=rs.rank,
+                host=rs.host,
+                steps=rs.sums["rows"],
+                gpu_seconds={c: gpu_s(ns) for c, ns in by_cat_ns.items()},
+                usd=by_cat_usd,
+                step_ns_mean=rs.sums["nonphase_ns"] / live if live else None,
+                compute_ns_mean=compute_ns / live if live else None,
+                data_ns_mean=rs.sums["data_ns"] / live if live else None,
+                comm_ns_mean=rs.sums["comm_ns"] / live if live else None,
+                host_ns_mean=rs.sums["host_ns"] / live if live else None,
+                mfu_step_time=(
+                    rs.flops / (peak_rank * rs.sums["nonphase_ns"] / 1e9)
+                    if peak_rank and rs.sums["flops_steps"] and rs.sums["nonphase_ns"]
+                    else None
+                ),
+                tokens=rs.sums["tokens"],
+                flops=rs.flops,
+                mem_peak_bytes=rs.mem_peak_max if rs.mem_peak_max >= 0 else None,
+                slow_step_share=(counters.slow_steps / counters.aligned_steps if counters and counters.aligned_steps else None),
+                caused_wait_gpu_seconds=(gpu_s(counters.caused_wait_ns) if counters is not None else 0.0),
+            )
+        )
+
+    comm_gpu_ns = cat_ns["comm_exposed"] * gpu_per_slot
+    comm_rate = float(cat_cents["comm_exposed"] / 100 / comm_gpu_ns) if comm_gpu_ns else 0.0
+    stragglers = stragglers_found(reporting, acc.stragglers, float(gpu_per_slot), comm_rate)
+
+    run_hours = span_ns / 3.6e12
+    recoverable_usd = sum(c.recoverable_usd for c in categories)
+    comm_fig = next(c for c in categories if c.category == "comm_exposed")
+    warnings = _warnings(acc, reporting, book.unpriced_ns, flops_steps, live_steps)
+    explain = _explain(
+        acc,
+        end_ns=end_ns,
+        n_rep=n_rep,
+        categories=categories,
+        cat_ns=cat_ns,
+        cat_usd=cat_usd,
+        cost_exact=cost_exact,
+        cost_cents=cost_cents,
+        piece_list=book.pieces,
+        flops=flops,
+        achieved=achieved,
+        mfu=mfu,
+        mfu_step=mfu_step,
+        step_s=step_s,
+        recoverable_usd=recoverable_usd,
+    )
+    for st in stragglers:
+        explain[f"stragglers.{st.rank}.caused_wait_usd"] = Explained(
+            st.caused_wait_usd,
+            "USD",
+            "caused_wait_gpu_seconds * comm_exposed usd / comm_exposed GPU-s; caused wait = sum over "
+            "straggling steps where this rank arrived last of the others' min(comm_ns, its arrival - "
+            "their arrival)",
+            {
+                "caused_wait_gpu_seconds": st.caused_wait_gpu_seconds,
+                "comm_exposed_usd": comm_fig.usd,
+                "comm_exposed_gpu_seconds": comm_fig.gpu_seconds,
+                "blamed_steps": st.blamed_steps,
+            },
+        )
+    return Analysis(
+        allocation_start_ns=start,
+        end_ns=end_ns,
+        gpu_count=cfg.gpu_count,
+        world_size=cfg.world_size,
+        ranks_reporting=n_rep,
+        steps=sum(rs.sums["rows"] for rs in reporting),
+        billed_gpu_seconds=billed,
+        cost_cents=cost_cents,
+        unpriced_gpu_seconds=cfg.gpu_count * book.unpriced_ns / 1e9,
+        categories=categories,
+        idle=idle,
+        waste_cents=cost_cents - cat_cents["useful_compute"],
+        recoverable_usd=recoverable_usd,
+        recoverability=dict(recoverability),
+        target_mfu=cfg.target_mfu,
+        dtype=cfg.dtype,
+        peak_flops_per_gpu=peak,
+        peak_known=peak is not None,
+        flops_known=flops_known,
+        achieved_flops_per_gpu=achieved,
+        mfu=mfu,
+        mfu_step_time=mfu_step,
+        mfu_compute=mfu_compute,
+        tokens_per_s=tokens * rank_scale / span_s if tokens_seen and span_s > 0 else None,
+        samples_per_s=samples * rank_scale / span_s if samples_seen and span_s > 0 else None,
+        run_hours=run_hours,
+        usd_per_month_at_run_rate=(cost_cents / 100 / run_hours * HOURS_PER_MONTH if run_hours > 0 else None),
+        ranks=tuple(ranks),
+        stragglers=stragglers,
+        memory=memory_diagnostics(reporting, cfg.gpu_memory_bytes, oom_count),
+        host=host_diagnostics(reporting, acc.hosts),
+        windows=window_series(
+            acc,
+            end_ns,
+            rank_scale=rank_scale,
+            peak_total_flops=peak * cfg.gpu_count if peak is not None else None,
+        ),
+        explain=explain,
+        warnings=tuple(warnings),
+    )
+
+
+def _warnings(
+    acc: RunAccumulator,
+    reporting: list[RankState],
+    unpriced_ns: int,
+    flops_steps: int,
+    live_steps: int,
+) -> list[str]:
+    cfg = acc.config
+    out: list[str] = []
+    n_rep = len(reporting)
+    if n_rep == 0:
+        out.append("no step rows: every billed GPU-second is idle (no_steps)")
+    elif n_rep != cfg.world_size:
+        out.append(
+            f"{n_rep} of {cfg.world_size} ranks reported steps: each reporting rank stands for {cfg.gpu_count / n_rep:g} GPUs"
+        )
+    if cfg.peak_flops_per_gpu is None:
+        out.append(
+            "peak FLOP/s unknown (GPU model or dtype not in the catalog): MFU is unknown and all "
+            "compute time counts as useful_compute"
+        )
+    if n_rep and flops_steps == 0:
+        out.append("no FLOPs reported: MFU is unknown and all compute counts as useful_compute")
+    elif 0 < flops_steps < live_steps:
+        out.append(
+            f"FLOPs reported for {flops_steps} of {live_steps} steps: steps without FLOPs count "
+            "as useful_compute and MFU is understated"
+        )
+    for stage in ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns"):
+        lacking = [rs.rank for rs in reporting if stage not in rs.columns]
+        if lacking:
+            out.append(f"{stage} not reported by {len(lacking)} rank(s): that time shows as host_overhead")
+    overrun = sum(rs.sums["overrun_steps"] for rs in reporting)
+    if overrun:
+        out.append(f"{overrun} step(s) had stage times longer than the step: scaled down to fit")
+    if unpriced_ns:
+        out.append(f"{cfg.gpu_count * unpriced_ns / 3.6e12:.3f} GPU-hours fall outside every price segment and are counted at $0")
+    return out
+
+
+def _explain(
+    acc: RunAccumulator,
+    *,
+    end_ns: int,
+    n_rep: int,
+    categories: tuple[CategoryFigure, ...],
+    cat_ns: Mapping[str, int],
+    cat_usd: Mapping[str, Fraction],
+    cost_exact: Fraction,
+    cost_cents: int,
+    piece_list: list[tuple[int, int, Fraction | None]],
+    flops: float,
+    achieved: float | None,
+    mfu: float | None,
+    mfu_step: float | None,
+    step_s: float,
+    recoverable_usd: float,
+) -> dict[str, Explained]:
+    cfg = acc.config
+    start = cfg.allocation_start_ns
+    slots = max(n_rep, 1)
+    out: dict[str, Explained] = {}
+    out["billed_gpu_seconds"] = Explained(
+        cfg.gpu_count * (end_ns - start) / 1e9,
+        "GPU-s",
+        "gpu_count * (end_ns - allocation_start_ns) / 1e9",
+        {"gpu_count": cfg.gpu_count, "end_ns": end_ns, "allocation_start_ns": start},
+    )
+    seg_inputs: dict[str, float | int | str | None] = {"gpu_count": cfg.gpu_count}
+    for i, (lo, hi, price) in enumerate(piece_list):
+        seg_inputs[f"segment_{i}_seconds"] = max(hi - lo, 0) / 1e9
+        seg_inputs[f"segment_{i}_usd_per_gpu_hour"] = None if price is None else float(price)
+    seg_inputs["exact_usd"] = float(cost_exact)
+    out["cost_usd"] = Explained(
+        cost_cents / 100,
+        "USD",
+        "round_half_up(Σ_segments gpu_count * seconds_in_segment * usd_per_gpu_hour / 3600, cents)",
+        seg_inputs,
+    )
+    for fig in categories:
+        c = fig.category
+        out[f"categories.{c}.gpu_seconds"] = Explained(
+            fig.gpu_seconds,
+            "GPU-s",
+            "Σ_ranks " + c + "_ns * (gpu_count / ranks_reporting) / 1e9",
+            {f"{c}_rank_ns": cat_ns[c], "gpu_count": cfg.gpu_count, "ranks_reporting": slots},
+        )
+        out[f"categories.{c}.usd"] = Explained(
+            fig.usd,
+            "USD",
+            "largest-remainder share of cost_cents in proportion to exact_usd "
+            "(= Σ_segments GPU-seconds in segment * usd_per_gpu_hour / 3600)",
+            {"exact_usd": float(cat_usd[c]), "cost_cents": cost_cents},
+        )
+        out[f"categories.{c}.recoverable_usd"] = Explained(
+            fig.recoverable_usd,
+            "USD",
+            "usd * recoverability",
+            {"usd": fig.usd, "recoverability": fig.recoverability},
+        )
+    out["recoverable_usd"] = Explained(
+        recoverable_usd,
+        "USD",
+        "Σ_categories usd * recoverability",
+        {f"{f.category}_recoverable_usd": f.recoverable_usd for f in categories},
+    )
+    useful = next(f for f in categories if f.category == "useful_compute")
+    out["waste_usd"] = Explained(
+        (cost_cents - useful.usd_cents) / 100,
+        "USD",
+        "cost_usd - useful_compute usd",
+        {"cost_usd": cost_cents / 100, "useful_compute_usd": useful.usd},
+    )
+    out["useful_compute"] = Explained(
+        useful.gpu_seconds,
+        "GPU-s",
+        "Σ_steps min(compute_ns, flops / (target_mfu * peak_flops_per_gpu * gpus_per_rank)) "
+        "* (gpu_count / ranks_reporting) / 1e9",
+        {
+            "target_mfu": cfg.target_mfu,
+            "peak_flops_per_gpu": cfg.peak_flops_per_gpu,
+            "gpus_per_rank": cfg.gpus_per_rank,
+        },
+    )
+    out["achieved_flops_per_gpu"] = Explained(
+        achieved,
+        "FLOP/s",
+        "Σ flops * (world_size / ranks_reporting) / (gpu_count * billed seconds)",
+        {
+            "flops_reported": flops,
+            "world_size": cfg.world_size,
+            "ranks_reporting": n_rep,
+            "gpu_count": cfg.gpu_count,
+            "billed_seconds": (end_ns - start) / 1e9,
+        },
+    )
+    out["mfu"] = Explained(
+        mfu,
+        "ratio",
+        "achieved_flops_per_gpu / peak_flops_per_gpu (dense, at the run's dtype)",
+        {
+            "achieved_flops_per_gpu": achieved,
+            "peak_flops_per_gpu": cfg.peak_flops_per_gpu,
+            "dtype": cfg.dtype,
+        },
+    )
+    out["mfu_step_time"] = Explained(
+        mfu_step,
+        "ratio",
+        "Σ flops / (peak_flops_per_gpu * gpus_per_rank * Σ step seconds)",
+        {
+            "flops_reported": flops,
+            "peak_flops_per_gpu": cfg.peak_flops_per_gpu,
+            "gpus_per_rank": cfg.gpus_per_rank,
+            "step_seconds": step_s,
+        },
+    )
+    return out

@@ -1,0 +1,310 @@
+"""Inputs of the waste model: run configuration, per-rank step columns, system samples.
+
+Plain frozen dataclasses over numpy arrays, so the model can be fed from the database, from a
+JSON batch or from a test without any framework in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# Every billed GPU-second lands in exactly one of these. Order is the order of every table.
+CATEGORIES: tuple[str, ...] = (
+    "useful_compute",
+    "compute_inefficiency",
+    "data_stall",
+    "comm_exposed",
+    "host_overhead",
+    "idle",
+)
+# The five categories a step's time is split into; idle is whatever no step covers.
+STEP_CATEGORIES: tuple[str, ...] = CATEGORIES[:5]
+
+DEFAULT_TARGET_MFU = 0.5
+
+# Share of each category's dollars a team could realistically win back (docs/waste-model.md):
+# - useful_compute 0: the work the model needs at target MFU; nothing to recover.
+# - compute_inefficiency 0.3: the gap to target MFU closes only partly (kernel fusion, compile,
+#   bigger batches); the rest is model shape and hardware limits.
+# - data_stall 0.8: input pipelines are the cheapest fix (workers, pinning, prefetch, caching).
+# - comm_exposed 0.5: overlap and bucketing hide about half; the rest is bandwidth-bound.
+# - host_overhead 0.5: CUDA graphs/compile and fewer sync points remove about half.
+# - idle 0.5: start-up, eval and checkpoint stalls can be shortened or made async, not removed.
+DEFAULT_RECOVERABILITY: Mapping[str, float] = MappingProxyType(
+    {
+        "useful_compute": 0.0,
+        "compute_inefficiency": 0.3,
+        "data_stall": 0.8,
+        "comm_exposed": 0.5,
+        "host_overhead": 0.5,
+        "idle": 0.5,
+    }
+)
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("step", "t_start_ns", "dur_ns")
+STAGE_COLUMNS: tuple[str, ...] = (
+    "data_ns",
+    "forward_ns",
+    "backward_ns",
+    "optimizer_ns",
+    "comm_ns",
+)
+OPTIONAL_INT_COLUMNS: tuple[str, ...] = (
+    *STAGE_COLUMNS,
+    "tokens",
+    "samples",
+    "mem_allocated",
+    "mem_reserved",
+    "mem_peak",
+    "alloc_retries",
+)
+OPTIONAL_COLUMNS: tuple[str, ...] = (*OPTIONAL_INT_COLUMNS, "flops")
+ALL_COLUMNS: tuple[str, ...] = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
+
+
+def _as_int64(name: str, values: Any) -> IntArray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D column, got shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name}: non-finite values in an integer column")
+        arr = np.rint(arr)
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _as_float64(name: str, values: Any) -> FloatArray:
+    arr = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D column, got shape {arr.shape}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class StepColumns:
+    """One rank's step rows, columnar (DESIGN.md §3). Optional columns may be None (unmeasured).
+
+    Units: ``*_ns`` are nanoseconds, ``mem_*`` bytes, ``flops`` model FLOPs of the step on this rank
+    (NaN = not counted for that step). ``host`` names the node, for straggler and contention reports.
+    """
+
+    rank: int
+    host: str
+    step: IntArray
+    t_start_ns: IntArray
+    dur_ns: IntArray
+    data_ns: IntArray | None = None
+    forward_ns: IntArray | None = None
+    backward_ns: IntArray | None = None
+    optimizer_ns: IntArray | None = None
+    comm_ns: IntArray | None = None
+    flops: FloatArray | None = None
+    tokens: IntArray | None = None
+    samples: IntArray | None = None
+    mem_allocated: IntArray | None = None
+    mem_reserved: IntArray | None = None
+    mem_peak: IntArray | None = None
+    alloc_retries: IntArray | None = None
+
+    def __post_init__(self) -> None:
+        n = None
+        for name in ALL_COLUMNS:
+            raw = getattr(self, name)
+            if raw is None:
+                continue
+            arr = _as_float64(name, raw) if name == "flops" else _as_int64(name, raw)
+            object.__setattr__(self, name, arr)
+            if n is None:
+                n = len(arr)
+            elif len(arr) != n:
+                raise ValueError(f"{name}: {len(arr)} rows, expected {n} like the other columns")
+
+    @classmethod
+    def from_columns(cls, *, rank: int, host: str, columns: Mapping[str, Any]) -> StepColumns:
+        """Build from a mapping of column name -> sequence (the wire's columnar JSON)."""
+        unknown = set(columns) - set(ALL_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown step column(s): {sorted(unknown)}")
+        missing = [c for c in REQUIRED_COLUMNS if columns.get(c) is None]
+        if missing:
+            raise ValueError(f"missing required step column(s): {missing}")
+        return cls(rank=rank, host=host, **{k: v for k, v in columns.items() if v is not None})
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def present(self) -> tuple[str, ...]:
+        """Names of the optional columns this batch carries."""
+        return tuple(c for c in OPTIONAL_COLUMNS if getattr(self, c) is not None)
+
+    def take(self, index: npt.NDArray[Any]) -> StepColumns:
+        """Rows selected by an index or boolean mask, same rank and host."""
+        cols: dict[str, Any] = {c: getattr(self, c) for c in ALL_COLUMNS}
+        picked: dict[str, Any] = {c: (None if v is None else v[index]) for c, v in cols.items()}
+        return StepColumns(rank=self.rank, host=self.host, **picked)
+
+
+@dataclass(frozen=True, eq=False)
+class SystemSamples:
+    """About-once-a-second samples from one host (and one GPU when ``rank`` is set).
+
+    Percentages are 0-100: ``gpu_util_pct`` from NVML, ``cpu_other_pct`` the node's CPU used by
+    processes other than the trainers, ``cpu_steal_pct`` hypervisor steal from /proc/stat.
+    """
+
+    host: str
+    t_ns: IntArray
+    gpu_util_pct: FloatArray | None = None
+    cpu_other_pct: FloatArray | None = None
+    cpu_steal_pct: FloatArray | None = None
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        t = _as_int64("t_ns", self.t_ns)
+        object.__setattr__(self, "t_ns", t)
+        for name in ("gpu_util_pct", "cpu_other_pct", "cpu_steal_pct"):
+            raw = getattr(self, name)
+            if raw is None:
+                continue
+            arr = _as_float64(name, raw)
+            if len(arr) != len(t):
+                raise ValueError(f"{name}: {len(arr)} rows, expected {len(t)}")
+            object.__setattr__(self, name, arr)
+
+
+@dataclass(frozen=True)
+class PriceSegment:
+    """Price in force over [start_ns, end_ns), per GPU-hour. Segments must not overlap."""
+
+    start_ns: int
+    end_ns: int
+    usd_per_gpu_hour: Decimal | Fraction | float | int
+
+    def price(self) -> Fraction:
+        """The price as an exact fraction (a float is read as its shortest decimal repr)."""
+        value = self.usd_per_gpu_hour
+        if isinstance(value, float):
+            return Fraction(repr(value))
+        return Fraction(value)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named stretch of the run with no training steps by design (eval, checkpoint, ...)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What must stay fixed while steps are accumulated (the incremental state depends on it).
+
+    ``gpu_count`` GPUs are billed from ``allocation_start_ns``; ``world_size`` ranks share them, so
+    one rank drives ``gpu_count / world_size`` GPUs. ``peak_flops_per_gpu`` is the dense peak at the
+    run's dtype, or None when the GPU model is unknown (then MFU is unknown and all compute counts
+    as useful_compute, see docs/waste-model.md).
+    """
+
+    gpu_count: int
+    world_size: int
+    allocation_start_ns: int
+    price_segments: tuple[PriceSegment, ...] = ()
+    phases: tuple[Phase, ...] = ()
+    peak_flops_per_gpu: float | None = None
+    target_mfu: float = DEFAULT_TARGET_MFU
+    gpu_memory_bytes: int | None = None
+    dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu_count <= 0:
+            raise ValueError("gpu_count must be positive")
+        if self.world_size <= 0:
+            raise ValueError("world_size must be positive")
+        if not 0.0 < self.target_mfu <= 1.0:
+            raise ValueError("target_mfu must be in (0, 1]")
+        if self.peak_flops_per_gpu is not None and not self.peak_flops_per_gpu > 0:
+            raise ValueError("peak_flops_per_gpu must be positive or None")
+        object.__setattr__(self, "price_segments", tuple(self.price_segments))
+        object.__setattr__(self, "phases", tuple(self.phases))
+        for seg in self.price_segments:
+            if seg.end_ns <= seg.start_ns:
+                raise ValueError(f"price segment ends before it starts: {seg}")
+            if seg.price() < 0:
+                raise ValueError(f"negative price: {seg}")
+        for ph in self.phases:
+            if ph.end_ns < ph.start_ns:
+                raise ValueError(f"phase ends before it starts: {ph}")
+
+    @property
+    def gpus_per_rank(self) -> float:
+        """GPUs one rank drives: its FLOPs are measured against this many devices' peak."""
+        return self.gpu_count / self.world_size
+
+    def fingerprint(self) -> dict[str, Any]:
+        """JSON form; two configs with equal fingerprints give equal analyses of equal steps."""
+        return {
+            "gpu_count": self.gpu_count,
+            "world_size": self.world_size,
+            "allocation_start_ns": self.allocation_start_ns,
+            "price_segments": [[s.start_ns, s.end_ns, str(s.price())] for s in self.price_segments],
+            "phases": [[p.name, p.start_ns, p.end_ns] for p in self.phases],
+            "peak_flops_per_gpu": self.peak_flops_per_gpu,
+            "target_mfu": self.target_mfu,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "dtype": self.dtype,
+        }
+
+    @classmethod
+    def from_fingerprint(cls, data: Mapping[str, Any]) -> RunConfig:
+        return cls(
+            gpu_count=int(data["gpu_count"]),
+            world_size=int(data["world_size"]),
+            allocation_start_ns=int(data["allocation_start_ns"]),
+            price_segments=tuple(PriceSegment(int(a), int(b), Fraction(p)) for a, b, p in data["price_segments"]),
+            phases=tuple(Phase(str(n), int(a), int(b)) for n, a, b in data["phases"]),
+            peak_flops_per_gpu=data["peak_flops_per_gpu"],
+            target_mfu=float(data["target_mfu"]),
+            gpu_memory_bytes=data["gpu_memory_bytes"],
+            dtype=data["dtype"],
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class RunInputs:
+    """Everything ``analyze`` needs for one run.
+
+    ``end_ns`` is the finish time, or the last sign of life of a live run. ``oom_count`` is passed
+    in because an OOM usually kills the process before a step row can say so.
+    """
+
+    config: RunConfig
+    end_ns: int
+    steps: Sequence[StepColumns] = ()
+    samples: Sequence[SystemSamples] = ()
+    recoverability: Mapping[str, float] = field(default_factory=lambda: DEFAULT_RECOVERABILITY)
+    oom_count: int = 0
+
+
+def recoverability_check(factors: Mapping[str, float]) -> dict[str, float]:
+    """Defaults overridden by ``factors``; every factor must be within [0, 1]."""
+    unknown = set(factors) - set(CATEGORIES)
+    if unknown:
+        raise ValueError(f"unknown recoverability categories: {sorted(unknown)}")
+    merged = {**DEFAULT_RECOVERABILITY, **factors}
+    for name, value in merged.items():
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"recoverability[{name}] must be within [0, 1], got {value}")
+    return merged

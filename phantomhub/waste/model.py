@@ -1,0 +1,140 @@
+"""The waste model (DESIGN.md §4): every billed GPU-second of a run in exactly one category.
+
+Pure numpy, no framework imports. Public API:
+
+- ``analyze(run: RunInputs) -> Analysis``: from-scratch analysis of one run.
+- ``RunAccumulator``: the same analysis, fed batch by batch (live runs). Its state is JSON
+  (``to_json`` / ``from_json``); ``analysis(end_ns=...)`` gives exactly what ``analyze`` gives for
+  the same rows (integer figures bit for bit, float aggregates to rounding).
+
+See docs/waste-model.md for the categories, formulas, defaults and a worked example.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+import numpy as np
+
+from phantomhub.waste.accumulator import NotAppendable, RunAccumulator
+from phantomhub.waste.finalize import HOURS_PER_MONTH, build_analysis
+from phantomhub.waste.inputs import (
+    CATEGORIES,
+    DEFAULT_RECOVERABILITY,
+    DEFAULT_TARGET_MFU,
+    STEP_CATEGORIES,
+    Phase,
+    PriceSegment,
+    RunConfig,
+    RunInputs,
+    StepColumns,
+    SystemSamples,
+    recoverability_check,
+)
+from phantomhub.waste.result import (
+    Analysis,
+    CategoryFigure,
+    Explained,
+    HostDiagnostics,
+    HostFigure,
+    IdleFigure,
+    MemoryDiagnostics,
+    RankFigure,
+    Straggler,
+    WindowSeries,
+)
+
+__all__ = [
+    "CATEGORIES",
+    "DEFAULT_RECOVERABILITY",
+    "DEFAULT_TARGET_MFU",
+    "HOURS_PER_MONTH",
+    "STEP_CATEGORIES",
+    "Analysis",
+    "CategoryFigure",
+    "Explained",
+    "HostDiagnostics",
+    "HostFigure",
+    "IdleFigure",
+    "MemoryDiagnostics",
+    "NotAppendable",
+    "Phase",
+    "PriceSegment",
+    "RankFigure",
+    "RunAccumulator",
+    "RunConfig",
+    "RunInputs",
+    "StepColumns",
+    "Straggler",
+    "SystemSamples",
+    "WindowSeries",
+    "analysis_from",
+    "analyze",
+    "recoverability_check",
+]
+
+
+def _merge_rank_batches(batches: list[StepColumns]) -> StepColumns:
+    """One rank's batches as one, rows in start order (a from-scratch run has no arrival order)."""
+    if len(batches) == 1:
+        return batches[0]
+    names = sorted({c for b in batches for c in b.present()})
+    cols: dict[str, np.ndarray | None] = {}
+    for name in ("step", "t_start_ns", "dur_ns", *names):
+        parts = []
+        for b in batches:
+            arr = getattr(b, name)
+            if arr is None:  # absent in this batch: same fill the accumulator would use
+                fill = np.nan if name == "flops" else (-1 if name.startswith("mem_") else 0)
+                arr = np.full(len(b), fill)
+            parts.append(arr)
+        cols[name] = np.concatenate(parts)
+    merged = StepColumns.from_columns(rank=batches[-1].rank, host=batches[-1].host, columns=cols)
+    return merged.take(np.argsort(merged.t_start_ns, kind="stable"))
+
+
+def _clip_to_end(cols: StepColumns, end_ns: int) -> StepColumns:
+    """Drop rows starting at or after the end and cut the rest at it (they are not billed)."""
+    keep = cols.t_start_ns < end_ns
+    if not keep.all():
+        cols = cols.take(np.flatnonzero(keep))
+    over = cols.t_start_ns + cols.dur_ns > end_ns
+    if over.any():
+        dur = np.where(over, end_ns - cols.t_start_ns, cols.dur_ns)
+        cols = StepColumns(
+            **{
+                **{c: getattr(cols, c) for c in cols.__dataclass_fields__},
+                "dur_ns": dur,
+            }
+        )
+    return cols
+
+
+def analysis_from(
+    acc: RunAccumulator,
+    *,
+    end_ns: int,
+    recoverability: Mapping[str, float] = DEFAULT_RECOVERABILITY,
+    oom_count: int = 0,
+) -> Analysis:
+    """Finish a copy of ``acc`` at ``end_ns`` and build the Analysis (``acc`` is unchanged)."""
+    factors = recoverability_check(recoverability)
+    done = acc.finished(end_ns)
+    return build_analysis(done, end_ns=end_ns, recoverability=factors, oom_count=oom_count)
+
+
+def analyze(run: RunInputs) -> Analysis:
+    """From-scratch analysis of one run."""
+    if run.end_ns < run.config.allocation_start_ns:
+        raise ValueError("end_ns is before allocation_start_ns")
+    acc = RunAccumulator(run.config)
+    by_rank: dict[int, list[StepColumns]] = defaultdict(list)
+    for batch in run.steps:
+        by_rank[batch.rank].append(batch)
+    for rank in sorted(by_rank):
+        cols = _clip_to_end(_merge_rank_batches(by_rank[rank]), run.end_ns)
+        acc.add_steps(cols, align=False)
+    for samples in run.samples:
+        acc.add_samples(samples)
+    return analysis_from(acc, end_ns=run.end_ns, recoverability=run.recoverability, oom_count=run.oom_count)

@@ -1,0 +1,482 @@
+"""Recommendations: rules over an Analysis, each with evidence, concrete fixes and a monthly saving.
+
+Pure (no framework imports). The saving is "recoverable dollars of the category at this run's
+rate": recoverable_usd / run hours x 730 h/month, i.e. what the waste would cost over a month if
+the run (or its successors) kept running like this. Rules whose waste cannot be priced separately
+(memory fragmentation, OOMs, unknown peak) carry ``estimated_saving_usd_per_month=None``.
+Thresholds live in ``Thresholds`` and are documented in docs/waste-model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from phantomhub.waste.finalize import HOURS_PER_MONTH
+from phantomhub.waste.result import Analysis, CategoryFigure, HostFigure, Straggler, to_jsonable
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a rule fires. Shares are of billed GPU-seconds unless said otherwise."""
+
+    data_stall_share: float = 0.05
+    comm_exposed_share: float = 0.05
+    host_overhead_share: float = 0.05
+    idle_share: float = 0.10
+    compute_inefficiency_share: float = 0.10
+    # Severity by share of billed time: >= high -> "high", >= medium -> "medium", else "low".
+    severity_high_share: float = 0.20
+    severity_medium_share: float = 0.10
+    # Straggler severity by the share of billed time its caused wait represents.
+    straggler_high_share: float = 0.05
+    straggler_medium_share: float = 0.02
+    fragmentation_mean: float = 0.25
+    alloc_retries_per_1k_steps: float = 1.0
+    # "Room for a larger batch" when peak memory is at most this share of capacity.
+    batch_headroom_peak_fraction: float = 0.70
+    # "nvidia-smi looks busy" when GPU util is at least this while MFU is below busy_mfu_below.
+    busy_gpu_util_pct: float = 80.0
+    busy_mfu_below: float = 0.30
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+_SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    observation: str
+    value: float | int | str | None
+    unit: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    code: str
+    title: str
+    category: str  # a waste category, or "memory" / "setup" for diagnostics without a price
+    severity: str  # high | medium | low | info
+    evidence: tuple[Evidence, ...]
+    fixes: tuple[str, ...]
+    estimated_saving_usd_per_month: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = to_jsonable(self)
+        assert isinstance(out, dict)
+        return out
+
+
+def _monthly(analysis: Analysis, recoverable_usd: float) -> float | None:
+    if analysis.run_hours <= 0:
+        return None
+    return recoverable_usd / analysis.run_hours * HOURS_PER_MONTH
+
+
+def _severity(share: float, t: Thresholds) -> str:
+    if share >= t.severity_high_share:
+        return "high"
+    if share >= t.severity_medium_share:
+        return "medium"
+    return "low"
+
+
+def _category_evidence(fig: CategoryFigure) -> list[Evidence]:
+    return [
+        Evidence(f"{fig.category} share of billed GPU time", round(fig.share, 4), "ratio"),
+        Evidence(f"{fig.category} GPU-hours", round(fig.gpu_seconds / 3600, 3), "GPU-h"),
+        Evidence(f"{fig.category} cost", fig.usd, "USD"),
+    ]
+
+
+def _mean_over_ranks(analysis: Analysis, attr: str) -> float | None:
+    values = [getattr(r, attr) for r in analysis.ranks if getattr(r, attr) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _contended(analysis: Analysis) -> list[HostFigure]:
+    return [h for h in analysis.host.hosts if h.contended]
+
+
+def _data_stall(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    fig = a.category("data_stall")
+    if fig.share < t.data_stall_share:
+        return []
+    ev = _category_evidence(fig)
+    data_ms = _mean_over_ranks(a, "data_ns_mean")
+    step_ms = _mean_over_ranks(a, "step_ns_mean")
+    if data_ms is not None and step_ms:
+        ev.append(Evidence("mean wait for the next batch per step", round(data_ms / 1e6, 2), "ms"))
+        ev.append(Evidence("share of step time waiting for data", round(data_ms / step_ms, 4), "ratio"))
+    fixes = [
+        "Raise DataLoader(num_workers=...): start at 4-8 per GPU, up to the CPU cores per GPU on the "
+        "node, and watch that CPU is not saturated.",
+        "DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True), so host-to-device copies overlap compute.",
+        "DataLoader(prefetch_factor=4) so each worker keeps batches queued through slow stretches.",
+        "DataLoader(persistent_workers=True) so workers are not re-forked at every epoch start.",
+        "Parallelise the pipeline itself: pre-tokenize or pre-decode offline, shard reads across "
+        "workers, cache the dataset on local NVMe, or move augmentation to the GPU.",
+    ]
+    if _contended(a):
+        fixes.append("Free CPU for the loader workers first: see HOST_CONTENTION.")
+    return [
+        Recommendation(
+            code="DATA_STALL",
+            title="GPUs wait for input batches",
+            category="data_stall",
+            severity=_severity(fig.share, t),
+            evidence=tuple(ev),
+            fixes=tuple(fixes),
+            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+        )
+    ]
+
+
+def _comm(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    fig = a.category("comm_exposed")
+    if fig.share < t.comm_exposed_share:
+        return []
+    ev = _category_evidence(fig)
+    comm_ms = _mean_over_ranks(a, "comm_ns_mean")
+    if comm_ms is not None:
+        ev.append(Evidence("mean exposed gradient-sync wait per step", round(comm_ms / 1e6, 2), "ms"))
+    straggler_usd = sum(s.caused_wait_usd for s in a.stragglers)
+    if straggler_usd:
+        ev.append(Evidence("of which caused by stragglers (see STRAGGLER)", round(straggler_usd, 2), "USD"))
+    fixes = (
+        "DistributedDataParallel(bucket_cap_mb=...): try 50-100 (default 25) so fewer, larger "
+        "all-reduces start earlier in backward.",
+        "Keep the sync overlapped with backward: avoid find_unused_parameters=True unless needed; "
+        "set static_graph=True and gradient_as_bucket_view=True.",
+        "With gradient accumulation, run the non-final micro-steps under model.no_sync() so "
+        "gradients are synchronised once per optimizer step.",
+        "Compress gradients when bandwidth-bound: register_comm_hook with bf16_compress_hook or PowerSGD.",
+        "Check the transport: NCCL over InfiniBand/EFA/NVLink rather than TCP sockets (NCCL_DEBUG=INFO prints it).",
+    )
+    # The straggler-caused part has its own recommendation; do not count it twice.
+    saving = max(fig.usd - straggler_usd, 0.0) * fig.recoverability
+    return [
+        Recommendation(
+            code="COMM_EXPOSED",
+            title="Gradient synchronisation is not hidden behind compute",
+            category="comm_exposed",
+            severity=_severity(fig.share, t),
+            evidence=tuple(ev),
+            fixes=fixes,
+            estimated_saving_usd_per_month=_monthly(a, saving),
+        )
+    ]
+
+
+def _straggler(a: Analysis, s: Straggler, t: Thresholds) -> Recommendation:
+    share = s.caused_wait_gpu_seconds / a.billed_gpu_seconds if a.billed_gpu_seconds else 0.0
+    severity = "high" if share >= t.straggler_high_share else "medium" if share >= t.straggler_medium_share else "low"
+    ev = [
+        Evidence(
+            f"rank {s.rank} on {s.host} is >=5% slower than the median rank in",
+            round(s.slow_step_share, 4),
+            "ratio of steps",
+        ),
+        Evidence("mean lead over the median rank when it holds the others up", round(s.excess_ns_mean / 1e6, 2), "ms"),
+        Evidence("others' comm wait attributed to it", round(s.caused_wait_gpu_seconds / 3600, 3), "GPU-h"),
+        Evidence("cost of that wait", round(s.caused_wait_usd, 2), "USD"),
+    ]
+    if s.compute_ns_mean is not None and s.median_rank_compute_ns_mean:
+        ev.append(
+            Evidence(
+                "its compute per step vs the median rank",
+                round(s.compute_ns_mean / s.median_rank_compute_ns_mean, 3),
+                "ratio",
+            )
+        )
+    data_heavy = (
+        s.data_ns_mean is not None
+        and s.median_rank_data_ns_mean is not None
+        and s.data_ns_mean > 1.5 * s.median_rank_data_ns_mean + 1e6
+    )
+    if data_heavy and s.data_ns_mean is not None:
+        ev.append(Evidence("its data wait per step", round(s.data_ns_mean / 1e6, 2), "ms"))
+    fixes = [
+        f"Inspect node {s.host}: nvidia-smi -q -d CLOCK,PERFORMANCE for thermal or power throttling, "
+        "XID/ECC errors in dmesg, a degraded PCIe or NVLink link.",
+        f"Look for other processes on {s.host} (CPU contention) and compare its data shard sizes.",
+        f"Cordon {s.host} and rerun on another node; if the slowness follows the rank rather than "
+        "the node, rebalance work per rank (pack or bucket sequence lengths).",
+    ]
+    if data_heavy:
+        fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
+    return Recommendation(
+        code="STRAGGLER",
+        title=f"Rank {s.rank} on {s.host} holds the other ranks up",
+        category="comm_exposed",
+        severity=severity,
+        evidence=tuple(ev),
+        fixes=tuple(fixes),
+        estimated_saving_usd_per_month=_monthly(a, s.caused_wait_usd * a.recoverability["comm_exposed"]),
+    )
+
+
+def _low_mfu(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    fig = a.category("compute_inefficiency")
+    if not (a.peak_known and a.flops_known) or fig.share < t.compute_inefficiency_share:
+        return []
+    ev = _category_evidence(fig)
+    ev.append(Evidence("MFU over billed time", None if a.mfu is None else round(a.mfu, 4), "ratio"))
+    ev.append(Evidence("MFU over compute time", None if a.mfu_compute is None else round(a.mfu_compute, 4), "ratio"))
+    ev.append(Evidence("target MFU", a.target_mfu, "ratio"))
+    util = a.host.gpu_util_pct_mean
+    if util is not None and util >= t.busy_gpu_util_pct and (a.mfu or 0.0) < t.busy_mfu_below:
+        ev.append(Evidence("GPU utilization looks busy (nvidia-smi) while MFU is low", round(util, 1), "%"))
+    fixes = []
+    mem = a.memory
+    if mem.peak_fraction_of_capacity is not None and mem.peak_fraction_of_capacity <= t.batch_headroom_peak_fraction:
+        ev.append(Evidence("peak memory share of GPU capacity", round(mem.peak_fraction_of_capacity, 3), "ratio"))
+        fixes.append(
+            f"Raise the micro-batch: peak memory is {mem.peak_fraction_of_capacity:.0%} of "
+            f"{(mem.capacity_bytes or 0) / GIB:.0f} GiB, and larger matmuls run closer to peak."
+        )
+    if (a.dtype or "").lower() in ("", "fp32", "float32", "tf32"):
+        fixes.append(
+            "Train in bf16 mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16)): "
+            "the tensor-core bf16 peak is many times the fp32 rate."
+        )
+    fixes += [
+        "torch.compile(model) to fuse elementwise kernels and cut launches; fused optimizers "
+        "(torch.optim.AdamW(fused=True)); FlashAttention through scaled_dot_product_attention.",
+        "Check the FLOPs you report (about 6 x parameters x tokens per step for a dense transformer): "
+        "a wrong count misstates MFU.",
+    ]
+    return [
+        Recommendation(
+            code="LOW_MFU",
+            title="Kernels run well below the target MFU",
+            category="compute_inefficiency",
+            severity=_severity(fig.share, t),
+            evidence=tuple(ev),
+            fixes=tuple(fixes),
+            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+        )
+    ]
+
+
+def _host_overhead(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    fig = a.category("host_overhead")
+    if fig.share < t.host_overhead_share:
+        return []
+    ev = _category_evidence(fig)
+    host_ms = _mean_over_ranks(a, "host_ns_mean")
+    if host_ms is not None:
+        ev.append(Evidence("mean unmeasured (host-side) time per step", round(host_ms / 1e6, 2), "ms"))
+    fixes = [
+        "Remove sync points from the step: .item(), .cpu(), printing tensors; log every N steps.",
+        "CUDA graphs for small, launch-bound steps: torch.compile(mode='reduce-overhead').",
+        "Move per-step Python work (metrics, bookkeeping) off the critical path or to a thread.",
+    ]
+    if _contended(a):
+        fixes.append("Busy CPUs on the node slow the Python loop: see HOST_CONTENTION.")
+    return [
+        Recommendation(
+            code="HOST_OVERHEAD",
+            title="Step time that no stage accounts for (Python, launches, sync points)",
+            category="host_overhead",
+            severity=_severity(fig.share, t),
+            evidence=tuple(ev),
+            fixes=tuple(fixes),
+            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+        )
+    ]
+
+
+def _host_contention(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    out = []
+    for h in _contended(a):
+        mine = [r for r in a.ranks if r.host == h.host]
+        exposed = sum(r.usd["host_overhead"] + r.usd["data_stall"] for r in mine)
+        ev = [
+            Evidence(f"CPU used by other processes on {h.host}, mean", _r(h.cpu_other_pct_mean, 1), "%"),
+            Evidence(f"CPU used by other processes on {h.host}, p95", _r(h.cpu_other_pct_p95, 1), "%"),
+            Evidence(f"CPU steal on {h.host}, mean", _r(h.cpu_steal_pct_mean, 2), "%"),
+            Evidence(f"host_overhead share of step time on {h.host}", _r(h.host_overhead_share, 4), "ratio"),
+            Evidence("host_overhead share of step time, whole run", _r(a.host.host_overhead_share, 4), "ratio"),
+            Evidence(f"host_overhead + data_stall cost of ranks on {h.host}", round(exposed, 2), "USD"),
+        ]
+        fixes = [
+            f"Find and stop background processes on {h.host} (top sorted by CPU: stray notebooks, "
+            "other jobs, heavy monitoring agents).",
+            "Pin each trainer and its DataLoader workers to the cores of its GPU's NUMA node "
+            "(numactl --cpunodebind=N --membind=N, or taskset) and set OMP_NUM_THREADS to the cores "
+            "per process.",
+        ]
+        if (h.cpu_steal_pct_mean or 0.0) >= 5.0:
+            fixes.append(
+                "CPU steal means the hypervisor hands your vCPUs to other tenants: use dedicated or "
+                "bare-metal instances, or a larger instance size."
+            )
+        share = h.host_overhead_share or 0.0
+        out.append(
+            Recommendation(
+                code="HOST_CONTENTION",
+                title=f"CPU contention on {h.host}",
+                category="host_overhead",
+                severity="medium" if share >= t.host_overhead_share else "low",
+                evidence=tuple(ev),
+                fixes=tuple(fixes),
+                estimated_saving_usd_per_month=_monthly(a, exposed * a.recoverability["host_overhead"]),
+            )
+        )
+    return out
+
+
+_IDLE_FIXES = {
+    "startup": "Shorten start-up: pre-built images, datasets cached on local disk, parallel checkpoint "
+    "loading (torch.distributed.checkpoint), and allocate GPUs only once inputs are staged.",
+    "gap": "Gaps between steps (hangs, blocking I/O, stalls): find where they cluster in the step-time "
+    "chart and check logs at those times.",
+    "teardown": "Release GPUs as soon as training ends: exit after the final checkpoint and upload artifacts from a CPU node.",
+    "no_steps": "No step telemetry: check that the agent runs on every rank.",
+}
+
+
+def _idle(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    fig = a.category("idle")
+    if fig.share < t.idle_share:
+        return []
+    ev = _category_evidence(fig)
+    fixes = []
+    for part in sorted(a.idle, key=lambda i: -i.gpu_seconds):
+        if part.gpu_seconds <= 0:
+            continue
+        ev.append(Evidence(f"idle: {part.label}", round(part.gpu_seconds / 3600, 3), "GPU-h"))
+        if part.label.startswith("phase:"):
+            name = part.label[len("phase:") :]
+            if "checkpoint" in name or "ckpt" in name or "save" in name:
+                fixes.append(
+                    f"'{name}' phases: checkpoint asynchronously "
+                    "(torch.distributed.checkpoint.async_save) so training continues while state is written."
+                )
+            else:
+                fixes.append(
+                    f"'{name}' phases: run them less often or on a subset, or asynchronously on a separate, cheaper GPU."
+                )
+        elif part.label in _IDLE_FIXES:
+            fixes.append(_IDLE_FIXES[part.label])
+    return [
+        Recommendation(
+            code="IDLE",
+            title="GPUs allocated with no training step running",
+            category="idle",
+            severity=_severity(fig.share, t),
+            evidence=tuple(ev),
+            fixes=tuple(fixes),
+            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+        )
+    ]
+
+
+def _memory(a: Analysis, t: Thresholds) -> list[Recommendation]:
+    mem = a.memory
+    out = []
+    frag = mem.fragmentation_mean
+    retries = mem.alloc_retries_per_1k_steps
+    if (frag is not None and frag >= t.fragmentation_mean) or (retries is not None and retries >= t.alloc_retries_per_1k_steps):
+        ev = [
+            Evidence("mean fragmentation (1 - allocated/reserved)", _r(frag, 3), "ratio"),
+            Evidence("allocator retries (each forces a device sync)", mem.alloc_retries_total, "count"),
+            Evidence("allocator retries per 1,000 steps", _r(retries, 2), "per 1k steps"),
+            Evidence("reserved memory, max", mem.reserved_bytes_max, "bytes"),
+            Evidence("allocated memory, max", mem.allocated_bytes_max, "bytes"),
+        ]
+        out.append(
+            Recommendation(
+                code="MEMORY_FRAGMENTATION",
+                title="The CUDA caching allocator is fragmented or retrying",
+                category="memory",
+                severity="medium" if retries is not None and retries >= t.alloc_retries_per_1k_steps else "low",
+                evidence=tuple(ev),
+                fixes=(
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the allocator grows segments "
+                    "instead of fragmenting them.",
+                    "Keep tensor shapes stable (pad or bucket variable sequence lengths) so cached blocks are reused.",
+                    "Near capacity, lower the peak with activation checkpointing (torch.utils.checkpoint).",
+                ),
+                estimated_saving_usd_per_month=None,
+            )
+        )
+    if mem.oom_count > 0:
+        out.append(
+            Recommendation(
+                code="OOM",
+                title="The run hit out-of-memory errors",
+                category="memory",
+                severity="high",
+                evidence=(
+                    Evidence("out-of-memory errors", mem.oom_count, "count"),
+                    Evidence("peak memory share of GPU capacity", _r(mem.peak_fraction_of_capacity, 3), "ratio"),
+                ),
+                fixes=(
+                    "Activation checkpointing (torch.utils.checkpoint) on the largest blocks.",
+                    "A smaller micro-batch with gradient accumulation to keep the effective batch.",
+                    "Shard optimizer state and gradients (FSDP or ZeRO) across ranks.",
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation OOMs.",
+                ),
+                estimated_saving_usd_per_month=None,
+            )
+        )
+    return out
+
+
+def _setup(a: Analysis) -> list[Recommendation]:
+    if a.peak_known and a.flops_known:
+        return []
+    missing = []
+    if not a.peak_known:
+        missing.append("the GPU model or dtype is not in the catalog")
+    if not a.flops_known:
+        missing.append("no FLOPs were reported")
+    return [
+        Recommendation(
+            code="MFU_UNKNOWN",
+            title="MFU cannot be computed, so compute inefficiency is not priced",
+            category="setup",
+            severity="info",
+            evidence=tuple(Evidence(m, None, "") for m in missing),
+            fixes=(
+                "Report the GPU model and dtype in the run metadata (or add the GPU to the catalog).",
+                "Report FLOPs per step: the agent's FLOP counter, or 6 x parameters x tokens.",
+            ),
+            estimated_saving_usd_per_month=None,
+        )
+    ]
+
+
+def _r(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def recommend(analysis: Analysis, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Recommendation, ...]:
+    """Every rule that fires, largest monthly saving first (unpriced ones last, by severity)."""
+    t = thresholds
+    recs: list[Recommendation] = [
+        *_data_stall(analysis, t),
+        *_comm(analysis, t),
+        *(_straggler(analysis, s, t) for s in analysis.stragglers),
+        *_low_mfu(analysis, t),
+        *_host_overhead(analysis, t),
+        *_host_contention(analysis, t),
+        *_idle(analysis, t),
+        *_memory(analysis, t),
+        *_setup(analysis),
+    ]
+    return tuple(
+        sorted(
+            recs,
+            key=lambda r: (
+                r.estimated_saving_usd_per_month is None,
+                -(r.estimated_saving_usd_per_month or 0.0),
+                _SEVERITY_RANK[r.severity],
+                r.code,
+            ),
+        )
+    )

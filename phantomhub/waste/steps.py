@@ -1,0 +1,202 @@
+"""Per-step attribution for one rank, vectorised: each step's billed time split into categories.
+
+A step occupies [t_start, t_start + dur), cut short at the next step's start (so no nanosecond is
+counted twice), clipped to the billed span and stripped of any phase time (eval, checkpoint),
+which belongs to idle. What is left, ``nonphase_ns``, is split:
+
+    data_ns -> data_stall, comm_ns -> comm_exposed, forward+backward+optimizer -> compute,
+    the rest (time no stage measured) -> host_overhead.
+
+When the measured stages add up to more than ``nonphase_ns`` (clock skew, or time cut off by a
+phase or the billing edges), they are scaled down in proportion and host_overhead is zero: the
+removed time is assumed to be the unmeasured tail of the step first, the stages only after it.
+
+Compute splits into useful_compute = min(compute, flops / (target_mfu x peak of the rank's GPUs))
+and compute_inefficiency = the rest, per step, so a fast step cannot hide a slow one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from phantomhub.waste.inputs import FloatArray, IntArray
+from phantomhub.waste.timeline import Coverage, PricePieces, split_exact
+
+# Column order of StepBlock.cats (STEP_CATEGORIES).
+USEFUL, INEFF, DATA, COMM, HOST = range(5)
+
+
+@dataclass(frozen=True)
+class StepContext:
+    allocation_start_ns: int
+    coverage: Coverage
+    pieces: PricePieces
+    target_mfu: float
+    # Peak FLOP/s of everything one rank drives (peak per GPU x GPUs per rank), None if unknown.
+    peak_flops_per_rank: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class StepBlock:
+    """Attribution of a run of consecutive rows of one rank."""
+
+    step: IntArray
+    t_start_ns: IntArray
+    s_ns: IntArray
+    e_ns: IntArray
+    nonphase_ns: IntArray
+    cats: IntArray  # (n, 5): useful, inefficiency, data, comm, host
+    forward_ns: IntArray
+    backward_ns: IntArray
+    optimizer_ns: IntArray
+    flops: FloatArray  # NaN where not counted
+    overrun: int  # rows whose stages were scaled down
+    clipped: int  # rows shortened by the next row, a phase or the billing edges
+
+    @property
+    def compute_ns(self) -> IntArray:
+        return self.cats[:, USEFUL] + self.cats[:, INEFF]
+
+    @property
+    def arrival_ns(self) -> IntArray:
+        """Time a rank spent before it could enter the gradient sync (all but comm)."""
+        return self.nonphase_ns - self.cats[:, COMM]
+
+
+def _col(cols: Mapping[str, IntArray | None], name: str, n: int) -> IntArray:
+    arr = cols.get(name)
+    if arr is None:
+        return np.zeros(n, dtype=np.int64)
+    return np.maximum(arr, 0)
+
+
+def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray, ctx: StepContext) -> StepBlock:
+    """Attribute rows sorted by t_start; ``next_start_ns`` is each row's successor's start."""
+    t = np.asarray(cols["t_start_ns"], dtype=np.int64)
+    n = len(t)
+    dur = np.maximum(np.asarray(cols["dur_ns"], dtype=np.int64), 0)
+    raw_end = t + dur
+    eff_end = np.minimum(raw_end, next_start_ns)
+    s = np.maximum(t, ctx.allocation_start_ns)
+    e = np.maximum(eff_end, s)
+    span = e - s
+    nonphase = span - ctx.coverage.covered_between(s, e)
+
+    stages = np.stack(
+        [
+            _col(cols, "data_ns", n),
+            _col(cols, "forward_ns", n),
+            _col(cols, "backward_ns", n),
+            _col(cols, "optimizer_ns", n),
+            _col(cols, "comm_ns", n),
+        ],
+        axis=1,
+    )
+    measured = stages.sum(axis=1)
+    over = measured > nonphase
+    if over.any():
+        factor = nonphase[over] / measured[over]
+        stages[over] = np.floor(stages[over] * factor[:, None]).astype(np.int64)
+    host = nonphase - stages.sum(axis=1)
+    bad = host < 0
+    if bad.any():  # float rounding guard: take the excess from the largest stage
+        rows = np.flatnonzero(bad)
+        biggest = np.argmax(stages[rows], axis=1)
+        stages[rows, biggest] += host[rows]
+        host[rows] = 0
+    data, fwd, bwd, opt, comm = (stages[:, i] for i in range(5))
+    compute = fwd + bwd + opt
+
+    raw_flops = cols.get("flops")
+    flops = np.full(n, np.nan) if raw_flops is None else np.asarray(raw_flops, dtype=np.float64)
+    known = np.isfinite(flops) & (flops >= 0)
+    if ctx.peak_flops_per_rank is None:
+        useful = compute
+    else:
+        with np.errstate(invalid="ignore"):
+            need_ns = np.rint(flops * 1e9 / (ctx.target_mfu * ctx.peak_flops_per_rank))
+        capped = np.minimum(compute.astype(np.float64), np.where(known, need_ns, np.inf))
+        useful = capped.astype(np.int64)
+    cats = np.stack([useful, compute - useful, data, comm, host], axis=1)
+    return StepBlock(
+        step=np.asarray(cols["step"], dtype=np.int64),
+        t_start_ns=t,
+        s_ns=s,
+        e_ns=e,
+        nonphase_ns=nonphase,
+        cats=cats,
+        forward_ns=fwd,
+        backward_ns=bwd,
+        optimizer_ns=opt,
+        flops=np.where(known, flops, np.nan),
+        overrun=int(over.sum()),
+        clipped=int((nonphase < dur).sum()),
+    )
+
+
+def split_in_two(cats: IntArray, first_ns: IntArray) -> IntArray:
+    """Share of each row's categories that falls before a price change, ``first_ns`` in total.
+
+    Largest remainder per row, in exact integer arithmetic (Python ints: value x weight can pass
+    2**63). The rest of the row goes after the change, so row and piece totals both stay exact.
+    """
+    total = cats.sum(axis=1)
+    num = cats.astype(object) * first_ns.astype(object)[:, None]
+    den = np.maximum(total, 1).astype(object)[:, None]
+    part: IntArray = (num // den).astype(np.int64)
+    # Remainders as floats only rank the categories; ties fall to the lower category index.
+    frac = (num % den).astype(np.float64) / den.astype(np.float64)
+    short = first_ns - part.sum(axis=1)
+    order = np.argsort(-frac, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(cats.shape[1])[None, :].repeat(len(cats), axis=0), axis=1)
+    part += (rank < short[:, None]).astype(np.int64)
+    return part
+
+
+def piece_totals(block: StepBlock, pieces: PricePieces, coverage: Coverage) -> tuple[IntArray, IntArray]:
+    """Category nanoseconds of the block per price piece: (piece indexes, (n, 5) sums).
+
+    Rows inside one piece are summed in bulk. Rows that straddle a price change are cut at it so
+    each piece gets exactly the step time (outside phases) that fell inside it, with the row's
+    category mix kept on both sides: vectorised for one change, ``split_exact`` for several.
+    An index may appear more than once; add with ``np.add.at``.
+    """
+    idx_parts: list[IntArray] = []
+    val_parts: list[IntArray] = []
+    live = block.nonphase_ns > 0
+    s, e = block.s_ns, block.e_ns
+    first_piece = pieces.index(s)
+    last_piece = pieces.index(np.maximum(e - 1, s))
+    spans = np.where(live, last_piece - first_piece, 0)
+    keys = pieces.starts
+
+    def add(piece_idx: IntArray, values: IntArray) -> None:
+        # piece_idx is sorted: sum runs of equal pieces in bulk.
+        bounds = np.flatnonzero(np.diff(piece_idx, prepend=-1))
+        idx_parts.append(piece_idx[bounds])
+        val_parts.append(np.add.reduceat(values, bounds, axis=0))
+
+    simple = np.flatnonzero(live & (spans == 0))
+    if len(simple):
+        add(first_piece[simple], block.cats[simple])
+    two = np.flatnonzero(spans == 1)
+    if len(two):
+        cut = keys[first_piece[two] + 1]
+        before = coverage.uncovered_between(s[two], cut)
+        part = split_in_two(block.cats[two], before)
+        add(first_piece[two], part)
+        add(first_piece[two] + 1, block.cats[two] - part)
+    ends = pieces.ends()
+    for i in np.flatnonzero(spans > 1).tolist():
+        js = list(range(int(first_piece[i]), int(last_piece[i]) + 1))
+        weights = [coverage.uncovered(max(int(s[i]), int(keys[j])), min(int(e[i]), int(ends[j]))) for j in js]
+        parts = split_exact([int(v) for v in block.cats[i]], weights)
+        idx_parts.append(np.array(js, dtype=np.int64))
+        val_parts.append(np.array(parts, dtype=np.int64).reshape(len(js), 5))
+    if not idx_parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, 5), dtype=np.int64)
+    return np.concatenate(idx_parts), np.concatenate(val_parts)

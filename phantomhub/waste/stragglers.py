@@ -1,0 +1,176 @@
+"""Straggler attribution: whose slowness the other ranks' exposed comm time is waiting for.
+
+In data-parallel training every rank meets the others at the gradient all-reduce once per step.
+A rank's *arrival* is the step time it spent before the sync (everything but exposed comm). For
+each step number reported by two or more ranks:
+
+- the step *straggles* when the latest arrival is at least ``STRAGGLE_MIN_EXCESS`` (5%) above the
+  median arrival: below that, differences are ordinary jitter and blame would be noise;
+- in a straggling step every other rank waits ``min(its comm_ns, latest arrival - its arrival)``:
+  the sync cannot finish before the last rank arrives, and a rank cannot have waited longer than
+  the exposed comm it measured. That wait is attributed to the latest rank (split evenly when
+  several ranks tie, remainders of a nanosecond dropped), so it is a sub-attribution of
+  comm_exposed, never extra time;
+- a rank is *slow* in a step when its arrival is at least 5% above the step's median; a rank is
+  flagged a straggler when it is slow in at least ``STRAGGLER_MIN_SLOW_SHARE`` (half) of the
+  aligned steps it took part in, i.e. persistently, not by bad luck.
+
+All counters are integers, so the accumulation is exact and independent of batch boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phantomhub.waste.inputs import IntArray
+
+STRAGGLE_MIN_EXCESS = 0.05
+STRAGGLER_MIN_SLOW_SHARE = 0.5
+
+
+@dataclass
+class StragglerCounters:
+    """Per-rank integer totals over aligned steps."""
+
+    aligned_steps: int = 0  # steps this rank shared with at least one other rank
+    slow_steps: int = 0  # of which it arrived >= 5% after the median
+    blamed_steps: int = 0  # straggling steps in which it arrived last
+    caused_wait_ns: int = 0  # others' comm wait attributed to it (rank-ns)
+    waited_ns: int = 0  # its own comm wait attributed to someone else
+    excess2_ns: int = 0  # 2 x sum over blamed steps of (its arrival - median arrival)
+
+    def to_json(self) -> list[int]:
+        return [
+            self.aligned_steps,
+            self.slow_steps,
+            self.blamed_steps,
+            self.caused_wait_ns,
+            self.waited_ns,
+            self.excess2_ns,
+        ]
+
+    @classmethod
+    def from_json(cls, data: list[int]) -> StragglerCounters:
+        return cls(*(int(x) for x in data))
+
+
+@dataclass
+class AlignedRows:
+    """Rows waiting to be aligned across ranks (steps not yet known to be complete)."""
+
+    step: list[IntArray] = field(default_factory=list)
+    arrival: list[IntArray] = field(default_factory=list)
+    comm: list[IntArray] = field(default_factory=list)
+
+    def add(self, step: IntArray, arrival: IntArray, comm: IntArray) -> None:
+        if len(step):
+            self.step.append(step)
+            self.arrival.append(arrival)
+            self.comm.append(comm)
+
+    def arrays(self) -> tuple[IntArray, IntArray, IntArray]:
+        if not self.step:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        return (
+            np.concatenate(self.step),
+            np.concatenate(self.arrival),
+            np.concatenate(self.comm),
+        )
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.step)
+
+    def take_through(self, watermark: int) -> tuple[IntArray, IntArray, IntArray]:
+        """Remove and return rows with step <= watermark."""
+        step, arrival, comm = self.arrays()
+        done = step <= watermark
+        keep = ~done
+        self.step = [step[keep]] if keep.any() else []
+        self.arrival = [arrival[keep]] if keep.any() else []
+        self.comm = [comm[keep]] if keep.any() else []
+        return step[done], arrival[done], comm[done]
+
+
+def order_by_step_then_arrival(step: IntArray, arrival: IntArray) -> IntArray:
+    """Same order as ``np.lexsort((arrival, step))``, faster in the usual case.
+
+    The rows are one run of rising steps per rank, so a stable sort by step is a cheap merge; when
+    every step has the same number of ranks, the per-step sort by arrival is a row-wise sort of a
+    (steps x ranks) matrix. Ties keep input order either way, so both paths agree exactly.
+    """
+    by_step = np.argsort(step, kind="stable")
+    sorted_step = step[by_step]
+    starts = np.flatnonzero(np.diff(sorted_step, prepend=sorted_step[0] - 1))
+    sizes = np.diff(np.append(starts, len(step)))
+    k = int(sizes[0])
+    if not np.all(sizes == k):
+        return np.lexsort((arrival, step)).astype(np.int64)
+    grid = by_step.reshape(-1, k)
+    within = np.argsort(arrival[grid], axis=1, kind="stable")
+    return np.take_along_axis(grid, within, axis=1).ravel().astype(np.int64)
+
+
+def attribute(
+    ranks: list[int],
+    rows: list[tuple[IntArray, IntArray, IntArray]],
+    counters: dict[int, StragglerCounters],
+) -> None:
+    """Fold complete steps of every rank (``rows[i]`` belongs to ``ranks[i]``) into ``counters``."""
+    lens = [len(r[0]) for r in rows]
+    if sum(lens) == 0:
+        return
+    who = np.repeat(np.arange(len(ranks)), lens)
+    step = np.concatenate([r[0] for r in rows])
+    arrival = np.concatenate([r[1] for r in rows])
+    comm = np.concatenate([r[2] for r in rows])
+    order = order_by_step_then_arrival(step, arrival)
+    step, arrival, comm, who = step[order], arrival[order], comm[order], who[order]
+
+    starts = np.flatnonzero(np.diff(step, prepend=step[0] - 1))
+    sizes = np.diff(np.append(starts, len(step)))
+    multi = sizes >= 2
+    if not multi.any():
+        return
+    lo = starts + (sizes - 1) // 2
+    hi = starts + sizes // 2
+    median2 = arrival[lo] + arrival[hi]  # twice the median, kept integral
+    latest = arrival[starts + sizes - 1]
+    straggles = multi & (2 * latest >= (1 + STRAGGLE_MIN_EXCESS) * median2) & (latest > 0)
+
+    g_median2 = np.repeat(median2, sizes)
+    g_latest = np.repeat(latest, sizes)
+    g_multi = np.repeat(multi, sizes)
+    g_straggles = np.repeat(straggles, sizes)
+    is_latest = arrival == g_latest
+    slow = g_multi & (2 * arrival >= (1 + STRAGGLE_MIN_EXCESS) * g_median2) & (arrival > 0)
+
+    wait = np.where(g_straggles & ~is_latest, np.minimum(comm, g_latest - arrival), 0)
+    group_wait = np.add.reduceat(wait, starts)
+    tied = np.add.reduceat(is_latest.astype(np.int64), starts)
+    share = np.where(straggles, group_wait // np.maximum(tied, 1), 0)
+    blamed = g_straggles & is_latest
+    g_share = np.repeat(share, sizes)
+    g_excess2 = np.repeat(2 * latest - median2, sizes)
+
+    n = len(ranks)
+
+    def per_rank(values: IntArray) -> list[int]:
+        return [int(v) for v in np.bincount(who, weights=values, minlength=n).round()]
+
+    aligned = per_rank(g_multi.astype(np.int64))
+    slow_c = per_rank(slow.astype(np.int64))
+    blamed_c = per_rank(blamed.astype(np.int64))
+    caused = per_rank(np.where(blamed, g_share, 0))
+    waited = per_rank(wait)
+    excess2 = per_rank(np.where(blamed, g_excess2, 0))
+    for i, rank in enumerate(ranks):
+        c = counters.setdefault(rank, StragglerCounters())
+        c.aligned_steps += aligned[i]
+        c.slow_steps += slow_c[i]
+        c.blamed_steps += blamed_c[i]
+        c.caused_wait_ns += caused[i]
+        c.waited_ns += waited[i]
+        c.excess2_ns += excess2[i]
