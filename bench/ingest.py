@@ -100,7 +100,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument("--gzip", action="store_true", help="send gzip bodies, as the agent does")
-    parser.add_argument("--database-url", default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench"))
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench"),
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ingest.json"))
     args = parser.parse_args()
 
@@ -194,7 +197,9 @@ def main() -> None:
         conn.commit()
         names = [c for c in STEP_TABLE.pg_types]
         payloads = [
-            pg_copy_payload(STEP_TABLE, names, copy_run, 0, columns_validate(b, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**6))
+            pg_copy_payload(
+                STEP_TABLE, names, copy_run, 0, columns_validate(b, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**6)
+            )
             for b in batches
         ]
         cols = ", ".join(["run_id", "rank", *names])

@@ -41,11 +41,7 @@ class ProjectTokenAuthentication(authentication.BaseAuthentication):
         parts = header.split()
         if len(parts) != 2 or parts[0] != self.keyword or not parts[1].startswith(TOKEN_PREFIX):
             raise exceptions.AuthenticationFailed("Authorization must be 'Bearer phk_...'")
-        token = (
-            ApiToken.objects.select_related("project", "project__team", "user")
-            .filter(digest=token_digest(parts[1]))
-            .first()
-        )
+        token = ApiToken.objects.select_related("project", "project__team", "user").filter(digest=token_digest(parts[1])).first()
         if token is None or token.revoked_at is not None:
             raise exceptions.AuthenticationFailed("unknown or revoked token")
         self._touch(token)

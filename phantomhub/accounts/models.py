@@ -77,9 +77,7 @@ class ApiToken(models.Model):
 
     kind = models.CharField(max_length=16, choices=TokenKind.choices, default=TokenKind.PROJECT)
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="tokens")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=200, blank=True)
     prefix = models.CharField(max_length=16, db_index=True)
     digest = models.CharField(max_length=64, unique=True)
