@@ -18,6 +18,8 @@ ENTRYPOINT = (ROOT / "deploy" / "entrypoint.sh").read_text()
 def _settings_env_names() -> set[str]:
     names: set[str] = set()
     for path in (ROOT / "phantomhub").rglob("*.py"):
+        if "demo" in path.parts:  # the demo sets the agent's variables for its training runs
+            continue
         names |= set(re.findall(r'"(PHANTOMHUB_[A-Z_]+)"', path.read_text()))
     return names
 

@@ -193,9 +193,7 @@ def _grouped(kind: str, principal: Any, period: Period, only: set[Any] | None = 
             days = days.filter(run_id__in=only)
         return {row["run_id"]: _agg_figures(row, 1) for row in days.values("run_id").annotate(**AGG)}
     key = "team_id" if kind == "teams" else "project_id"
-    runs = {
-        row[key]: row["n"] for row in _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))
-    }
+    runs = {row[key]: row["n"] for row in _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))}
     rows = _project_days(principal, period).values(key).annotate(**AGG)
     return {row[key]: _agg_figures(row, runs.get(row[key], 0)) for row in rows}
 
@@ -299,11 +297,12 @@ def scope_summary(*, principal: Any, period: Period, team: Team | None = None, p
     if project is not None:
         days, run_days = days.filter(project=project), run_days.filter(project=project)
     runs = {row["project_id"]: row["n"] for row in run_days.values("project_id").annotate(n=Count("run_id", distinct=True))}
-    per_project = {row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)}
+    per_project = {
+        row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)
+    }
     names = _names("projects", set(per_project))
     top = [
-        (row["run_id"], _agg_figures(row, 1))
-        for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable")[:10]
+        (row["run_id"], _agg_figures(row, 1)) for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable")[:10]
     ]
     run_names = _names("runs", {rid for rid, _ in top})
     return {

@@ -124,12 +124,14 @@ def columns_validate(
     keys: tuple[str, ...],
     max_rows: int,
     key_defaults: dict[str, int] | None = None,
+    rising: str | None = None,
 ) -> Batch:
     """Check a columnar object `{column: [values...]}` against `spec`.
 
     `where` is the field name the object sits under (for error paths like `steps.dur_ns`);
     `keys` are the columns whose combination must be unique within the batch; a key column that
-    is absent or null takes its value from `key_defaults` (samples: device -1 = the host).
+    is absent or null takes its value from `key_defaults` (samples: device -1 = the host);
+    `rising` names a column that must strictly rise with the key (steps: t_start_ns).
     """
     if not isinstance(body, dict):
         raise ColumnError(where, "must be an object of columns")
@@ -181,4 +183,14 @@ def columns_validate(
             # Sorted rows make concurrent writers take index locks in one order (no deadlocks).
             values = {name: arr[order] for name, arr in values.items()}
             nulls = {name: mask[order] for name, mask in nulls.items()}
+    if rising is not None and n > 1:
+        column = values[rising]
+        falls = np.flatnonzero(column[1:] <= column[:-1])
+        if len(falls):
+            i = int(falls[0]) + 1
+            key = keys[-1]
+            raise ColumnError(
+                f"{where}.{rising}",
+                f"must rise with {key}: {key} {int(values[key][i])} does not start after {key} {int(values[key][i - 1])}",
+            )
     return Batch(n=n, values=values, nulls=nulls)

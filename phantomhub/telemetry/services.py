@@ -96,9 +96,13 @@ def _after_ingest(run: Run, rank: int, host: str | None, accepted: int, *, count
     Run.objects.filter(pk=run.pk).update(**updates)
 
 
-def _columns(body: Any, spec: Any, where: str, keys: tuple[str, ...], defaults: dict[str, int] | None = None) -> Batch:
+def _columns(
+    body: Any, spec: Any, where: str, keys: tuple[str, ...], defaults: dict[str, int] | None = None, rising: str | None = None
+) -> Batch:
     try:
-        return columns_validate(body, spec, where=where, keys=keys, max_rows=settings.MAX_BATCH_ROWS, key_defaults=defaults)
+        return columns_validate(
+            body, spec, where=where, keys=keys, max_rows=settings.MAX_BATCH_ROWS, key_defaults=defaults, rising=rising
+        )
     except ColumnError as exc:
         raise ApiError("invalid", str(exc), fields={exc.field: exc.message}) from None
 
@@ -120,7 +124,7 @@ def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table:
 
 
 def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> IngestResult:
-    batch = _columns(steps, STEP_COLUMNS, "steps", ("step",))
+    batch = _columns(steps, STEP_COLUMNS, "steps", ("step",), rising="t_start_ns")
     return _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=STEP_TABLE)
 
 

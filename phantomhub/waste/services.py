@@ -104,6 +104,14 @@ def run_config(run: Run, policy: Policy) -> RunConfig:
 
 
 def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray]) -> StepColumns:
+    # The model needs start times that rise with the step number. Ingest checks that inside a
+    # batch; rows of different batches that break it (a restarted job reusing step numbers) are
+    # left out here rather than failing the whole analysis.
+    t = arrays["t_start_ns"]
+    if len(t) > 1 and (np.diff(t) <= 0).any():
+        keep = np.ones(len(t), dtype=bool)
+        keep[1:] = t[1:] > np.maximum.accumulate(t)[:-1]
+        arrays = {name: values[keep] for name, values in arrays.items()}
     cols: dict[str, Any] = {"step": arrays["step"], "t_start_ns": arrays["t_start_ns"]}
     dur = arrays["dur_ns"]
     if (dur < 0).any():  # a step without dur_ns lasts until the next step starts (or 0 for the last)
@@ -191,19 +199,20 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         if fetched is None:  # a late batch landed below what was folded in: start over
             acc, rank_rows, last_step, samples_since, steps_end_ns, full = RunAccumulator(config), {}, {}, 0, 0, True
             fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
-        fresh: list[StepColumns] = fetched
+        fresh = fetched
         try:
-            for cols in fresh:
-                acc.add_steps(cols)
+            for cols, _, _ in fresh:
+                # A from-scratch pass aligns ranks once at the end (the model's rule for full runs).
+                acc.add_steps(cols, align=not full)
         except NotAppendable:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
             fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
-            for cols in fresh:
+            for cols, _, _ in fresh:
                 acc.add_steps(cols, align=False)
             samples_since, steps_end_ns = 0, 0
-        for cols in fresh:
-            rank_rows[cols.rank] = rank_rows.get(cols.rank, 0) + len(cols)
-            last_step[cols.rank] = int(cols.step[-1])
+        for cols, fetched_rows, fetched_last in fresh:
+            rank_rows[cols.rank] = rank_rows.get(cols.rank, 0) + fetched_rows
+            last_step[cols.rank] = fetched_last
             steps_end_ns = max(steps_end_ns, int((cols.t_start_ns + cols.dur_ns).max()))
         samples, samples_since = _samples(run, samples_since, hosts)
         for batch in samples:
@@ -235,9 +244,10 @@ def _fetch_new_rows(
     full: bool,
     run_id: uuid.UUID,
     hosts: dict[int, str],
-) -> list[StepColumns] | None:
-    """New rows per rank, or None when a rank's count shows rows we cannot append."""
-    out: list[StepColumns] = []
+) -> list[tuple[StepColumns, int, int]] | None:
+    """New rows per rank (columns, rows fetched, last step fetched), or None when a rank's count
+    shows rows we cannot append."""
+    out: list[tuple[StepColumns, int, int]] = []
     for rank in sorted(ranks):
         after = -1 if full else last_step.get(rank, -1)
         arrays = steps_arrays(run_id=run_id, rank=rank, after_step=after)
@@ -249,7 +259,7 @@ def _fetch_new_rows(
             else:
                 return None
         if len(arrays["step"]):
-            out.append(_step_columns(rank, hosts[rank], arrays))
+            out.append((_step_columns(rank, hosts[rank], arrays), len(arrays["step"]), int(arrays["step"][-1])))
     return out
 
 

@@ -172,6 +172,7 @@ BAD_BATCHES = [
     ("NaN", _broken(flops=[1.0, float("nan"), 1.0, 1.0]), "steps.flops"),
     ("Infinity", _broken(flops=[1.0, float("inf"), 1.0, 1.0]), "steps.flops"),
     ("a step twice in one batch", _broken(step=[0, 1, 1, 2]), "steps.step"),
+    ("start times that fall as steps rise", _broken(step=[0, 1, 3, 2]), "steps.t_start_ns"),
     ("an unknown column", _broken(gpu_temp=[1, 2, 3, 4]), "steps.gpu_temp"),
     ("no step column", _without("step"), "steps.step"),
     ("no t_start_ns column", _without("t_start_ns"), "steps.t_start_ns"),
@@ -191,9 +192,7 @@ BAD_BATCHES = [
 
 
 @pytest.mark.parametrize(("case", "body", "field"), BAD_BATCHES, ids=[c[0] for c in BAD_BATCHES])
-def test_bad_batches_get_a_400_naming_the_field_and_store_nothing(
-    owner: Tenant, case: str, body: Any, field: str
-) -> None:
+def test_bad_batches_get_a_400_naming_the_field_and_store_nothing(owner: Tenant, case: str, body: Any, field: str) -> None:
     run_id = owner.create_run()
     if case in ("NaN", "Infinity"):  # not expressible by the JSON encoder of the test client
         raw = json.dumps(body).encode()
