@@ -71,7 +71,7 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
     t0 = int(start.timestamp()) * NS
     name = f"{project}-{start:%m%d}-{index:02d}"
     run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"phantomhub-demo-fleet/{team}/{project}/{index}"))
-    body = {"id": run_id, "name": name, "tags": [pattern, "fleet"], "gpu_model": gpu, "gpu_count": world,
+    body: dict[str, Any] = {"id": run_id, "name": name, "tags": [pattern, "fleet"], "gpu_model": gpu, "gpu_count": world,
             "world_size": world, "nodes": max(1, world // 8), "provider": provider, "region": region,
             "pricing_tier": tier, "dtype": "bf16", "allocation_start": alloc.isoformat(), "started_at": start.isoformat(),
             "config": {"batch_size": int(rng.choice([8, 16, 32, 64])), "lr": float(rng.choice([1e-4, 3e-4]))},
@@ -148,7 +148,8 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
     other = 55.0 if pattern == "host" else 6.0
     run.samples.append({"rank": 0, "host": f"{project}-node-0", "samples": {
         "t_ns": sample_t.tolist(), "cpu_other_pct": rng.normal(other, 3, len(sample_t)).clip(0, 100).round(1).tolist(),
-        "cpu_steal_pct": rng.normal(2 if pattern == "host" else 0.2, 0.2, len(sample_t)).clip(0, 100).round(2).tolist()}})  # fmt: skip
+        "cpu_steal_pct": rng.normal(2 if pattern == "host" else 0.2, 0.2, len(sample_t)).clip(0, 100).round(2).tolist(),
+    }})  # fmt: skip
     if not running:
         status = "crashed" if rng.random() < 0.04 else "finished"
         run.events.append({"id": "finish", "kind": "finish", "t_ns": end_ns + int(rng.uniform(20, 120) * NS), "status": status})

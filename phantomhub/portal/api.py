@@ -30,7 +30,6 @@ from phantomhub.errors import ApiError, invalid
 from phantomhub.portal import selectors, services
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
-from phantomhub.pricing.selectors import gpu_key_for
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.telemetry.selectors import run_get_visible
@@ -287,7 +286,8 @@ def _token_row(token: ApiToken) -> dict[str, Any]:
     return {
         "id": token.pk, "prefix": token.prefix, "kind": token.kind, "name": token.name,
         "project": token.project.slug if token.project else None, "user": token.user.get_username() if token.user else None,
-        "created_at": token.created_at.isoformat(), "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
+        "created_at": token.created_at.isoformat(),
+        "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
         "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
     }  # fmt: skip
 

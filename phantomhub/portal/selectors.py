@@ -252,6 +252,10 @@ def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
     }  # fmt: skip
 
 
+def _pick(figures: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: figures[name] for name in names}
+
+
 def _categories(days: QuerySet[ProjectDay]) -> dict[str, float]:
     totals = dict.fromkeys(CATEGORIES, 0.0)
     for cats in days.values_list("categories_usd", flat=True):
@@ -276,7 +280,7 @@ def overview(*, principal: Any, period: Period) -> dict[str, Any]:
     days, previous = _project_days(principal, period), _project_days(principal, period.previous())
     run_days = _run_days(principal, period)
     by_gpu = [
-        {"gpu": row["gpu_key"] or "unknown", **{k: v for k, v in _agg_figures(row, 0).items() if k in ("gpu_hours", "cost_usd", "recoverable_usd")}}
+        {"gpu": row["gpu_key"] or "unknown", **_pick(_agg_figures(row, 0), "gpu_hours", "cost_usd", "recoverable_usd")}
         for row in run_days.values("gpu_key").annotate(**AGG)
     ]  # fmt: skip
     return {

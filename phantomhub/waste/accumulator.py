@@ -162,7 +162,8 @@ def _json_scalar(value: Any) -> int | float | None:
     item = value.item()
     if isinstance(item, float) and not np.isfinite(item):
         return None  # JSON has no NaN: an uncounted FLOPs value is stored as null
-    return item  # type: ignore[no-any-return]
+    scalar: int | float | None = item
+    return scalar
 
 
 def _pending_arrays(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
     row = row or analysis_row(run=run)
     if row is None:
         return None
+    assert row.analysed_at is not None
     result = row.result
     categories = {fig["category"]: fig for fig in result["categories"]}
     view: dict[str, Any] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from functools import cache
+
 import redis
 from celery import shared_task
 from django.conf import settings
