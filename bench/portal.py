@@ -257,7 +257,11 @@ def measure(port: int, token: str, args: argparse.Namespace) -> dict[str, Any]:
             response.read()
             times.append((time.perf_counter() - t) * 1000)
             assert response.status == 200, (name, response.status)
-        out[name] = {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "max_ms": round(max(times), 2)}
+        out[name] = {
+            "p50_ms": round(percentile(times, 50), 2),
+            "p95_ms": round(percentile(times, 95), 2),
+            "max_ms": round(max(times), 2),
+        }
         print(f"  {name}: p95 {out[name]['p95_ms']} ms", flush=True)
     return {"endpoints": out}
 

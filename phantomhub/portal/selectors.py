@@ -9,7 +9,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, DecimalField, F, Max, Q, QuerySet, Sum, Value
+from django.db.models.functions import NullIf
 
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
@@ -185,13 +186,36 @@ def _agg_figures(row: dict[str, Any], runs: int) -> dict[str, Any]:
     }
 
 
-def _grouped(kind: str, principal: Any, period: Period, only: set[Any] | None = None) -> dict[Any, dict[str, Any]]:
-    """Figures per team, project or run over the period."""
+_RUN_ORDER = {
+    "recoverable_usd": F("recoverable"),
+    "cost_usd": F("cost"),
+    "waste_share": F("waste") / NullIf(F("cost"), Value(0, output_field=DecimalField())),
+    "mfu": F("mfu_gs") / NullIf(F("mfu_known"), Value(0.0)),
+    "started_at": Max("run__started_at"),
+}
+
+
+def _grouped(
+    kind: str,
+    principal: Any,
+    period: Period,
+    only: set[Any] | None = None,
+    order: tuple[str, bool, int] | None = None,
+) -> dict[Any, dict[str, Any]]:
+    """Figures per team, project or run over the period. For runs, `order` (field, descending,
+    limit) sorts and cuts in the database, so a period with thousands of runs stays cheap."""
     if kind == "runs":
         days = _run_days(principal, period)
         if only is not None:
             days = days.filter(run_id__in=only)
-        return {row["run_id"]: _agg_figures(row, 1) for row in days.values("run_id").annotate(**AGG)}
+        rows = days.values("run_id").annotate(**AGG)
+        if order is not None:
+            field, desc, limit = order
+            key = _RUN_ORDER[field]
+            rows = rows.annotate(sort_key=key).order_by(
+                F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id"
+            )[:limit]
+        return {row["run_id"]: _agg_figures(row, 1) for row in rows}
     key = "team_id" if kind == "teams" else "project_id"
     runs = {row[key]: row["n"] for row in _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))}
     rows = _project_days(principal, period).values(key).annotate(**AGG)
@@ -211,7 +235,7 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
     if field == "started_at" and kind != "runs":
         raise invalid("sort", "started_at sorts runs only")
     previous = period.previous()
-    now = _grouped(kind, principal, period)
+    now = _grouped(kind, principal, period, order=(field, desc, limit) if kind == "runs" else None)
     rows = [{"id": group_id, **figures} for group_id, figures in now.items()]
     if field == "started_at":
         starts = dict(Run.objects.filter(pk__in=now).values_list("id", "started_at"))

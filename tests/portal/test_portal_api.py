@@ -21,7 +21,7 @@ from phantomhub.waste import services
 from phantomhub.waste.models import RunAnalysis
 from tests.conftest import Tenant
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 S = 10**9
 
 
@@ -66,8 +66,7 @@ def org(owner: Tenant, outsider: Tenant) -> dict[str, Any]:
     }
     services.analysis_sweep(inline=True)
     users = {
-        name: User.objects.create_user(name, password="pw-" + name)
-        for name in ("lead", "member", "stranger", "fin", "root")
+        name: User.objects.create_user(name, password="pw-" + name) for name in ("lead", "member", "stranger", "fin", "root")
     }
     Membership.objects.create(user=users["lead"], team=owner.project.team, role=Role.ADMIN)
     Membership.objects.create(user=users["member"], team=owner.project.team, role=Role.VIEWER)
@@ -111,11 +110,7 @@ def test_the_team_leaderboard_ranks_by_recoverable_spend_computed_from_analyses(
     for row in rows:
         assert row["recoverable_usd"] == pytest.approx(float(expected[row["key"]]), abs=0.011)
         assert row["previous"] is None and row["change"] is None
-    by_cost = (
-        _client(org["users"]["root"])
-        .get("/api/v1/portal/leaderboards/teams", {"sort": "cost_usd", "period": "7d"})
-        .json()
-    )
+    by_cost = _client(org["users"]["root"]).get("/api/v1/portal/leaderboards/teams", {"sort": "cost_usd", "period": "7d"}).json()
     assert [r["cost_usd"] for r in by_cost["rows"]] == sorted(r["cost_usd"] for r in rows)
 
 
