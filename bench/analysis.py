@@ -77,17 +77,21 @@ def main() -> None:
     step_ns = 500_000_000
 
     def batch(rank: int, first: int, n: int) -> dict[str, list[float]]:
-        slow = 1.15 if rank == 3 else 1.0
-        compute = (rng.normal(300e6, 5e6, n) * slow).astype(np.int64)
+        # Compute per rank and step (rank 3 is 15% slow); every rank then waits in the all-reduce
+        # until the slowest arrives, so fast ranks' exposed comm is the straggler's doing.
+        all_compute = np.random.default_rng(first).normal(300e6, 5e6, (args.ranks, n))
+        all_compute[3 % args.ranks] *= 1.15
+        compute = all_compute[rank].astype(np.int64)
+        comm = (all_compute.max(axis=0) - all_compute[rank] + 5e6).astype(np.int64)
         return {
             "step": list(range(first, first + n)),
             "t_start_ns": (t0 + np.arange(first, first + n) * step_ns).tolist(),
             "dur_ns": [step_ns] * n,
-            "data_ns": rng.integers(10_000_000, 60_000_000, n).tolist(),
+            "data_ns": rng.integers(10_000_000, 40_000_000, n).tolist(),
             "forward_ns": (compute // 3).tolist(),
             "backward_ns": (compute * 2 // 3).tolist(),
             "optimizer_ns": [20_000_000] * n,
-            "comm_ns": rng.integers(5_000_000, 50_000_000, n).tolist(),
+            "comm_ns": comm.tolist(),
             "flops": (0.4 * 989.4e12 * 0.3 * rng.normal(1, 0.01, n)).tolist(),
             "tokens": [8192] * n,
             "samples": [16] * n,

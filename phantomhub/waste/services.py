@@ -20,6 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import orjson
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
@@ -161,13 +162,21 @@ def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[Syste
 
 
 def _analysis_lock(run: Run) -> RunAnalysis:
-    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time."""
-    try:
-        with transaction.atomic():
-            RunAnalysis.objects.get_or_create(run=run, defaults={"project_id": run.project_id, "team_id": run.project.team_id})
-    except IntegrityError:
-        pass  # created concurrently
-    return RunAnalysis.objects.select_for_update().get(run=run)
+    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time.
+
+    The stored result is not loaded (it is about to be replaced); only the incremental state is.
+    """
+    if not RunAnalysis.objects.filter(run=run).exists():
+        try:
+            with transaction.atomic():
+                RunAnalysis.objects.create(run=run, project_id=run.project_id, team_id=run.project.team_id)
+        except IntegrityError:
+            pass  # created concurrently
+    return RunAnalysis.objects.select_for_update().defer("result", "recommendations").get(run=run)
+
+
+def _state_load(row: RunAnalysis) -> dict[str, Any] | None:
+    return None if row.state is None else dict(orjson.loads(bytes(row.state)))
 
 
 def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
@@ -185,15 +194,16 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
         acc, rank_rows, last_step, full = None, {}, {}, True
-        if row.state is not None and row.state.get("config") == config.fingerprint():
-            acc = RunAccumulator.from_json(row.state["acc"])
+        state = _state_load(row)
+        if state is not None and state.get("config") == config.fingerprint():
+            acc = RunAccumulator.from_json(state["acc"])
             rank_rows = {int(k): v for k, v in row.rank_rows.items()}
             last_step = {int(k): v for k, v in row.rank_last_step.items()}
             full = False
         if acc is None:
             acc = RunAccumulator(config)
-        samples_since = int(row.state.get("samples_t", 0)) if (row.state and not full) else 0
-        steps_end_ns = int(row.state.get("steps_end_ns", 0)) if (row.state and not full) else 0
+        samples_since = int(state.get("samples_t", 0)) if (state and not full) else 0
+        steps_end_ns = int(state.get("steps_end_ns", 0)) if (state and not full) else 0
 
         fetched = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
         if fetched is None:  # a late batch landed below what was folded in: start over
@@ -224,12 +234,10 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
         analysis = analysis_from(acc, end_ns=end_ns, recoverability=policy.recoverability, oom_count=oom_count)
         _store(row, run, analysis, seq)
-        row.state = {
-            "config": config.fingerprint(),
-            "acc": acc.to_json(),
-            "samples_t": samples_since,
-            "steps_end_ns": steps_end_ns,
-        }
+        row.state = orjson.dumps(
+            {"config": config.fingerprint(), "acc": acc.to_json(), "samples_t": samples_since, "steps_end_ns": steps_end_ns},
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )
         row.rank_rows = {str(k): v for k, v in rank_rows.items()}
         row.rank_last_step = {str(k): v for k, v in last_step.items()}
         row.save()

@@ -94,7 +94,7 @@ def test_analysing_twice_stores_the_same_result(owner: Tenant, price_36: None) -
 
 
 def _full_reanalysis(run_id: str) -> RunAnalysis:
-    RunAnalysis.objects.filter(run_id=run_id).update(state=None)
+    RunAnalysis.objects.filter(run_id=run_id).update(state=None)  # forget the incremental state
     row = services.run_analyze(run_id=uuid.UUID(run_id))
     assert row is not None
     return row
