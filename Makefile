@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --disable-pip-version-check -q
 PHANTOMHUB_PORT ?= 8000
 export PHANTOMHUB_PORT
 
-.PHONY: help venv venv-dev run serve migrate demo test test-pg test-sqlite lint fmt typecheck check bench clean
+.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-frontend lint fmt typecheck check bench screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -21,7 +21,13 @@ $(VENV)/.dev: $(VENV)/.server pyproject.toml agent/pyproject.toml
 	$(PIP) -e '.[dev]' -e './agent[torch,system]'
 	touch $@
 
+# The demo's real training runs need the agent and the CPU build of torch (not server deps).
+$(VENV)/.demo: $(VENV)/.server agent/pyproject.toml
+	$(PIP) -e './agent[torch]'
+	touch $@
+
 venv: $(VENV)/.server ## create .venv with the server's dependencies
+venv-demo: $(VENV)/.demo
 
 venv-dev: $(VENV)/.dev ## create .venv with server, agent, test and lint tools
 
@@ -33,17 +39,29 @@ var/secret.key:
 migrate: venv var/secret.key ## apply database migrations
 	$(PY) manage.py migrate --no-input
 
-demo: migrate ## seed the demo organization (idempotent)
+FRONTEND_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts -type f 2>/dev/null)
+frontend/dist/index.html: frontend/package-lock.json $(FRONTEND_SOURCES)
+	@command -v npm >/dev/null || { echo "npm (Node 20+) is needed to build the web UI"; exit 1; }
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	touch $@
+
+frontend: frontend/dist/index.html ## build the web UI into frontend/dist
+
+demo: migrate venv-demo ## seed the demo organization (idempotent)
 	$(PY) manage.py seeddemo
 
-run: demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT (SQLite, no broker)
+run: frontend demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT (SQLite, no broker)
 	$(PY) manage.py collectstatic --no-input -v 0
 	@echo "PhantomHub on http://127.0.0.1:$(PHANTOMHUB_PORT)/  (API docs: /api/docs/)"
 	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --config deploy/gunicorn_embedded.py --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
 
-test: venv-dev ## run the whole suite: everything on PostgreSQL, storage tests again on SQLite
+test: venv-dev frontend ## run the whole suite: UI unit tests, everything on PostgreSQL, storage tests again on SQLite
+	cd frontend && npm test
 	$(PY) -m pytest
 	PHANTOMHUB_TEST_BACKEND=sqlite $(PY) -m pytest -m backends -q
+
+test-frontend: frontend ## the web UI's unit tests (vitest)
+	cd frontend && npm test
 
 lint: venv-dev ## ruff check + format check
 	$(VENV)/bin/ruff check .
@@ -59,8 +77,15 @@ typecheck: venv-dev ## mypy on the server, strict mypy on the agent
 
 check: lint typecheck test ## everything CI runs
 
-bench: venv-dev ## run the benchmarks (prints figures, writes bench/results/*.json)
+bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/results/*.json)
 	$(PY) bench/ingest.py
+	$(PY) bench/analysis.py
+	$(PY) bench/waste_model.py
+	$(PY) bench/agent_overhead.py
+	$(PY) bench/portal.py --browser
+
+screenshots: frontend ## render docs/screenshots/*.png from a running server (make run first)
+	$(PY) scripts/screenshots.py http://127.0.0.1:$(PHANTOMHUB_PORT)
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

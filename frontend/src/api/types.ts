@@ -1,0 +1,371 @@
+// Shapes of the portal API (docs/portal-api.md) and the analysis it embeds. Fields the UI does
+// not rely on are typed loosely on purpose: the API may add fields, never rename them.
+
+import type { Category } from "../lib/categories";
+
+export interface TeamRef {
+  slug: string;
+  name: string;
+  role: string;
+}
+
+export interface SessionUser {
+  username: string;
+  is_finance: boolean;
+  is_org_admin: boolean;
+  teams: TeamRef[];
+}
+
+export interface Session {
+  authenticated: boolean;
+  user: SessionUser | null;
+  csrf_token: string;
+}
+
+export interface RunRow {
+  id: string;
+  name: string;
+  team: string;
+  project: string;
+  status: string;
+  gpu_model: string;
+  gpu_key: string;
+  gpu_count: number;
+  tags: string[];
+  started_at: string | null;
+  finished_at: string | null;
+  gpu_hours: number | null;
+  cost_usd: number | null;
+  waste_usd: number | null;
+  recoverable_usd: number | null;
+  waste_share: number | null;
+  mfu: number | null;
+  analysed: boolean;
+}
+
+/**
+ * A run as tables list it. The runs list gives full rows; leaderboards, the overview's worst runs
+ * and team/project top runs give figures over the period keyed by `key` (the run id).
+ */
+export type RunListItem = Partial<RunRow> & { id?: string; key?: string; name: string };
+
+export interface Page<T> {
+  count: number;
+  page: number;
+  page_size: number;
+  results: T[];
+}
+
+export interface Explained {
+  value: unknown;
+  unit: string;
+  formula: string;
+  inputs: Record<string, unknown>;
+}
+
+export interface CategoryFigure {
+  gpu_seconds: number;
+  usd: number;
+  share: number;
+  recoverability: number;
+  recoverable_usd: number;
+}
+
+export interface RankFigure {
+  rank: number;
+  host: string;
+  steps: number;
+  gpu_seconds: Record<string, number>;
+  usd: Record<string, number>;
+  step_ns_mean: number | null;
+  compute_ns_mean: number | null;
+  data_ns_mean: number | null;
+  comm_ns_mean: number | null;
+  host_ns_mean: number | null;
+  mfu_step_time: number | null;
+  tokens: number;
+  flops: number;
+  mem_peak_bytes: number | null;
+  slow_step_share: number | null;
+  caused_wait_gpu_seconds: number;
+}
+
+export interface Straggler {
+  rank: number;
+  host: string;
+  aligned_steps: number;
+  slow_step_share: number;
+  blamed_steps: number;
+  excess_ns_mean: number;
+  compute_ns_mean: number | null;
+  median_rank_compute_ns_mean: number | null;
+  data_ns_mean: number | null;
+  median_rank_data_ns_mean: number | null;
+  caused_wait_gpu_seconds: number;
+  caused_wait_usd: number;
+}
+
+export interface MemoryDiagnostics {
+  capacity_bytes: number | null;
+  peak_bytes_max: number | null;
+  peak_rank: number | null;
+  peak_fraction_of_capacity: number | null;
+  headroom_bytes: number | null;
+  reserved_bytes_max: number | null;
+  allocated_bytes_max: number | null;
+  fragmentation_mean: number | null;
+  alloc_retries_total: number | null;
+  alloc_retries_per_1k_steps: number | null;
+  oom_count: number;
+}
+
+export interface HostFigure {
+  host: string;
+  ranks: number[];
+  samples: number;
+  cpu_other_pct_mean: number | null;
+  cpu_other_pct_p95: number | null;
+  cpu_steal_pct_mean: number | null;
+  cpu_steal_pct_p95: number | null;
+  gpu_util_pct_mean: number | null;
+  host_overhead_share: number | null;
+  data_stall_share: number | null;
+  contended: boolean;
+}
+
+export interface Evidence {
+  observation: string;
+  value: number | string | null;
+  unit: string;
+}
+
+export interface Recommendation {
+  code: string;
+  title: string;
+  category: string;
+  severity: "high" | "medium" | "low" | "info" | string;
+  evidence: Evidence[];
+  fixes: string[];
+  estimated_saving_usd_per_month: number | null;
+}
+
+export interface IdleFigure {
+  label: string;
+  gpu_seconds: number;
+  usd_cents: number;
+}
+
+export interface Analysis {
+  run_id: string;
+  cost_usd: number;
+  gpu_seconds: number;
+  gpu_hours: number;
+  unpriced_gpu_seconds: number;
+  mfu: number | null;
+  mfu_step_time: number | null;
+  target_mfu: number;
+  peak_known: boolean;
+  gpu_util_pct: number | null;
+  waste_usd: number;
+  recoverable_usd: number;
+  usd_per_month_at_run_rate: number | null;
+  categories: Record<Category, CategoryFigure>;
+  idle: IdleFigure[];
+  ranks: RankFigure[];
+  stragglers: Straggler[];
+  memory: MemoryDiagnostics;
+  host: { hosts: HostFigure[]; gpu_util_pct_mean: number | null; host_overhead_share: number | null };
+  recommendations: Recommendation[];
+  warnings: string[];
+  analysed_at: string;
+  complete: boolean;
+  explain?: Record<string, Explained>;
+}
+
+export interface Series {
+  width_ns: number;
+  t_start_ns: number[];
+  steps?: number[];
+  step_ms: (number | null)[];
+  data_ms: (number | null)[];
+  forward_ms: (number | null)[];
+  backward_ms: (number | null)[];
+  optimizer_ms: (number | null)[];
+  comm_ms: (number | null)[];
+  host_ms: (number | null)[];
+  tokens_per_s: (number | null)[];
+  samples_per_s: (number | null)[];
+  mfu: (number | null)[];
+  mem_allocated_bytes: (number | null)[];
+  mem_reserved_bytes: (number | null)[];
+  mem_peak_bytes: (number | null)[];
+  gpu_util_pct: (number | null)[];
+  alloc_retries: number[];
+}
+
+export interface Phase {
+  name: string;
+  t_start_ns: number;
+  dur_ns: number;
+  rank: number | null;
+}
+
+export interface RunMeta {
+  id: string;
+  name: string;
+  team: string;
+  project: string;
+  status: string;
+  gpu_model: string;
+  gpu_key?: string;
+  gpu_count: number;
+  world_size: number;
+  nodes: number;
+  provider: string;
+  region: string;
+  pricing_tier: string;
+  dtype: string | null;
+  allocation_start: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  last_seen_at: string | null;
+  tags: string[];
+  config: Record<string, unknown>;
+  environment: Record<string, unknown>;
+  ranks: { rank: number; host: string; counters: Record<string, unknown> }[];
+}
+
+export interface RunDetail {
+  run: RunMeta;
+  analysis: Analysis | null;
+  series: Series | null;
+  phases: Phase[];
+}
+
+export interface Figures {
+  runs: number;
+  gpu_hours: number;
+  cost_usd: number;
+  waste_usd: number;
+  recoverable_usd: number;
+  waste_share: number | null;
+  mfu: number | null;
+}
+
+export interface LeaderboardRow extends Figures {
+  key: string;
+  name: string;
+  team?: string;
+  project?: string;
+  status?: string;
+  gpu_model?: string;
+  started_at?: string;
+  previous: Figures | null;
+  change: { cost_usd: number | null; recoverable_usd: number | null; waste_share: number | null; mfu: number | null } | null;
+}
+
+export interface PeriodInfo {
+  start: string;
+  end: string;
+  label?: string;
+}
+
+export interface Leaderboard {
+  period: PeriodInfo;
+  previous: PeriodInfo;
+  rows: LeaderboardRow[];
+}
+
+export interface DayFigures {
+  day: string;
+  cost_usd: number;
+  waste_usd: number;
+  recoverable_usd: number;
+  categories_usd?: Record<string, number>;
+}
+
+export interface Overview {
+  period: PeriodInfo;
+  totals: Figures;
+  previous_totals: Figures | null;
+  by_day: DayFigures[];
+  by_category: Record<string, number>;
+  by_gpu: { gpu: string; gpu_hours: number; cost_usd: number; recoverable_usd: number }[];
+  worst_runs: RunListItem[];
+}
+
+export interface EntityPage {
+  period?: PeriodInfo;
+  team?: { slug: string; name: string; [k: string]: unknown };
+  project?: { slug: string; name: string; team?: string; [k: string]: unknown };
+  totals: Figures;
+  previous_totals?: Figures | null;
+  by_day: DayFigures[];
+  by_category: Record<string, number>;
+  projects?: (Figures & { key?: string; slug?: string; name: string; team?: string })[];
+  top_runs: RunListItem[];
+}
+
+export interface FinanceRow {
+  team: string;
+  project: string;
+  runs: number;
+  gpu_hours: number;
+  cost_usd: number;
+  categories_usd: Record<string, number>;
+  waste_usd: number;
+  recoverable_usd: number;
+}
+
+export interface PriceEntry {
+  id: number;
+  gpu: string;
+  provider: string;
+  region: string;
+  tier: string;
+  usd_per_gpu_hour: string | number;
+  effective_from: string;
+  effective_to: string | null;
+  is_example: boolean;
+  note?: string;
+  updated_at?: string;
+}
+
+export interface FinanceReport {
+  month: string;
+  closed: boolean;
+  closed_at: string | null;
+  closed_by: string | null;
+  rows: FinanceRow[];
+  totals: Omit<FinanceRow, "team" | "project">;
+  price_entries: PriceEntry[];
+}
+
+export interface OrgSettings {
+  target_mfu: number;
+  recoverability: Record<string, number>;
+  crash_after_s: number;
+  defaults: { target_mfu: number; recoverability: Record<string, number> };
+}
+
+export interface ApiTokenRow {
+  id: number;
+  prefix: string;
+  kind: "project" | "personal" | string;
+  project: string | null;
+  name: string;
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+  token?: string;
+}
+
+export interface GpuSpec {
+  key: string;
+  vendor: string;
+  name: string;
+  memory_bytes: number | null;
+  peak_tflops: Record<string, number>;
+  sources: string[];
+  notes: string;
+}

@@ -1,0 +1,59 @@
+import { series } from "../test/fixtures";
+import { dailyOption, elapsedLabel, gappedPoints, measuredIndices, mfuUtilOption, pairs, stepTimeOption } from "./charts";
+import { chartPalette } from "./theme";
+
+const p = chartPalette("light");
+const T0 = 1_790_000_000e9;
+
+type S = { name: string; data: [number, number | null][]; stack?: string };
+
+describe("chart data", () => {
+  it("labels elapsed time like a clock", () => {
+    expect(elapsedLabel(0)).toBe("0:00");
+    expect(elapsedLabel(750)).toBe("12:30");
+    expect(elapsedLabel(3723)).toBe("1:02:03");
+  });
+
+  it("leaves out windows in which no step started instead of drawing them as zero", () => {
+    const s = series(4);
+    s.steps = [3, 0, 2, 1];
+    s.mfu = [0.3, 0, 0.31, 0.29];
+    expect(measuredIndices(s, s.mfu, true)).toEqual([0, 2, 3]);
+    expect(measuredIndices(s, s.mfu, false)).toEqual([0, 1, 2, 3]);
+    const values = pairs(s, s.mfu, T0, 100).map(([, v]) => v ?? NaN);
+    expect(values).toHaveLength(3);
+    [30, 31, 29].forEach((v, i) => expect(values[i]).toBeCloseTo(v));
+  });
+
+  it("breaks the line across a long gap rather than bridging it", () => {
+    const s = series(6);
+    s.t_start_ns = [0, 1, 2, 3, 60, 61].map((sec) => T0 + sec * 1e9);
+    const points = gappedPoints(s, [0, 1, 2, 3, 4, 5], () => 1, T0);
+    expect(points).toEqual([[0, 1], [1, 1], [2, 1], [3, 1], [31.5, null], [60, 1], [61, 1]]);
+  });
+
+  it("stacks only the stages the agent measured, all on the same windows", () => {
+    const s = series(3);
+    const option = stepTimeOption(s, [], T0, p) as { series: S[] };
+    const names = option.series.map((x) => x.name);
+    expect(names).toEqual(["Data wait", "Forward", "Backward", "Optimizer", "Host overhead"]);
+    expect(option.series.every((x) => x.stack === "step" && x.data.length === 3)).toBe(true);
+    expect(option.series[0].data[0]).toEqual([0, 100]);
+  });
+
+  it("draws MFU in percent next to GPU utilization with the target as a line", () => {
+    const option = mfuUtilOption(series(2), 0.5, T0, p) as { series: (S & { markLine?: { data: { yAxis: number }[] } })[] };
+    expect(option.series.map((x) => x.name)).toEqual(["GPU utilization (nvidia-smi)", "MFU"]);
+    expect(option.series[1].data[0][1]).toBeCloseTo(30);
+    expect(option.series[1].markLine?.data[0].yAxis).toBe(50);
+  });
+
+  it("shows per-category waste by day when the API gives it, else spend, waste and recoverable", () => {
+    const days = [{ day: "2026-11-01", cost_usd: 10, waste_usd: 4, recoverable_usd: 2 }];
+    expect((dailyOption(days, p) as { series: S[] }).series.map((x) => x.name)).toEqual(["Spend", "Waste", "Recoverable"]);
+    const withCats = [{ ...days[0], categories_usd: { data_stall: 1, idle: 3 } }];
+    const names = (dailyOption(withCats, p) as { series: S[] }).series.map((x) => x.name);
+    expect(names).toContain("Data stall");
+    expect(names).not.toContain("Useful compute");
+  });
+});

@@ -1,0 +1,294 @@
+// ECharts options built from API data. Pure functions of (data, palette), so they are tested
+// without a browser and every chart draws only what the API returned.
+import type { DayFigures, Phase, RankFigure, Series } from "../api/types";
+import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL, WASTE_CATEGORIES } from "./categories";
+import { formatBytes, formatDate, formatMs, formatPct, formatUsd, isNum } from "./format";
+import type { ChartPalette } from "./theme";
+
+type Option = Record<string, unknown>;
+
+// ECharts measures text for layout itself, so it needs a real font stack (not "inherit").
+export const CHART_FONT = 'Inter, ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
+
+function base(p: ChartPalette): Option {
+  return {
+    animation: false,
+    textStyle: { color: p.text, fontFamily: CHART_FONT },
+    grid: { left: 8, right: 16, top: 36, bottom: 8, containLabel: true },
+    tooltip: {
+      trigger: "axis",
+      backgroundColor: p.tooltipBg,
+      borderColor: p.tooltipBorder,
+      textStyle: { color: p.text, fontSize: 12 },
+      confine: true,
+    },
+    legend: { top: 0, left: 0, icon: "roundRect", itemWidth: 10, itemHeight: 10, textStyle: { color: p.muted, fontSize: 12 } },
+  };
+}
+
+function valueAxis(p: ChartPalette, formatter: (v: number) => string, extra: Option = {}): Option {
+  return {
+    type: "value",
+    axisLabel: { color: p.muted, formatter },
+    splitLine: { lineStyle: { color: p.grid } },
+    axisLine: { show: false },
+    ...extra,
+  };
+}
+
+/** Seconds since the start of the run as "0:00", "12:30", "1:02:03". */
+export function elapsedLabel(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = s % 60;
+  const mm = String(m).padStart(h ? 2 : 1, "0");
+  return h ? `${h}:${mm}:${String(sec).padStart(2, "0")}` : `${mm}:${String(sec).padStart(2, "0")}`;
+}
+
+function elapsedAxis(p: ChartPalette): Option {
+  return {
+    type: "value",
+    axisLabel: { color: p.muted, formatter: (v: number) => elapsedLabel(v), hideOverlap: true },
+    axisLine: { lineStyle: { color: p.axis } },
+    splitLine: { show: false },
+    min: "dataMin",
+    max: "dataMax",
+  };
+}
+
+type Point = [number, number | null];
+
+/**
+ * Indices of the windows that measured something: with `perStep`, windows in which no step
+ * started (steps = 0) carry no per-step figure and are left out rather than drawn as zero.
+ */
+export function measuredIndices(series: Series, column: readonly (number | null)[], perStep: boolean): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < series.t_start_ns.length; i += 1) {
+    if (perStep && series.steps && series.steps[i] === 0) continue;
+    if (isNum(column[i])) out.push(i);
+  }
+  return out;
+}
+
+/**
+ * [elapsed seconds, value] points at the given windows. Where the time between two measured
+ * windows is far longer than usual (a hang, a checkpoint, the start-up), a null breaks the line so
+ * the chart shows the gap instead of bridging it.
+ */
+export function gappedPoints(series: Series, indices: number[], value: (i: number) => number | null, t0Ns: number): Point[] {
+  const times = indices.map((i) => (series.t_start_ns[i] - t0Ns) / 1e9);
+  const deltas = times.slice(1).map((t, k) => t - times[k]).sort((a, b) => a - b);
+  const typical = deltas.length ? deltas[Math.floor(deltas.length / 2)] : 0;
+  const limit = Math.max((3 * series.width_ns) / 1e9, 4 * typical);
+  const out: Point[] = [];
+  indices.forEach((i, k) => {
+    if (k > 0 && times[k] - times[k - 1] > limit) out.push([(times[k] + times[k - 1]) / 2, null]);
+    out.push([times[k], value(i)]);
+  });
+  return out;
+}
+
+/** A column's measured points, scaled (e.g. ×100 for a fraction shown in %). */
+export function pairs(series: Series, column: (number | null)[], t0Ns: number, scale = 1, perStep = true): Point[] {
+  return gappedPoints(series, measuredIndices(series, column, perStep), (i) => (isNum(column[i]) ? column[i]! * scale : null), t0Ns);
+}
+
+export function hasValues(column: readonly (number | null | undefined)[] | undefined): boolean {
+  return !!column && column.some((v) => isNum(v) && v !== 0);
+}
+
+function phaseAreas(phases: Phase[], t0Ns: number, p: ChartPalette): Option | undefined {
+  if (!phases.length) return undefined;
+  return {
+    silent: true,
+    itemStyle: { color: p.accent, opacity: 0.07 },
+    label: { color: p.muted, fontSize: 10, position: "insideTop" },
+    data: phases.map((ph) => [{ name: ph.name, xAxis: (ph.t_start_ns - t0Ns) / 1e9 }, { xAxis: (ph.t_start_ns + ph.dur_ns - t0Ns) / 1e9 }]),
+  };
+}
+
+export const STEP_STAGES = [
+  { key: "data_ms", label: "Data wait", color: CATEGORY_COLOR.data_stall },
+  { key: "forward_ms", label: "Forward", color: "#2f9e6e" },
+  { key: "backward_ms", label: "Backward", color: "#5cbf8f" },
+  { key: "optimizer_ms", label: "Optimizer", color: "#9ad6b6" },
+  { key: "comm_ms", label: "Exposed comm", color: CATEGORY_COLOR.comm_exposed },
+  { key: "host_ms", label: "Host overhead", color: CATEGORY_COLOR.host_overhead },
+] as const;
+
+/** Step time split into stages per window, stacked: where each step's milliseconds go. */
+export function stepTimeOption(series: Series, phases: Phase[], t0Ns: number, p: ChartPalette): Option {
+  const stages = STEP_STAGES.filter((s) => hasValues(series[s.key]));
+  // Stacked series must share their x values: every stage at the windows that measured a step.
+  const windows = measuredIndices(series, series.step_ms, true);
+  return {
+    ...base(p),
+    tooltip: { ...(base(p).tooltip as Option), valueFormatter: (v: number) => formatMs(v) },
+    xAxis: elapsedAxis(p),
+    yAxis: valueAxis(p, (v) => (v >= 1000 ? `${+(v / 1000).toFixed(2)} s` : `${v} ms`)),
+    dataZoom: [{ type: "inside" }],
+    series: stages.map((s, i) => ({
+      name: s.label,
+      type: "line",
+      stack: "step",
+      showSymbol: false,
+      connectNulls: false,
+      lineStyle: { width: 0 },
+      areaStyle: { color: s.color, opacity: 0.85 },
+      itemStyle: { color: s.color },
+      emphasis: { focus: "series" },
+      data: gappedPoints(series, windows, (w) => series[s.key][w] ?? 0, t0Ns),
+      markArea: i === 0 ? phaseAreas(phases, t0Ns, p) : undefined,
+    })),
+  };
+}
+
+/** MFU beside GPU utilization, both in %: the gap is "busy but not working". */
+export function mfuUtilOption(series: Series, targetMfu: number | null, t0Ns: number, p: ChartPalette): Option {
+  const out: Option[] = [];
+  if (hasValues(series.gpu_util_pct)) {
+    out.push({
+      name: "GPU utilization (nvidia-smi)",
+      type: "line",
+      showSymbol: false,
+      lineStyle: { width: 1.5, color: p.muted },
+      itemStyle: { color: p.muted },
+      areaStyle: { color: p.muted, opacity: 0.08 },
+      data: pairs(series, series.gpu_util_pct, t0Ns, 1, false),
+    });
+  }
+  out.push({
+    name: "MFU",
+    type: "line",
+    showSymbol: false,
+    lineStyle: { width: 2, color: p.accent },
+    itemStyle: { color: p.accent },
+    areaStyle: { color: p.accent, opacity: 0.18 },
+    data: pairs(series, series.mfu, t0Ns, 100),
+    markLine: isNum(targetMfu)
+      ? {
+          silent: true,
+          symbol: "none",
+          lineStyle: { color: CATEGORY_COLOR.useful_compute, type: "dashed" },
+          label: { formatter: `target ${formatPct(targetMfu, 0)}`, color: p.muted, position: "insideEndTop" },
+          data: [{ yAxis: targetMfu * 100 }],
+        }
+      : undefined,
+  });
+  return {
+    ...base(p),
+    tooltip: { ...(base(p).tooltip as Option), valueFormatter: (v: number) => (isNum(v) ? `${v.toFixed(1)}%` : "–") },
+    xAxis: elapsedAxis(p),
+    yAxis: valueAxis(p, (v) => `${v}%`, { min: 0, max: (v: { max: number }) => Math.max(100, Math.ceil(v.max / 10) * 10) }),
+    dataZoom: [{ type: "inside" }],
+    series: out,
+  };
+}
+
+export function memoryOption(series: Series, capacityBytes: number | null, t0Ns: number, p: ChartPalette): Option {
+  const lines = [
+    { key: "mem_reserved_bytes" as const, label: "Reserved", color: p.accent2 },
+    { key: "mem_allocated_bytes" as const, label: "Allocated", color: p.accent },
+    { key: "mem_peak_bytes" as const, label: "Peak", color: CATEGORY_COLOR.compute_inefficiency },
+  ].filter((l) => hasValues(series[l.key]));
+  return {
+    ...base(p),
+    tooltip: { ...(base(p).tooltip as Option), valueFormatter: (v: number) => formatBytes(v) },
+    xAxis: elapsedAxis(p),
+    yAxis: valueAxis(p, (v) => formatBytes(v), { splitNumber: 4, min: 0 }),
+    dataZoom: [{ type: "inside" }],
+    series: lines.map((l, i) => ({
+      name: l.label,
+      type: "line",
+      showSymbol: false,
+      lineStyle: { width: 1.6, color: l.color },
+      itemStyle: { color: l.color },
+      data: pairs(series, series[l.key], t0Ns),
+      markLine:
+        i === 0 && isNum(capacityBytes)
+          ? {
+              silent: true,
+              symbol: "none",
+              lineStyle: { color: p.danger, type: "dashed" },
+              label: { formatter: `capacity ${formatBytes(capacityBytes)}`, color: p.muted, position: "insideEndTop" },
+              data: [{ yAxis: capacityBytes }],
+            }
+          : undefined,
+    })),
+  };
+}
+
+/** Cost per day with its waste and recoverable part; per-category stacks when the API gives them. */
+export function dailyOption(days: DayFigures[], p: ChartPalette): Option {
+  const x = days.map((d) => d.day);
+  const byCategory = days.length > 0 && days.every((d) => d.categories_usd);
+  const series: Option[] = byCategory
+    ? WASTE_CATEGORIES.map((c) => ({
+        name: CATEGORY_LABEL[c],
+        type: "bar",
+        stack: "waste",
+        barMaxWidth: 18,
+        itemStyle: { color: CATEGORY_COLOR[c] },
+        data: days.map((d) => d.categories_usd?.[c] ?? 0),
+      }))
+    : [
+        { name: "Spend", type: "bar", barMaxWidth: 18, itemStyle: { color: p.axis, borderRadius: [3, 3, 0, 0] }, data: days.map((d) => d.cost_usd) },
+        { name: "Waste", type: "line", showSymbol: false, smooth: 0.2, lineStyle: { width: 2, color: CATEGORY_COLOR.compute_inefficiency }, itemStyle: { color: CATEGORY_COLOR.compute_inefficiency }, data: days.map((d) => d.waste_usd) },
+        { name: "Recoverable", type: "line", showSymbol: false, smooth: 0.2, lineStyle: { width: 2, color: p.accent }, itemStyle: { color: p.accent }, areaStyle: { color: p.accent, opacity: 0.1 }, data: days.map((d) => d.recoverable_usd) },
+      ];
+  return {
+    ...base(p),
+    tooltip: { ...(base(p).tooltip as Option), valueFormatter: (v: number) => formatUsd(v) },
+    xAxis: {
+      type: "category",
+      data: x,
+      axisLabel: { color: p.muted, formatter: (v: string) => formatDate(v).replace(/, \d{4}$/, ""), hideOverlap: true },
+      axisLine: { lineStyle: { color: p.axis } },
+      axisTick: { show: false },
+    },
+    yAxis: valueAxis(p, (v) => formatUsd(v, { compact: true })),
+    series,
+  };
+}
+
+/** Cost per GPU model and its recoverable part, as horizontal bars. */
+export function byGpuOption(rows: { gpu: string; cost_usd: number; recoverable_usd: number }[], p: ChartPalette): Option {
+  const sorted = [...rows].sort((a, b) => a.cost_usd - b.cost_usd);
+  return {
+    ...base(p),
+    grid: { left: 8, right: 24, top: 30, bottom: 4, containLabel: true },
+    tooltip: { ...(base(p).tooltip as Option), axisPointer: { type: "shadow" }, valueFormatter: (v: number) => formatUsd(v) },
+    xAxis: valueAxis(p, (v) => formatUsd(v, { compact: true })),
+    yAxis: { type: "category", data: sorted.map((r) => r.gpu), axisLabel: { color: p.text }, axisLine: { show: false }, axisTick: { show: false } },
+    series: [
+      { name: "Spend", type: "bar", barGap: "-100%", barMaxWidth: 16, itemStyle: { color: p.axis, borderRadius: 3 }, data: sorted.map((r) => r.cost_usd) },
+      { name: "Recoverable", type: "bar", barMaxWidth: 16, itemStyle: { color: p.accent, borderRadius: 3 }, data: sorted.map((r) => r.recoverable_usd) },
+    ],
+  };
+}
+
+/** Dollars per category for each rank: a slow rank shows up as others' exposed communication. */
+export function rankOption(ranks: RankFigure[], stragglers: Set<number>, p: ChartPalette): Option {
+  return {
+    ...base(p),
+    tooltip: { ...(base(p).tooltip as Option), axisPointer: { type: "shadow" }, valueFormatter: (v: number) => formatUsd(v) },
+    xAxis: {
+      type: "category",
+      data: ranks.map((r) => (stragglers.has(r.rank) ? `rank ${r.rank} ⚠` : `rank ${r.rank}`)),
+      axisLabel: { color: p.muted, interval: "auto", hideOverlap: true },
+      axisLine: { lineStyle: { color: p.axis } },
+      axisTick: { show: false },
+    },
+    yAxis: valueAxis(p, (v) => formatUsd(v, { compact: true })),
+    series: CATEGORIES.map((c) => ({
+      name: CATEGORY_LABEL[c],
+      type: "bar",
+      stack: "rank",
+      barMaxWidth: 28,
+      itemStyle: { color: CATEGORY_COLOR[c] },
+      data: ranks.map((r) => r.usd[c] ?? 0),
+    })),
+  };
+}

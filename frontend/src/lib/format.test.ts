@@ -1,0 +1,116 @@
+import {
+  formatBytes,
+  formatDate,
+  formatDateTime,
+  formatDuration,
+  formatGpuHours,
+  formatMonth,
+  formatMs,
+  formatPct,
+  formatPctPoints,
+  formatPlain,
+  formatSi,
+  formatUsd,
+  formatUsdChange,
+  formatWithUnit,
+} from "./format";
+
+describe("money", () => {
+  it("formats dollars with cents and thousands separators", () => {
+    expect(formatUsd(1234.5)).toBe("$1,234.50");
+    expect(formatUsd(0)).toBe("$0.00");
+    expect(formatUsd(-3.456)).toBe("-$3.46");
+  });
+
+  it("shows a dash for figures that could not be computed, never a zero", () => {
+    expect(formatUsd(null)).toBe("–");
+    expect(formatUsd(undefined)).toBe("–");
+    expect(formatUsd(Number.NaN)).toBe("–");
+  });
+
+  it("compacts large amounts for axes and keeps small ones exact", () => {
+    expect(formatUsd(71_800, { compact: true })).toBe("$71.8K");
+    expect(formatUsd(2_500_000, { compact: true })).toBe("$2.5M");
+    expect(formatUsd(250, { compact: true })).toBe("$250");
+  });
+
+  it("signs changes with a real minus", () => {
+    expect(formatUsdChange(12.3)).toBe("+$12.30");
+    expect(formatUsdChange(-4)).toBe("−$4.00");
+    expect(formatUsdChange(null)).toBe("–");
+  });
+});
+
+describe("shares and percentages", () => {
+  it("turns fractions into percentages", () => {
+    expect(formatPct(0.1234)).toBe("12.3%");
+    expect(formatPct(1)).toBe("100.0%");
+    expect(formatPct(0.5, 0)).toBe("50%");
+    expect(formatPct(null)).toBe("–");
+  });
+
+  it("shows changes of a share in percentage points", () => {
+    expect(formatPctPoints(0.021)).toBe("+2.1 pp");
+    expect(formatPctPoints(-0.008)).toBe("−0.8 pp");
+    expect(formatPctPoints(0.00001)).toBe("0.0 pp");
+  });
+});
+
+describe("quantities", () => {
+  it("gives GPU-hours a precision that suits their size", () => {
+    expect(formatGpuHours(0.8117)).toBe("0.812 GPU-h");
+    expect(formatGpuHours(5.75)).toBe("5.75 GPU-h");
+    expect(formatGpuHours(26.53)).toBe("26.5 GPU-h");
+    expect(formatGpuHours(1204.4)).toBe("1,204 GPU-h");
+  });
+
+  it("formats bytes in binary units", () => {
+    expect(formatBytes(512)).toBe("512 B");
+    expect(formatBytes(85_899_345_920)).toBe("80.0 GiB");
+    expect(formatBytes(1536)).toBe("1.50 KiB");
+    expect(formatBytes(null)).toBe("–");
+  });
+
+  it("formats step times and durations", () => {
+    expect(formatMs(0.42)).toBe("0.42 ms");
+    expect(formatMs(12.34)).toBe("12.3 ms");
+    expect(formatMs(1240)).toBe("1.24 s");
+    expect(formatDuration(7500)).toBe("2 h 05 m");
+    expect(formatDuration(250)).toBe("4 m 10 s");
+    expect(formatDuration(12)).toBe("12 s");
+    expect(formatDuration(90_000)).toBe("1 d 1 h");
+  });
+
+  it("formats rates with SI prefixes", () => {
+    expect(formatSi(525_631_399_415_282, "FLOP/s")).toBe("526 TFLOP/s");
+    expect(formatSi(12_300)).toBe("12.3K");
+  });
+});
+
+describe("dates", () => {
+  it("shows dates and times in UTC, as the API gives them", () => {
+    expect(formatDate("2026-11-30")).toBe("Nov 30, 2026");
+    expect(formatDateTime("2026-11-30T22:17:20.000113Z")).toBe("Nov 30, 2026, 22:17 UTC");
+    expect(formatMonth("2026-11")).toBe("November 2026");
+    expect(formatDate(null)).toBe("–");
+  });
+});
+
+describe("explained figures", () => {
+  it("formats a figure in the unit the analysis names", () => {
+    expect(formatWithUnit(5.29, "USD")).toBe("$5.29");
+    expect(formatWithUnit(0.5312, "ratio")).toBe("0.5312 (53.1%)");
+    expect(formatWithUnit(3600, "GPU-s")).toBe("3,600.0 GPU-s (1.00 GPU-h)");
+    expect(formatWithUnit("bf16", "")).toBe("bf16");
+    expect(formatWithUnit(null, "USD")).toBe("–");
+    expect(formatWithUnit(3, "steps")).toBe("3 steps");
+  });
+
+  it("shows raw inputs exactly, big and tiny ones in exponent form", () => {
+    expect(formatPlain(1796076860000113000)).toBe("1.7961e+18");
+    expect(formatPlain(8)).toBe("8");
+    expect(formatPlain(6.52)).toBe("6.52");
+    expect(formatPlain(null)).toBe("null");
+    expect(formatPlain("bf16")).toBe("bf16");
+  });
+});

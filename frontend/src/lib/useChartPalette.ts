@@ -1,0 +1,5 @@
+import { chartPalette, useTheme, type ChartPalette } from "./theme";
+
+export function useChartPalette(): ChartPalette {
+  return chartPalette(useTheme().theme);
+}

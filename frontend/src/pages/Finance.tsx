@@ -1,0 +1,221 @@
+import { useMemo, useState } from "react";
+import { useSearchParams } from "react-router";
+
+import { apiFetch, apiUrl, ApiError } from "../api/client";
+import { useApi } from "../api/hooks";
+import { canCloseMonth, canReopenMonth, useSession } from "../api/session";
+import type { FinanceReport, FinanceRow } from "../api/types";
+import { DataTable, type Column } from "../components/DataTable";
+import { Async, Empty } from "../components/States";
+import { Card, CategoryDot, PageHeader, Stat } from "../components/ui";
+import { CATEGORIES, CATEGORY_LABEL, CATEGORY_SHORT } from "../lib/categories";
+import { formatDate, formatDateTime, formatGpuHours, formatMonth, formatNumber, formatPct, formatUsd } from "../lib/format";
+import { currentMonth, isMonth, shiftMonth, sortRows, toggleSort } from "../lib/urlState";
+
+export function financeCsvUrl(month: string): string {
+  return apiUrl(`finance/${month}.csv`);
+}
+
+function financeValue(row: FinanceRow, key: string): unknown {
+  if (key.startsWith("cat.")) return row.categories_usd[key.slice(4)] ?? null;
+  return (row as unknown as Record<string, unknown>)[key];
+}
+
+const COLUMNS: Column<FinanceRow>[] = [
+  { key: "team", header: "Team", sortable: true, render: (r) => r.team },
+  { key: "project", header: "Project", sortable: true, render: (r) => r.project },
+  { key: "runs", header: "Runs", align: "right", sortable: true, render: (r) => formatNumber(r.runs) },
+  { key: "gpu_hours", header: "GPU-hours", align: "right", sortable: true, render: (r) => formatGpuHours(r.gpu_hours) },
+  { key: "cost_usd", header: "Spend", align: "right", sortable: true, render: (r) => <strong>{formatUsd(r.cost_usd)}</strong> },
+  ...CATEGORIES.map(
+    (c): Column<FinanceRow> => ({
+      key: `cat.${c}`,
+      title: CATEGORY_LABEL[c],
+      header: (
+        <span className="cat-head" title={CATEGORY_LABEL[c]}>
+          <CategoryDot name={c} />
+          {CATEGORY_SHORT[c]}
+        </span>
+      ),
+      align: "right",
+      sortable: true,
+      className: "col-cat",
+      render: (r) => formatUsd(r.categories_usd[c] ?? 0),
+    }),
+  ),
+  { key: "waste_usd", header: "Waste", align: "right", sortable: true, render: (r) => formatUsd(r.waste_usd) },
+  { key: "recoverable_usd", header: "Recoverable", align: "right", sortable: true, render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
+];
+
+export function FinancePage() {
+  const [params, setParams] = useSearchParams();
+  const { user } = useSession();
+  const monthParam = params.get("month") ?? "";
+  const month = isMonth(monthParam) ? monthParam : currentMonth();
+  const sort = params.get("sort") || "-cost_usd";
+  const state = useApi<FinanceReport>(`finance/${month}`);
+  const [confirming, setConfirming] = useState<"close" | "reopen" | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [actionError, setActionError] = useState<string | null>(null);
+  const rows = useMemo(() => (state.data ? sortRows(state.data.rows, sort, financeValue) : []), [state.data, sort]);
+
+  const go = (patch: Record<string, string>) => {
+    const next = new URLSearchParams(params);
+    for (const [k, v] of Object.entries(patch)) {
+      if (!v || (k === "month" && v === currentMonth()) || (k === "sort" && v === "-cost_usd")) next.delete(k);
+      else next.set(k, v);
+    }
+    setParams(next);
+    setConfirming(null);
+    setActionError(null);
+  };
+
+  async function act(action: "close" | "reopen") {
+    setBusy(true);
+    setActionError(null);
+    try {
+      await apiFetch(`finance/${month}/${action}`, { method: "POST" });
+      setConfirming(null);
+      state.reload();
+    } catch (err) {
+      setActionError(err instanceof ApiError ? err.message : String(err));
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  const report = state.data;
+  return (
+    <div className="page">
+      <PageHeader
+        title="Finance review"
+        subtitle={
+          <span className="title-with-badge">
+            {formatMonth(month)}
+            {report && <span className={`badge ${report.closed ? "badge-ok" : "badge-info"}`}>{report.closed ? "closed" : "open"}</span>}
+            {report?.closed && (
+              <span className="muted small">
+                closed {formatDateTime(report.closed_at)}
+                {report.closed_by ? ` by ${report.closed_by}` : ""}
+              </span>
+            )}
+          </span>
+        }
+        actions={
+          <div className="month-picker">
+            <button type="button" className="btn btn-icon" aria-label="Previous month" onClick={() => go({ month: shiftMonth(month, -1) })}>
+              ‹
+            </button>
+            <label className="visually-hidden" htmlFor="finance-month">
+              Month
+            </label>
+            <input id="finance-month" className="input" type="month" value={month} max={currentMonth()} onChange={(e) => isMonth(e.target.value) && go({ month: e.target.value })} />
+            <button type="button" className="btn btn-icon" aria-label="Next month" disabled={month >= currentMonth()} onClick={() => go({ month: shiftMonth(month, 1) })}>
+              ›
+            </button>
+            <a className="btn" href={financeCsvUrl(month)} download={`phantomhub-finance-${month}.csv`} data-testid="finance-csv">
+              Download CSV
+            </a>
+            {report && !report.closed && canCloseMonth(user) && (
+              <button type="button" className="btn btn-primary" onClick={() => setConfirming("close")}>
+                Close month
+              </button>
+            )}
+            {report && report.closed && canReopenMonth(user) && (
+              <button type="button" className="btn" onClick={() => setConfirming("reopen")}>
+                Reopen month
+              </button>
+            )}
+          </div>
+        }
+      />
+      {confirming && (
+        <div className="callout confirm" role="alertdialog" aria-labelledby="confirm-text">
+          <span id="confirm-text">
+            {confirming === "close"
+              ? `Close ${formatMonth(month)}? Its figures are frozen: late telemetry no longer changes them.`
+              : `Reopen ${formatMonth(month)}? Its figures will follow the latest analyses again.`}
+          </span>
+          <span className="confirm-actions">
+            <button type="button" className="btn btn-primary" disabled={busy} onClick={() => act(confirming)}>
+              {confirming === "close" ? "Close month" : "Reopen month"}
+            </button>
+            <button type="button" className="btn btn-ghost" onClick={() => setConfirming(null)}>
+              Cancel
+            </button>
+          </span>
+        </div>
+      )}
+      {actionError && (
+        <div className="callout callout-bad" role="alert">
+          {actionError}
+        </div>
+      )}
+      <Async state={state} loadingRows={6}>
+        {(d) => (
+          <>
+            <div className="stats">
+              <Stat label="Spend" testId="finance-spend" value={formatUsd(d.totals.cost_usd)} sub={formatGpuHours(d.totals.gpu_hours)} />
+              <Stat label="Waste" value={formatUsd(d.totals.waste_usd)} sub={d.totals.cost_usd ? `${formatPct(d.totals.waste_usd / d.totals.cost_usd)} of spend` : undefined} />
+              <Stat label="Recoverable" tone="accent" testId="finance-recoverable" value={formatUsd(d.totals.recoverable_usd)} />
+              <Stat label="Runs" value={formatNumber(d.totals.runs)} sub={`${d.rows.length} team/project row${d.rows.length === 1 ? "" : "s"}`} />
+            </div>
+            <Card title="By team and project">
+              {d.rows.length === 0 ? (
+                <Empty title={`No spend in ${formatMonth(month)}`} />
+              ) : (
+                <DataTable
+                  caption={`Finance review ${month}`}
+                  testId="finance-table"
+                  columns={COLUMNS}
+                  rows={rows}
+                  rowKey={(r) => `${r.team}/${r.project}`}
+                  sort={sort}
+                  onSort={(key) => go({ sort: toggleSort(sort, key) })}
+                  footer={
+                    <tr className="total-row">
+                      <th scope="row" colSpan={2}>
+                        Total
+                      </th>
+                      <td className="align-right">{formatNumber(d.totals.runs)}</td>
+                      <td className="align-right">{formatGpuHours(d.totals.gpu_hours)}</td>
+                      <td className="align-right">{formatUsd(d.totals.cost_usd)}</td>
+                      {CATEGORIES.map((c) => (
+                        <td key={c} className="align-right col-cat">
+                          {formatUsd(d.totals.categories_usd?.[c] ?? 0)}
+                        </td>
+                      ))}
+                      <td className="align-right">{formatUsd(d.totals.waste_usd)}</td>
+                      <td className="align-right">{formatUsd(d.totals.recoverable_usd)}</td>
+                    </tr>
+                  }
+                />
+              )}
+            </Card>
+            <Card title="Price-book entries used" actions={<span className="muted small">the prices these figures were computed with</span>}>
+              {d.price_entries.length === 0 ? (
+                <Empty title="No prices applied this month" />
+              ) : (
+                <DataTable
+                  caption="Price entries"
+                  dense
+                  rows={d.price_entries}
+                  rowKey={(p) => String(p.id)}
+                  columns={[
+                    { key: "gpu", header: "GPU", render: (p) => p.gpu },
+                    { key: "provider", header: "Provider", render: (p) => p.provider || <span className="muted">any</span> },
+                    { key: "region", header: "Region", render: (p) => p.region || <span className="muted">any</span> },
+                    { key: "tier", header: "Tier", render: (p) => p.tier },
+                    { key: "price", header: "$/GPU-hour", align: "right", render: (p) => formatUsd(Number(p.usd_per_gpu_hour), { digits: 2 }) },
+                    { key: "from", header: "Effective", render: (p) => `${formatDate(p.effective_from)} – ${p.effective_to ? formatDate(p.effective_to) : "now"}` },
+                    { key: "ex", header: "", render: (p) => (p.is_example ? <span className="badge badge-warn">example price</span> : null) },
+                  ]}
+                />
+              )}
+            </Card>
+          </>
+        )}
+      </Async>
+    </div>
+  );
+}

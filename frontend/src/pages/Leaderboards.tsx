@@ -1,0 +1,132 @@
+import { useMemo, useState } from "react";
+import { Link, useNavigate, useSearchParams } from "react-router";
+
+import { useApi } from "../api/hooks";
+import type { Leaderboard, LeaderboardRow } from "../api/types";
+import { DataTable, type Column } from "../components/DataTable";
+import { PeriodPicker } from "../components/PeriodPicker";
+import { Async, Empty } from "../components/States";
+import { Card, Change, PageHeader, Segmented, ShareBar } from "../components/ui";
+import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
+import { DEFAULT_PERIOD, DEFAULT_SORT, isServerSort, parsePeriod, sortRows, toggleSort } from "../lib/urlState";
+
+export const KINDS = ["teams", "projects", "runs"] as const;
+const PAGE_ROWS = 100;
+export type Kind = (typeof KINDS)[number];
+
+export function entityPath(kind: Kind, key: string): string {
+  const base = kind === "teams" ? "/teams/" : kind === "projects" ? "/projects/" : "/runs/";
+  return base + encodeURIComponent(key);
+}
+
+const CHANGE_KEYS = new Set(["change.cost_usd", "change.recoverable_usd"]);
+const SORTABLE = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "name", ...CHANGE_KEYS];
+
+export function leaderboardValue(row: LeaderboardRow, key: string): unknown {
+  if (key.startsWith("change.")) return row.change?.[key.slice(7) as keyof NonNullable<LeaderboardRow["change"]>] ?? null;
+  return (row as unknown as Record<string, unknown>)[key];
+}
+
+function columns(kind: Kind): Column<LeaderboardRow>[] {
+  const cols: (Column<LeaderboardRow> | false)[] = [
+    {
+      key: "name",
+      header: kind === "teams" ? "Team" : kind === "projects" ? "Project" : "Run",
+      render: (r) => (
+        <div className="cell-main">
+          <Link to={entityPath(kind, r.key)} tabIndex={-1} className="row-link">
+            {r.name || r.key}
+          </Link>
+          {kind !== "teams" && <span className="cell-sub">{kind === "projects" ? r.team : `${r.team} / ${r.project}`}</span>}
+        </div>
+      ),
+    },
+    kind !== "runs" && { key: "runs", header: "Runs", align: "right", render: (r) => formatNumber(r.runs) },
+    { key: "gpu_hours", header: "GPU-hours", align: "right", render: (r) => formatGpuHours(r.gpu_hours) },
+    { key: "cost_usd", header: "Spend", align: "right", render: (r) => formatUsd(r.cost_usd) },
+    kind !== "runs" && { key: "change.cost_usd", header: "Δ spend", title: "change in spend", align: "right", render: (r) => <Change value={r.change?.cost_usd} kind="usd" goodWhen="down" /> },
+    { key: "waste_share", header: "Waste share", render: (r) => <ShareBar value={r.waste_share} /> },
+    { key: "mfu", header: "MFU", align: "right", render: (r) => formatPct(r.mfu) },
+    { key: "recoverable_usd", header: "Recoverable", align: "right", render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
+    kind !== "runs" && { key: "change.recoverable_usd", header: "Δ recoverable", title: "change in recoverable spend", align: "right", render: (r) => <Change value={r.change?.recoverable_usd} kind="usd" goodWhen="down" /> },
+  ];
+  return cols.filter((c): c is Column<LeaderboardRow> => !!c).map((c) => ({ ...c, sortable: SORTABLE.includes(c.key) }));
+}
+
+export function LeaderboardsPage() {
+  const [params, setParams] = useSearchParams();
+  const navigate = useNavigate();
+  const kindParam = params.get("kind");
+  const kind: Kind = (KINDS as readonly string[]).includes(kindParam ?? "") ? (kindParam as Kind) : "teams";
+  const period = parsePeriod(params.get("period"));
+  const sortParam = params.get("sort") ?? "";
+  const sort = SORTABLE.includes(sortParam.replace(/^-/, "")) ? sortParam : DEFAULT_SORT;
+
+  const apiSort = isServerSort(sort) ? sort : DEFAULT_SORT;
+  const state = useApi<Leaderboard>(`leaderboards/${kind}?period=${encodeURIComponent(period)}&sort=${encodeURIComponent(apiSort)}`);
+  const rows = useMemo(() => (state.data ? sortRows(state.data.rows, sort, leaderboardValue) : []), [state.data, sort]);
+  const [showAll, setShowAll] = useState(false);
+  const shown = showAll ? rows : rows.slice(0, PAGE_ROWS);
+
+  const update = (patch: Record<string, string>) => {
+    const next = new URLSearchParams(params);
+    for (const [k, v] of Object.entries(patch)) {
+      const isDefault = (k === "kind" && v === "teams") || (k === "period" && v === DEFAULT_PERIOD) || (k === "sort" && v === DEFAULT_SORT);
+      if (isDefault || !v) next.delete(k);
+      else next.set(k, v);
+    }
+    setParams(next);
+  };
+
+  return (
+    <div className="page">
+      <PageHeader
+        title="Leaderboards"
+        subtitle={state.data ? `${formatDate(state.data.period.start)} – ${formatDate(state.data.period.end)}, compared with ${formatDate(state.data.previous.start)} – ${formatDate(state.data.previous.end)}` : "Ranked by the spend you could win back"}
+        actions={<PeriodPicker value={period} onChange={(p) => update({ period: p })} />}
+      />
+      <Card
+        title={
+          <Segmented
+            label="Leaderboard"
+            value={kind}
+            options={[
+              { value: "teams", label: "Teams" },
+              { value: "projects", label: "Projects" },
+              { value: "runs", label: "Runs" },
+            ]}
+            onChange={(k) => update({ kind: k })}
+          />
+        }
+        actions={<span className="muted small">{state.data ? `${state.data.rows.length} ${kind}` : ""}</span>}
+      >
+        <Async state={state} loadingRows={8} isEmpty={(d) => d.rows.length === 0} empty={<Empty title={`No ${kind} with spend in this period`}>Try a longer period.</Empty>}>
+          {() => (
+            <>
+            <DataTable
+              caption={`${kind} leaderboard`}
+              testId={`leaderboard-${kind}`}
+              columns={columns(kind)}
+              rows={shown}
+              rowKey={(r) => r.key}
+              sort={sort}
+              onSort={(key) => update({ sort: toggleSort(sort, key) })}
+              onOpen={(r) => navigate(entityPath(kind, r.key))}
+            />
+            {rows.length > shown.length && (
+              <div className="pager">
+                <span className="muted">
+                  Top {shown.length} of {rows.length}
+                </span>
+                <button type="button" className="btn btn-small" onClick={() => setShowAll(true)}>
+                  Show all {rows.length}
+                </button>
+              </div>
+            )}
+            </>
+          )}
+        </Async>
+      </Card>
+    </div>
+  );
+}

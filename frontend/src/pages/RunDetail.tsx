@@ -1,0 +1,539 @@
+import { useMemo } from "react";
+import { Link, useParams } from "react-router";
+
+import { useApi } from "../api/hooks";
+import type { Analysis, Phase, RankFigure, Recommendation, RunDetail, RunMeta, Series } from "../api/types";
+import { DataTable, type Column } from "../components/DataTable";
+import { EChart } from "../components/EChart";
+import { Explain, type ExplainSource } from "../components/Explain";
+import { Async, Empty } from "../components/States";
+import { Card, CategoryBar, CategoryDot, CategoryName, PageHeader, SeverityBadge, Stat, StatusBadge } from "../components/ui";
+import { CATEGORIES, CATEGORY_LABEL, categoryLabel } from "../lib/categories";
+import { hasValues, memoryOption, mfuUtilOption, rankOption, stepTimeOption } from "../lib/charts";
+import {
+  formatBytes,
+  formatDateTime,
+  formatDuration,
+  formatGpuHours,
+  formatNsAsMs,
+  formatNumber,
+  formatPct,
+  formatUsd,
+  formatWithUnit,
+  isNum,
+} from "../lib/format";
+import { useChartPalette } from "../lib/useChartPalette";
+
+function stored(field: string, value: unknown, unit: string, formula: string, inputs: Record<string, unknown> = {}): ExplainSource {
+  return { value, unit, formula: `${field} = ${formula}`, inputs };
+}
+
+function t0Ns(run: RunMeta, series: Series | null): number {
+  const iso = run.allocation_start ?? run.started_at;
+  const ms = iso ? Date.parse(iso) : NaN;
+  if (Number.isFinite(ms)) return ms * 1e6;
+  return series?.t_start_ns[0] ?? 0;
+}
+
+function runDuration(run: RunMeta): number | null {
+  const start = run.allocation_start ?? run.started_at;
+  const end = run.finished_at ?? run.last_seen_at;
+  if (!start || !end) return null;
+  return (Date.parse(end) - Date.parse(start)) / 1000;
+}
+
+export function RunDetailPage() {
+  const { id = "" } = useParams();
+  return <RunDetailLoader key={id} id={id} />;
+}
+
+function RunDetailLoader({ id }: { id: string }) {
+  const state = useApi<RunDetail>(`runs/${encodeURIComponent(id)}`);
+  return (
+    <div className="page">
+      <Async state={state} loadingRows={8}>
+        {(d) => <RunView detail={d} />}
+      </Async>
+    </div>
+  );
+}
+
+function RunView({ detail }: { detail: RunDetail }) {
+  const { run, analysis, series, phases } = detail;
+  const duration = runDuration(run);
+  return (
+    <>
+      <PageHeader
+        crumbs={[
+          { to: `/teams/${encodeURIComponent(run.team)}`, label: run.team },
+          { to: `/projects/${encodeURIComponent(run.project)}`, label: run.project },
+        ]}
+        title={
+          <span className="title-with-badge">
+            {run.name || run.id}
+            <StatusBadge status={run.status} />
+          </span>
+        }
+        subtitle={
+          <span className="meta-line">
+            <span>
+              {run.gpu_count}× {run.gpu_model || "unknown GPU"}
+            </span>
+            {run.dtype && <span>{run.dtype}</span>}
+            <span>
+              {run.world_size} rank{run.world_size === 1 ? "" : "s"} on {run.nodes} node{run.nodes === 1 ? "" : "s"}
+            </span>
+            {(run.provider || run.region) && <span>{[run.provider, run.region].filter(Boolean).join(" · ")}</span>}
+            <span>{run.pricing_tier.replace("_", "-")}</span>
+            <span>started {formatDateTime(run.started_at)}</span>
+            {duration !== null && <span>{formatDuration(duration)} billed</span>}
+            {run.tags.map((t) => (
+              <span key={t} className="tag">
+                {t}
+              </span>
+            ))}
+          </span>
+        }
+      />
+      {analysis ? (
+        <AnalysisView run={run} analysis={analysis} series={series} phases={phases} />
+      ) : (
+        <Card>
+          <Empty title="Analysis pending">The run's telemetry is stored; its analysis appears here within a minute.</Empty>
+        </Card>
+      )}
+      <RunFacts run={run} />
+    </>
+  );
+}
+
+function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; analysis: Analysis; series: Series | null; phases: Phase[] }) {
+  const ex = a.explain ?? {};
+  const wasteShare = a.cost_usd > 0 ? a.waste_usd / a.cost_usd : null;
+  const gap = isNum(a.gpu_util_pct) && isNum(a.mfu) ? a.gpu_util_pct / 100 - a.mfu : null;
+  return (
+    <>
+      {!a.complete && <div className="notice">The analysis is catching up with newly arrived telemetry; figures may still move.</div>}
+      <div className="stats" data-testid="run-stats">
+        <Stat
+          label="Cost"
+          testId="run-cost"
+          value={formatUsd(a.cost_usd)}
+          explain={<Explain label="cost" entry={ex.cost_usd} />}
+          sub={isNum(a.usd_per_month_at_run_rate) ? `${formatUsd(a.usd_per_month_at_run_rate, { compact: true })}/month at this rate` : formatGpuHours(a.gpu_hours)}
+        />
+        <Stat label="Recoverable" tone="accent" testId="run-recoverable" value={formatUsd(a.recoverable_usd)} explain={<Explain label="recoverable spend" entry={ex.recoverable_usd} />} sub={a.cost_usd > 0 ? `${formatPct(a.recoverable_usd / a.cost_usd)} of cost` : undefined} />
+        <Stat label="Waste" testId="run-waste" value={formatUsd(a.waste_usd)} explain={<Explain label="waste" entry={ex.waste_usd} />} sub={`${formatPct(wasteShare)} of cost`} />
+        <Stat label="GPU-hours" value={formatNumber(a.gpu_hours, a.gpu_hours >= 100 ? 0 : a.gpu_hours >= 10 ? 1 : 2)} unit="GPU-h" explain={<Explain label="billed GPU time" entry={ex.billed_gpu_seconds} />} sub={a.unpriced_gpu_seconds > 0 ? `${formatGpuHours(a.unpriced_gpu_seconds / 3600)} unpriced` : `${formatNumber(a.gpu_seconds, 0)} GPU-s billed`} />
+        <Stat label="MFU" testId="run-mfu" value={formatPct(a.mfu)} explain={<Explain label="MFU" entry={ex.mfu} />} sub={`target ${formatPct(a.target_mfu, 0)}${a.peak_known ? "" : " · peak unknown"}`} />
+        <Stat
+          label="GPU utilization"
+          value={isNum(a.gpu_util_pct) ? `${a.gpu_util_pct.toFixed(1)}%` : "–"}
+          explain={<Explain label="GPU utilization" source={stored("analysis.gpu_util_pct", a.gpu_util_pct, "%", "mean of the GPU utilization samples (nvidia-smi / NVML) over the run", { hosts_with_samples: a.host.hosts.filter((h) => h.samples > 0).length })} />}
+          sub={gap !== null ? `${formatPct(gap)} busy but not working` : "no GPU samples"}
+        />
+      </div>
+
+      <Card title="Waste breakdown" id="breakdown" actions={<span className="muted small">every billed GPU-second in exactly one category</span>}>
+        <CategoryBar usd={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].usd]))} showLegend={false} height={20} />
+        <div className="breakdown-layout">
+          <div className="table-wrap">
+            <BreakdownTable a={a} />
+          </div>
+          <div>
+            <h3 className="sub-title">Idle by cause</h3>
+            {a.idle.some((i) => i.gpu_seconds > 0) ? (
+              <ul className="kv-list">
+                {a.idle
+                  .filter((i) => i.gpu_seconds > 0)
+                  .map((i) => (
+                    <li key={i.label}>
+                      <span>{i.label.replace("phase:", "phase · ")}</span>
+                      <span className="muted">{formatGpuHours(i.gpu_seconds / 3600)}</span>
+                      <span>{formatUsd(i.usd_cents / 100)}</span>
+                    </li>
+                  ))}
+              </ul>
+            ) : (
+              <p className="muted">No idle time: a step was running for all of the billed time.</p>
+            )}
+            {a.stragglers.length > 0 && (
+              <p className="muted small">
+                Exposed communication includes the other ranks' wait for {a.stragglers.length === 1 ? "a straggler" : `${a.stragglers.length} stragglers`}: see Per rank.
+              </p>
+            )}
+          </div>
+        </div>
+      </Card>
+      <Card title="Recommendations" id="recommendations" actions={<span className="muted small">{a.recommendations.length} found · savings at this run's rate</span>}>
+        {a.recommendations.length ? <Recommendations items={a.recommendations} /> : <Empty title="Nothing to fix">No rule found recoverable waste worth acting on.</Empty>}
+      </Card>
+
+      <SeriesCharts run={run} analysis={a} series={series} phases={phases} />
+      <Ranks analysis={a} />
+      <div className="grid grid-1-1">
+        <PhasesCard phases={phases} t0={t0Ns(run, series)} />
+        <HostsCard analysis={a} />
+      </div>
+      {a.warnings.length > 0 && (
+        <Card title="Data quality">
+          <ul className="warnings">
+            {a.warnings.map((w) => (
+              <li key={w}>{w}</li>
+            ))}
+          </ul>
+        </Card>
+      )}
+    </>
+  );
+}
+
+function BreakdownTable({ a }: { a: Analysis }) {
+  const ex = a.explain ?? {};
+  return (
+    <table className="table table-dense breakdown" data-testid="breakdown">
+      <caption className="visually-hidden">Cost by waste category</caption>
+      <thead>
+        <tr>
+          <th scope="col">Category</th>
+          <th scope="col" className="align-right">
+            GPU-hours
+          </th>
+          <th scope="col" className="align-right">
+            Cost
+          </th>
+          <th scope="col" className="align-right">
+            Share
+          </th>
+          <th scope="col" className="align-right">
+            Recoverability
+          </th>
+          <th scope="col" className="align-right">
+            Recoverable
+          </th>
+        </tr>
+      </thead>
+      <tbody>
+        {CATEGORIES.map((c) => {
+          const f = a.categories[c];
+          return (
+            <tr key={c} data-category={c}>
+              <td>
+                <CategoryName name={c} />
+              </td>
+              <td className="align-right nowrap">
+                {formatGpuHours(f.gpu_seconds / 3600)}
+                <Explain label={`${CATEGORY_LABEL[c]} GPU time`} entry={ex[`categories.${c}.gpu_seconds`]} />
+              </td>
+              <td className="align-right nowrap">
+                {formatUsd(f.usd)}
+                <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} />
+              </td>
+              <td className="align-right">{formatPct(f.share)}</td>
+              <td className="align-right muted">{formatPct(f.recoverability, 0)}</td>
+              <td className="align-right nowrap">
+                {formatUsd(f.recoverable_usd)}
+                <Explain label={`${CATEGORY_LABEL[c]} recoverable`} entry={ex[`categories.${c}.recoverable_usd`]} />
+              </td>
+            </tr>
+          );
+        })}
+      </tbody>
+      <tfoot>
+        <tr>
+          <th scope="row">Total</th>
+          <td className="align-right">{formatGpuHours(a.gpu_hours)}</td>
+          <td className="align-right">{formatUsd(a.cost_usd)}</td>
+          <td className="align-right">100%</td>
+          <td />
+          <td className="align-right">
+            <strong>{formatUsd(a.recoverable_usd)}</strong>
+          </td>
+        </tr>
+      </tfoot>
+    </table>
+  );
+}
+
+function Recommendations({ items }: { items: Recommendation[] }) {
+  return (
+    <ol className="recs recs-grid">
+      {items.map((r) => (
+        <li key={r.code} className="rec">
+          <div className="rec-head">
+            <CategoryDot name={r.category} />
+            <span className="rec-title">{r.title}</span>
+            <SeverityBadge severity={r.severity} />
+          </div>
+          <div className="rec-saving">
+            {isNum(r.estimated_saving_usd_per_month) ? (
+              <>
+                <strong>{formatUsd(r.estimated_saving_usd_per_month)}</strong> <span className="muted">/ month at this run's rate</span>
+                <Explain
+                  label="estimated saving"
+                  source={stored(
+                    "estimated_saving_usd_per_month",
+                    r.estimated_saving_usd_per_month,
+                    "USD",
+                    `recoverable ${categoryLabel(r.category).toLowerCase()} dollars / run hours × 730 h per month`,
+                    Object.fromEntries(r.evidence.map((e) => [e.observation, e.value])),
+                  )}
+                />
+              </>
+            ) : (
+              <span className="muted">saving not priced separately</span>
+            )}
+          </div>
+          <ul className="rec-evidence">
+            {r.evidence.map((e) => (
+              <li key={e.observation}>
+                <span className="muted">{e.observation}</span> <span>{formatWithUnit(e.value, e.unit)}</span>
+              </li>
+            ))}
+          </ul>
+          <details className="rec-fixes">
+            <summary>
+              {r.fixes.length} fix{r.fixes.length === 1 ? "" : "es"}
+            </summary>
+            <ul>
+              {r.fixes.map((f) => (
+                <li key={f}>{f}</li>
+              ))}
+            </ul>
+          </details>
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+function SeriesCharts({ run, analysis: a, series, phases }: { run: RunMeta; analysis: Analysis; series: Series | null; phases: Phase[] }) {
+  const palette = useChartPalette();
+  const t0 = t0Ns(run, series);
+  const options = useMemo(
+    () =>
+      series
+        ? {
+            step: stepTimeOption(series, phases, t0, palette),
+            mfu: mfuUtilOption(series, a.target_mfu, t0, palette),
+            memory: memoryOption(series, a.memory.capacity_bytes, t0, palette),
+          }
+        : null,
+    [series, phases, t0, palette, a.target_mfu, a.memory.capacity_bytes],
+  );
+  const ex = a.explain ?? {};
+  const m = a.memory;
+  if (!series || !options || series.t_start_ns.length === 0) {
+    return (
+      <Card title="Over the run">
+        <Empty title="No windowed series stored for this run" />
+      </Card>
+    );
+  }
+  const hasMemory = hasValues(series.mem_reserved_bytes) || hasValues(series.mem_allocated_bytes) || hasValues(series.mem_peak_bytes);
+  return (
+    <>
+      <Card title="Step-time decomposition" id="step-time" actions={<span className="muted small">mean per step in each {formatNsAsMs(series.width_ns)} window{phases.length ? " · shaded: phases" : ""}</span>}>
+        <EChart option={options.step} height={280} label="Step time by stage over the run" />
+      </Card>
+      <div className="grid grid-1-1">
+        <Card
+          title={
+            <>
+              MFU beside GPU utilization <Explain label="MFU" entry={ex.mfu} /> <Explain label="MFU over step time" entry={ex.mfu_step_time} />
+            </>
+          }
+          id="mfu"
+          actions={<span className="muted small">{hasValues(series.gpu_util_pct) ? "the gap is busy but not working" : "no GPU utilization samples"}</span>}
+        >
+          <EChart option={options.mfu} height={240} label="MFU and GPU utilization over the run" />
+        </Card>
+        <Card title="Memory" id="memory">
+          {hasMemory ? <EChart option={options.memory} height={190} label="GPU memory over the run" /> : <Empty title="No allocator statistics reported" />}
+          <ul className="kv-list kv-grid">
+            <li>
+              <span className="muted">Peak</span>
+              <span>
+                {formatBytes(m.peak_bytes_max)}
+                {isNum(m.peak_fraction_of_capacity) && <span className="muted"> ({formatPct(m.peak_fraction_of_capacity)} of {formatBytes(m.capacity_bytes)})</span>}
+                <Explain label="peak memory" source={stored("memory.peak_bytes_max", m.peak_bytes_max, "bytes", "max over ranks and steps of torch.cuda.max_memory_allocated at step end", { peak_rank: m.peak_rank, capacity_bytes: m.capacity_bytes, headroom_bytes: m.headroom_bytes })} />
+              </span>
+            </li>
+            <li>
+              <span className="muted">Fragmentation</span>
+              <span>
+                {formatPct(m.fragmentation_mean)}
+                <Explain label="fragmentation" source={stored("memory.fragmentation_mean", m.fragmentation_mean, "ratio", "mean over steps of 1 − allocated / reserved", { allocated_bytes_max: m.allocated_bytes_max, reserved_bytes_max: m.reserved_bytes_max })} />
+              </span>
+            </li>
+            <li>
+              <span className="muted">Allocator retries</span>
+              <span>
+                {formatNumber(m.alloc_retries_total)}
+                {isNum(m.alloc_retries_per_1k_steps) && <span className="muted"> ({m.alloc_retries_per_1k_steps.toFixed(2)} / 1k steps)</span>}
+              </span>
+            </li>
+            <li>
+              <span className="muted">Out-of-memory errors</span>
+              <span>{formatNumber(m.oom_count)}</span>
+            </li>
+          </ul>
+        </Card>
+      </div>
+    </>
+  );
+}
+
+function Ranks({ analysis: a }: { analysis: Analysis }) {
+  const palette = useChartPalette();
+  const stragglers = useMemo(() => new Set(a.stragglers.map((s) => s.rank)), [a.stragglers]);
+  const option = useMemo(() => rankOption(a.ranks, stragglers, palette), [a.ranks, stragglers, palette]);
+  const columns: Column<RankFigure>[] = [
+    {
+      key: "rank",
+      header: "Rank",
+      render: (r) => (
+        <span className="nowrap">
+          {r.rank}
+          {stragglers.has(r.rank) && <span className="badge badge-bad badge-inline">straggler</span>}
+        </span>
+      ),
+    },
+    { key: "host", header: "Host", render: (r) => r.host },
+    { key: "steps", header: "Steps", align: "right", render: (r) => formatNumber(r.steps) },
+    { key: "step", header: "Step", align: "right", render: (r) => formatNsAsMs(r.step_ns_mean) },
+    { key: "compute", header: "Compute", align: "right", render: (r) => formatNsAsMs(r.compute_ns_mean) },
+    { key: "data", header: "Data wait", align: "right", render: (r) => formatNsAsMs(r.data_ns_mean) },
+    { key: "comm", header: "Comm wait", align: "right", render: (r) => formatNsAsMs(r.comm_ns_mean) },
+    { key: "hostov", header: "Host", align: "right", render: (r) => formatNsAsMs(r.host_ns_mean) },
+    { key: "slow", header: "Slow steps", align: "right", render: (r) => formatPct(r.slow_step_share) },
+    { key: "caused", header: "Caused wait", align: "right", render: (r) => (r.caused_wait_gpu_seconds > 0 ? formatGpuHours(r.caused_wait_gpu_seconds / 3600) : "–") },
+    { key: "mem", header: "Peak mem", align: "right", render: (r) => formatBytes(r.mem_peak_bytes) },
+  ];
+  if (a.ranks.length === 0) return null;
+  return (
+    <Card title="Per rank" id="ranks" actions={<span className="muted small">mean per step · {a.stragglers.length ? `${a.stragglers.length} straggler${a.stragglers.length === 1 ? "" : "s"}` : "no stragglers"}</span>}>
+      {a.stragglers.map((s) => (
+        <div key={s.rank} className="callout callout-bad callout-block" data-testid="straggler">
+          <strong>
+            Rank {s.rank} on {s.host} is a straggler
+          </strong>
+          : it arrived last in {formatNumber(s.blamed_steps)} of {formatNumber(s.aligned_steps)} aligned steps ({formatPct(s.slow_step_share)} slow), {formatNsAsMs(s.excess_ns_mean)} after the median rank on average. The others waited {formatGpuHours(s.caused_wait_gpu_seconds / 3600)} for it: <strong>{formatUsd(s.caused_wait_usd)}</strong>
+          <Explain
+            label="straggler wait"
+            source={stored("stragglers[].caused_wait_usd", s.caused_wait_usd, "USD", "the exposed-communication dollars of the other ranks in the steps this rank arrived last", {
+              caused_wait_gpu_seconds: s.caused_wait_gpu_seconds,
+              blamed_steps: s.blamed_steps,
+              excess_ns_mean: s.excess_ns_mean,
+              compute_ns_mean: s.compute_ns_mean,
+              median_rank_compute_ns_mean: s.median_rank_compute_ns_mean,
+              data_ns_mean: s.data_ns_mean,
+              median_rank_data_ns_mean: s.median_rank_data_ns_mean,
+            })}
+          />
+        </div>
+      ))}
+      {a.ranks.length > 1 && <EChart option={option} height={220} label="Cost by category for each rank" />}
+      <DataTable caption="Per-rank figures" columns={columns} rows={a.ranks} rowKey={(r) => String(r.rank)} dense testId="ranks-table" />
+    </Card>
+  );
+}
+
+function PhasesCard({ phases, t0 }: { phases: Phase[]; t0: number }) {
+  return (
+    <Card title="Phases" id="phases" actions={<span className="muted small">non-step time the agent reported</span>}>
+      {phases.length === 0 ? (
+        <Empty title="No phases reported">Evaluation and checkpoint phases show here when the agent reports them.</Empty>
+      ) : (
+        <DataTable
+          caption="Phases"
+          dense
+          rows={phases}
+          rowKey={(p) => `${p.name}-${p.rank}-${p.t_start_ns}`}
+          columns={[
+            { key: "name", header: "Phase", render: (p) => p.name },
+            { key: "rank", header: "Rank", render: (p) => (p.rank === null ? "all" : String(p.rank)) },
+            { key: "at", header: "At", align: "right", render: (p) => formatDuration((p.t_start_ns - t0) / 1e9) },
+            { key: "dur", header: "Duration", align: "right", render: (p) => formatNsAsMs(p.dur_ns) },
+          ]}
+        />
+      )}
+    </Card>
+  );
+}
+
+function HostsCard({ analysis: a }: { analysis: Analysis }) {
+  const hosts = a.host.hosts;
+  return (
+    <Card title="Hosts" id="hosts" actions={<span className="muted small">CPU contention and host overhead</span>}>
+      {hosts.length === 0 ? (
+        <Empty title="No host data" />
+      ) : (
+        <DataTable
+          caption="Hosts"
+          dense
+          rows={hosts}
+          rowKey={(h) => h.host}
+          columns={[
+            {
+              key: "host",
+              header: "Host",
+              render: (h) => (
+                <span className="nowrap">
+                  {h.host}
+                  {h.contended && <span className="badge badge-warn badge-inline">contended</span>}
+                </span>
+              ),
+            },
+            { key: "ranks", header: "Ranks", render: (h) => (h.ranks.length > 4 ? `${h.ranks[0]}–${h.ranks[h.ranks.length - 1]}` : h.ranks.join(", ")) },
+            { key: "util", header: "GPU util", align: "right", render: (h) => (isNum(h.gpu_util_pct_mean) ? `${h.gpu_util_pct_mean.toFixed(0)}%` : "–") },
+            { key: "other", header: "Other CPU", align: "right", render: (h) => (isNum(h.cpu_other_pct_mean) ? `${h.cpu_other_pct_mean.toFixed(0)}%` : "–") },
+            { key: "steal", header: "Steal", align: "right", render: (h) => (isNum(h.cpu_steal_pct_mean) ? `${h.cpu_steal_pct_mean.toFixed(1)}%` : "–") },
+            { key: "hostov", header: "Host ovh.", title: "host overhead share of step time", align: "right", render: (h) => formatPct(h.host_overhead_share) },
+          ]}
+        />
+      )}
+    </Card>
+  );
+}
+
+function RunFacts({ run }: { run: RunMeta }) {
+  const counters = run.ranks.filter((r) => Object.keys(r.counters).length > 0);
+  return (
+    <Card title="Run details" id="details">
+      <dl className="facts">
+        <div>
+          <dt>Run id</dt>
+          <dd className="mono">{run.id}</dd>
+        </div>
+        <div>
+          <dt>Team / project</dt>
+          <dd>
+            <Link to={`/teams/${encodeURIComponent(run.team)}`}>{run.team}</Link> / <Link to={`/projects/${encodeURIComponent(run.project)}`}>{run.project}</Link>
+          </dd>
+        </div>
+        <div>
+          <dt>Allocation start</dt>
+          <dd>{formatDateTime(run.allocation_start)}</dd>
+        </div>
+        <div>
+          <dt>Finished</dt>
+          <dd>{run.finished_at ? formatDateTime(run.finished_at) : `last seen ${formatDateTime(run.last_seen_at)}`}</dd>
+        </div>
+        <div>
+          <dt>Ranks reporting</dt>
+          <dd>
+            {run.ranks.length} of {run.world_size}
+          </dd>
+        </div>
+      </dl>
+      {(Object.keys(run.config).length > 0 || Object.keys(run.environment).length > 0 || counters.length > 0) && (
+        <details className="raw">
+          <summary>Configuration, environment and agent counters</summary>
+          <pre>{JSON.stringify({ config: run.config, environment: run.environment, counters: Object.fromEntries(counters.map((r) => [`rank ${r.rank}`, r.counters])) }, null, 2)}</pre>
+        </details>
+      )}
+    </Card>
+  );
+}
+

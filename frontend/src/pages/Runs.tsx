@@ -1,0 +1,156 @@
+import { useMemo } from "react";
+import { useSearchParams } from "react-router";
+
+import { useApi } from "../api/hooks";
+import { useSession } from "../api/session";
+import type { GpuSpec, Page, RunRow } from "../api/types";
+import { RunTable } from "../components/RunTable";
+import { Async, Empty } from "../components/States";
+import { Card, PageHeader } from "../components/ui";
+import { formatNumber } from "../lib/format";
+import { useCommittedText } from "../lib/useDebounced";
+import {
+  activeFilterCount,
+  EMPTY_RUNS_QUERY,
+  parseRunsQuery,
+  RUN_STATUSES,
+  runsApiPath,
+  runsQueryToParams,
+  toggleSort,
+  updateRunsQuery,
+  type RunsQuery,
+} from "../lib/urlState";
+
+/** A text filter that commits to the URL a moment after typing stops (Enter commits at once). */
+function TextFilter({ id, label, value, placeholder, onCommit, options }: { id: string; label: string; value: string; placeholder?: string; onCommit: (v: string) => void; options?: string[] }) {
+  const text = useCommittedText(value, onCommit);
+  return (
+    <label className="filter" htmlFor={id}>
+      <span className="filter-label">{label}</span>
+      <input
+        id={id}
+        className="input"
+        type="search"
+        value={text.draft}
+        placeholder={placeholder}
+        list={options ? `${id}-options` : undefined}
+        onChange={(e) => text.change(e.target.value)}
+        onBlur={text.flush}
+        onKeyDown={(e) => {
+          if (e.key === "Enter") text.flush();
+        }}
+      />
+      {options && (
+        <datalist id={`${id}-options`}>
+          {options.map((o) => (
+            <option key={o} value={o} />
+          ))}
+        </datalist>
+      )}
+    </label>
+  );
+}
+
+export function RunsPage() {
+  const [params, setParams] = useSearchParams();
+  const query = useMemo(() => parseRunsQuery(params), [params]);
+  const { user } = useSession();
+  const state = useApi<Page<RunRow>>(runsApiPath(query));
+  const gpus = useApi<GpuSpec[]>("/api/v1/pricing/gpus");
+
+  const set = (patch: Partial<RunsQuery>, replace = false) => setParams(runsQueryToParams(updateRunsQuery(query, patch)), { replace });
+
+  const teams = user?.teams ?? [];
+  const filters = activeFilterCount(query);
+  const data = state.data;
+  const first = data ? (data.page - 1) * data.page_size + 1 : 0;
+  const last = data ? Math.min(data.count, data.page * data.page_size) : 0;
+  const pages = data ? Math.max(1, Math.ceil(data.count / data.page_size)) : 1;
+
+  return (
+    <div className="page">
+      <PageHeader title="Runs" subtitle={data ? `${formatNumber(data.count)} run${data.count === 1 ? "" : "s"}${filters ? ` matching ${filters} filter${filters === 1 ? "" : "s"}` : ""}` : "Every run you can see"} />
+      <Card>
+        <form className="filters" role="search" aria-label="Filter runs" onSubmit={(e) => e.preventDefault()}>
+          <TextFilter id="f-q" label="Search" value={query.q} placeholder="Run name…" onCommit={(v) => set({ q: v }, true)} />
+          {teams.length > 0 && !user?.is_org_admin && !user?.is_finance ? (
+            <label className="filter" htmlFor="f-team">
+              <span className="filter-label">Team</span>
+              <select id="f-team" className="select" value={query.team} onChange={(e) => set({ team: e.target.value })}>
+                <option value="">All teams</option>
+                {query.team && !teams.some((t) => t.slug === query.team) && <option value={query.team}>{query.team}</option>}
+                {teams.map((t) => (
+                  <option key={t.slug} value={t.slug}>
+                    {t.name}
+                  </option>
+                ))}
+              </select>
+            </label>
+          ) : (
+            <TextFilter id="f-team" label="Team" value={query.team} placeholder="slug" onCommit={(v) => set({ team: v }, true)} options={teams.map((t) => t.slug)} />
+          )}
+          <TextFilter id="f-project" label="Project" value={query.project} placeholder="slug" onCommit={(v) => set({ project: v }, true)} />
+          <label className="filter" htmlFor="f-status">
+            <span className="filter-label">Status</span>
+            <select id="f-status" className="select" value={query.status} onChange={(e) => set({ status: e.target.value })}>
+              <option value="">Any status</option>
+              {RUN_STATUSES.map((s) => (
+                <option key={s} value={s}>
+                  {s}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label className="filter" htmlFor="f-gpu">
+            <span className="filter-label">GPU</span>
+            <select id="f-gpu" className="select" value={query.gpu} onChange={(e) => set({ gpu: e.target.value })}>
+              <option value="">Any GPU</option>
+              {query.gpu && !gpus.data?.some((g) => g.key === query.gpu) && <option value={query.gpu}>{query.gpu}</option>}
+              {(gpus.data ?? []).map((g) => (
+                <option key={g.key} value={g.key}>
+                  {g.key}
+                </option>
+              ))}
+            </select>
+          </label>
+          <TextFilter id="f-tag" label="Tag" value={query.tag} placeholder="tag" onCommit={(v) => set({ tag: v }, true)} />
+          <label className="filter" htmlFor="f-from">
+            <span className="filter-label">Started from</span>
+            <input id="f-from" className="input" type="date" value={query.from} onChange={(e) => set({ from: e.target.value })} />
+          </label>
+          <label className="filter" htmlFor="f-to">
+            <span className="filter-label">to</span>
+            <input id="f-to" className="input" type="date" value={query.to} onChange={(e) => set({ to: e.target.value })} />
+          </label>
+          {filters > 0 && (
+            <button type="button" className="btn btn-ghost filter-clear" onClick={() => setParams(runsQueryToParams({ ...EMPTY_RUNS_QUERY, sort: query.sort }))}>
+              Clear filters
+            </button>
+          )}
+        </form>
+        <Async state={state} loadingRows={10} isEmpty={(d) => d.results.length === 0} empty={<Empty title={filters ? "No runs match these filters" : "No runs yet"}>{filters ? "Loosen a filter or clear them." : "Runs appear once the agent sends telemetry."}</Empty>}>
+          {(d) => (
+            <div className={state.loading ? "is-refreshing" : undefined}>
+              <RunTable rows={d.results} sort={query.sort} onSort={(key) => set({ sort: toggleSort(query.sort, key) })} caption="Runs" testId="runs-table" />
+              <nav className="pager" aria-label="Pages">
+                <span className="muted">
+                  {formatNumber(first)}–{formatNumber(last)} of {formatNumber(d.count)}
+                </span>
+                <button type="button" className="btn btn-small" disabled={d.page <= 1} onClick={() => set({ page: d.page - 1 })}>
+                  Previous
+                </button>
+                <span className="muted">
+                  Page {d.page} of {pages}
+                </span>
+                <button type="button" className="btn btn-small" disabled={d.page >= pages} onClick={() => set({ page: d.page + 1 })}>
+                  Next
+                </button>
+              </nav>
+            </div>
+          )}
+        </Async>
+      </Card>
+    </div>
+  );
+}
+

@@ -1,0 +1,181 @@
+"""The web UI in headless Chromium against a real, seeded PhantomHub (issue 5's browser scenarios)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Api, Server
+
+pytestmark = pytest.mark.e2e
+
+CATEGORIES = ["useful_compute", "compute_inefficiency", "data_stall", "comm_exposed", "host_overhead", "idle"]
+
+
+def usd(value: float) -> str:
+    """Money as the UI shows it (Intl.NumberFormat en-US, USD)."""
+    return f"-${-value:,.2f}" if value < 0 else f"${value:,.2f}"
+
+
+def rows_keys(page: Any, table_test_id: str) -> list[str]:
+    table = page.get_by_test_id(table_test_id)
+    table.locator("tbody tr").first.wait_for()
+    return [str(key) for key in table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.rowKey)")]
+
+
+def test_signing_in_leads_to_the_overview_with_the_api_totals(page: Any, api: Api) -> None:
+    page.goto("/")
+    page.wait_for_url(re.compile(r"/login"))
+    page.get_by_label("Username").fill("e2e-admin")
+    page.get_by_label("Password").fill("wrong password")
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("alert").filter(has_text="do not match").wait_for()
+
+    page.get_by_label("Password").fill("e2e-password-1234")
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Overview").wait_for()
+    totals = api.get_json("/api/v1/portal/overview?period=30d")["totals"]
+    assert totals["cost_usd"] > 0
+    spend = page.get_by_test_id("stat-spend")
+    assert usd(totals["cost_usd"]) in spend.inner_text()
+    assert usd(totals["recoverable_usd"]) in page.get_by_test_id("stat-recoverable").inner_text()
+
+
+def test_team_leaderboard_is_ordered_by_the_recoverable_spend_of_the_ingested_runs(signed_in: Any, api: Api) -> None:
+    page = signed_in
+    # What the API computed from the ingested telemetry, run by run, summed per team.
+    since = (datetime.now(UTC) - timedelta(days=29)).date().isoformat()
+    runs = api.get_json(f"/api/v1/portal/runs?from={since}&page_size=200")["results"]
+    per_team: dict[str, float] = defaultdict(float)
+    for run in runs:
+        assert run["analysed"], run
+        per_team[run["team"]] += run["recoverable_usd"]
+    expected = sorted(per_team, key=lambda team: -per_team[team])
+    assert len(set(per_team.values())) == len(per_team), "seed must give every team a distinct recoverable spend"
+
+    page.get_by_role("link", name="Leaderboards").click()
+    shown = rows_keys(page, "leaderboard-teams")
+    assert shown == expected
+
+    board = {row["key"]: row for row in api.get_json("/api/v1/portal/leaderboards/teams?period=30d")["rows"]}
+    for team in expected:
+        assert board[team]["recoverable_usd"] == pytest.approx(per_team[team], abs=0.02 * max(1, board[team]["runs"]))
+        row = page.locator(f'[data-testid="leaderboard-teams"] tbody tr[data-row-key="{team}"]')
+        assert usd(board[team]["recoverable_usd"]) in row.inner_text()
+
+    # Sorting is a button: by spend (descending first), and the choice lives in the URL.
+    page.get_by_role("button", name="Sort by Spend").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"sort=-cost_usd"))
+    by_cost = sorted(board, key=lambda team: -board[team]["cost_usd"])
+    assert by_cost != expected, "seed must rank teams differently by spend, or this check proves nothing"
+    assert rows_keys(page, "leaderboard-teams") == by_cost
+
+
+def test_a_run_opened_from_the_leaderboard_shows_its_breakdown(signed_in: Any, api: Api) -> None:
+    page = signed_in
+    page.goto("/leaderboards?kind=runs")
+    top = rows_keys(page, "leaderboard-runs")[0]
+    # Keyboard: Tab reaches the row, Enter opens it.
+    page.locator(f'[data-testid="leaderboard-runs"] tbody tr[data-row-key="{top}"]').focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/runs/{top}")
+
+    detail = api.get_json(f"/api/v1/portal/runs/{top}")
+    analysis = detail["analysis"]
+    page.get_by_role("heading", name=detail["run"]["name"]).wait_for()
+    breakdown = page.get_by_test_id("breakdown")
+    for category in CATEGORIES:
+        row = breakdown.locator(f'tr[data-category="{category}"]')
+        assert usd(analysis["categories"][category]["usd"]) in row.inner_text()
+    assert usd(analysis["cost_usd"]) in page.get_by_test_id("run-cost").inner_text()
+    assert usd(analysis["recoverable_usd"]) in page.get_by_test_id("run-recoverable").inner_text()
+
+    # Every figure can show its formula and inputs: the cost's comes from the analysis' explain map.
+    page.get_by_role("button", name="How cost is computed").click()
+    dialog = page.get_by_role("dialog", name="cost: formula and inputs")
+    assert analysis["explain"]["cost_usd"]["formula"] in dialog.inner_text()
+    page.keyboard.press("Escape")
+    assert dialog.count() == 0
+
+    # A client-side route survives a reload (Django serves the app for it).
+    page.reload()
+    page.get_by_test_id("breakdown").wait_for()
+
+
+def test_a_runs_filter_survives_a_reload(signed_in: Any, api: Api) -> None:
+    page = signed_in
+    page.get_by_role("link", name="Runs").click()
+    page.get_by_test_id("runs-table").wait_for()
+    page.get_by_label("Status").select_option("failed")
+    page.wait_for_url(re.compile(r"status=failed"))
+    failed = [run["id"] for run in api.get_json("/api/v1/portal/runs?status=failed")["results"]]
+    assert failed, "the seed has a failed run"
+    page.wait_for_function("n => document.querySelectorAll('[data-testid=runs-table] tbody tr').length === n", arg=len(failed))
+    assert sorted(rows_keys(page, "runs-table")) == sorted(failed)
+
+    page.reload()
+    assert page.get_by_label("Status").input_value() == "failed"
+    assert sorted(rows_keys(page, "runs-table")) == sorted(failed)
+
+    # A text filter lands in the URL too, and back restores the previous view.
+    page.get_by_label("Search").fill("nothing-is-called-this")
+    page.wait_for_url(re.compile(r"q=nothing-is-called-this"))
+    page.get_by_text("No runs match these filters").wait_for()
+    page.reload()
+    assert page.get_by_label("Search").input_value() == "nothing-is-called-this"
+    page.get_by_text("No runs match these filters").wait_for()
+
+
+def _busiest_month(api: Api) -> tuple[str, dict[str, Any]]:
+    now = datetime.now(UTC)
+    months = [f"{now:%Y-%m}", f"{(now.replace(day=1) - timedelta(days=1)):%Y-%m}"]
+    reports = {m: api.get_json(f"/api/v1/portal/finance/{m}") for m in months}
+    month = max(months, key=lambda m: reports[m]["totals"]["cost_usd"])
+    return month, reports[month]
+
+
+def test_the_finance_csv_totals_match_the_api(signed_in: Any, api: Api, server: Server) -> None:
+    page = signed_in
+    month, report = _busiest_month(api)
+    assert report["totals"]["cost_usd"] > 0
+    page.goto(f"/finance?month={month}")
+    assert usd(report["totals"]["cost_usd"]) in page.get_by_test_id("finance-spend").inner_text()
+    with page.expect_download() as download_info:
+        page.get_by_test_id("finance-csv").click()
+    text = Path(download_info.value.path()).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    total = next(row for row in rows if row["team"] == "TOTAL")
+    body = [row for row in rows if row["team"] != "TOTAL"]
+    assert len(body) == len(report["rows"])
+
+    totals = report["totals"]
+    assert float(total["cost_usd"]) == pytest.approx(totals["cost_usd"], abs=0.005)
+    assert float(total["recoverable_usd"]) == pytest.approx(totals["recoverable_usd"], abs=0.005)
+    assert float(total["waste_usd"]) == pytest.approx(totals["waste_usd"], abs=0.005)
+    assert int(total["runs"]) == totals["runs"]
+    for category in CATEGORIES:
+        assert float(total[f"{category}_usd"]) == pytest.approx(totals["categories_usd"][category], abs=0.005)
+    # The rows add up to the total (to the cent, per row).
+    assert sum(float(r["cost_usd"]) for r in body) == pytest.approx(totals["cost_usd"], abs=0.01 * len(body))
+    # The table's footer shows the same total.
+    footer = page.get_by_test_id("finance-table").locator("tfoot")
+    assert usd(totals["cost_usd"]) in footer.inner_text()
+
+
+def test_the_dark_theme_toggle_is_remembered(signed_in: Any) -> None:
+    page = signed_in
+    before = page.evaluate("document.documentElement.dataset.theme")
+    page.get_by_role("button", name=re.compile(r"Switch to (dark|light) theme")).click()
+    after = page.evaluate("document.documentElement.dataset.theme")
+    assert {before, after} == {"light", "dark"}
+    page.reload()
+    page.get_by_role("heading", name="Overview").wait_for()
+    assert page.evaluate("document.documentElement.dataset.theme") == after
