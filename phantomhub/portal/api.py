@@ -158,6 +158,12 @@ class OverviewApi(APIView):
         return Response(selectors.overview(principal=request.user, period=period_parse(request.query_params.get("period"))))
 
 
+class TeamListApi(APIView):
+    @extend_schema(responses=OBJ, summary="Teams and projects you may see (for filters and navigation)")
+    def get(self, request: Request) -> Response:
+        return Response(selectors.teams_visible(principal=request.user))
+
+
 class TeamPageApi(APIView):
     @extend_schema(responses=OBJ)
     def get(self, request: Request, slug: str) -> Response:

@@ -289,9 +289,14 @@ def _categories(days: QuerySet[ProjectDay]) -> dict[str, float]:
 
 
 def _by_day(days: QuerySet[ProjectDay]) -> list[dict[str, Any]]:
+    categories: dict[Any, dict[str, float]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0.0))
+    for day, cats in days.values_list("day", "categories_usd"):
+        for name in CATEGORIES:
+            categories[day][name] += float(cats.get(name, 0))
     return [
         {"day": row["day"].isoformat(), "cost_usd": _money(row["cost"]), "waste_usd": _money(row["waste"]),
-         "recoverable_usd": _money(row["recoverable"])}
+         "recoverable_usd": _money(row["recoverable"]),
+         "categories_usd": {name: round(v, 2) for name, v in categories[row["day"]].items()}}
         for row in days.values("day").annotate(**AGG).order_by("day")
     ]  # fmt: skip
 
@@ -318,12 +323,19 @@ def overview(*, principal: Any, period: Period) -> dict[str, Any]:
     }
 
 
-def scope_summary(*, principal: Any, period: Period, team: Team | None = None, project: Project | None = None) -> dict[str, Any]:
+def _scoped(
+    principal: Any, period: Period, team: Team | None, project: Project | None
+) -> tuple[QuerySet[ProjectDay], QuerySet[RunDay]]:
     days, run_days = _project_days(principal, period), _run_days(principal, period)
     if team is not None:
         days, run_days = days.filter(team=team), run_days.filter(team=team)
     if project is not None:
         days, run_days = days.filter(project=project), run_days.filter(project=project)
+    return days, run_days
+
+
+def scope_summary(*, principal: Any, period: Period, team: Team | None = None, project: Project | None = None) -> dict[str, Any]:
+    days, run_days = _scoped(principal, period, team, project)
     runs = {row["project_id"]: row["n"] for row in run_days.values("project_id").annotate(n=Count("run_id", distinct=True))}
     per_project = {
         row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)
@@ -336,11 +348,22 @@ def scope_summary(*, principal: Any, period: Period, team: Team | None = None, p
     return {
         "period": period.as_dict(),
         "totals": _totals(days, run_days),
+        "previous_totals": _totals(*_scoped(principal, period.previous(), team, project)),
         "by_day": _by_day(days),
         "by_category": _categories(days),
         "projects": sorted(({**names[pid], **fig} for pid, fig in per_project.items()), key=lambda r: -r["recoverable_usd"]),
         "top_runs": [{**run_names[rid], **fig} for rid, fig in top],
     }
+
+
+def teams_visible(*, principal: Any) -> list[dict[str, Any]]:
+    """Teams and projects the principal may see, for filters and navigation."""
+    projects = projects_visible(principal).select_related("team").order_by("team__slug", "slug")
+    teams: dict[str, dict[str, Any]] = {}
+    for project in projects:
+        team = teams.setdefault(project.team.slug, {"slug": project.team.slug, "name": project.team.name, "projects": []})
+        team["projects"].append({"slug": project.slug, "name": project.name})
+    return list(teams.values())
 
 
 # -- finance ---------------------------------------------------------------------------------
@@ -377,10 +400,10 @@ def finance_review(*, period: Period) -> dict[str, Any]:
     rows.sort(key=lambda r: (r["team"], r["project"]))
     totals = total.figures()
     totals["runs"] = sum(r["runs"] for r in rows)
-    gpus = set(RunDay.objects.filter(day__gte=period.start, day__lte=period.end).values_list("gpu_key", flat=True))
-    entries = PriceEntry.objects.filter(gpu__in=gpus, effective_from__date__lte=period.end).filter(
-        Q(effective_to__isnull=True) | Q(effective_to__date__gte=period.start)
-    )
+    used: set[int] = set()
+    for ids in RunDay.objects.filter(day__gte=period.start, day__lte=period.end).values_list("price_entry_ids", flat=True):
+        used.update(ids)
+    entries = PriceEntry.objects.filter(pk__in=used)
     return {
         "month": period.label,
         "rows": rows,

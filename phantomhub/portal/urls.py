@@ -8,6 +8,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>", api.RunPageApi.as_view(), name="portal-run"),
     path("leaderboards/<str:kind>", api.LeaderboardApi.as_view(), name="portal-leaderboard"),
     path("overview", api.OverviewApi.as_view(), name="portal-overview"),
+    path("teams", api.TeamListApi.as_view(), name="portal-teams"),
     path("teams/<slug:slug>", api.TeamPageApi.as_view(), name="portal-team"),
     path("projects/<slug:slug>", api.ProjectPageApi.as_view(), name="portal-project"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})\.csv$", api.FinanceCsvApi.as_view(), name="portal-finance-csv"),

@@ -102,6 +102,7 @@ class RunDay(models.Model):
     categories_usd = models.JSONField(default=dict)
     waste_usd = money()  # every category but useful_compute: a column so SQL can sum it
     recoverable_usd = money()
+    price_entry_ids = models.JSONField(default=list)  # the price-book entries that priced this day
     # For GPU-hour-weighted MFU: sum of mfu × gpu_seconds over runs whose MFU is known.
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)

@@ -27,6 +27,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
+from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus, SystemSample
 from phantomhub.telemetry.selectors import steps_arrays
@@ -81,6 +82,11 @@ def policy_for(run: Run) -> Policy:
 
 
 def run_config(run: Run, policy: Policy) -> RunConfig:
+    return run_config_and_prices(run, policy)[0]
+
+
+def run_config_and_prices(run: Run, policy: Policy) -> tuple[RunConfig, list[PriceSegmentRow]]:
+    """The model's configuration for the run, and the price-book segments it was priced with."""
     spec = gpu_resolve(run.gpu_model) if run.gpu_model else None
     peak = peak_flops(spec, run.dtype) if spec and run.dtype else None
     segments = run_price_segments(run=run, end=run.allocation_start + PRICE_HORIZON)
@@ -89,7 +95,7 @@ def run_config(run: Run, policy: Policy) -> RunConfig:
         for event in RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns", "event_id")
         if event.t_start_ns is not None and event.dur_ns is not None
     ]
-    return RunConfig(
+    config = RunConfig(
         gpu_count=run.gpu_count,
         world_size=run.world_size,
         allocation_start_ns=_ns(run.allocation_start),
@@ -102,6 +108,7 @@ def run_config(run: Run, policy: Policy) -> RunConfig:
         gpu_memory_bytes=spec.memory_bytes if spec else None,
         dtype=run.dtype or None,
     )
+    return config, segments
 
 
 def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray]) -> StepColumns:
@@ -189,7 +196,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         run.refresh_from_db()  # the seq read after taking the lock is the one we analyse up to
         seq = run.ingest_seq
         policy = policy_for(run)
-        config = run_config(run, policy)
+        config, price_rows = run_config_and_prices(run, policy)
         ranks = {r.rank: r for r in RunRank.objects.filter(run=run)}
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
@@ -241,7 +248,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         row.rank_rows = {str(k): v for k, v in rank_rows.items()}
         row.rank_last_step = {str(k): v for k, v in last_step.items()}
         row.save()
-        _days_store(run, row, analysis, config)
+        _days_store(run, row, analysis, config, price_rows)
     return row
 
 
@@ -333,7 +340,7 @@ def _day_weights(config: RunConfig, analysis: Analysis) -> tuple[dict[date, Frac
     return dollars, time
 
 
-def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfig) -> None:
+def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfig, price_rows: list[PriceSegmentRow]) -> None:
     weights, time_weights = _day_weights(config, analysis)
     days = sorted(weights)
     keys = [d.isoformat() for d in days]
@@ -359,6 +366,7 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
                 gpu_seconds=seconds,
                 cost_usd=Decimal(cost_cents) / 100,
                 waste_usd=Decimal(waste_cents) / 100,
+                price_entry_ids=_entries_on(day, analysis, price_rows),
                 categories_usd=cats,
                 recoverable_usd=Decimal(str(round(sum(cats[n] * factors.get(n, 0) for n in CATEGORIES), 2))),
                 mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds,
@@ -367,6 +375,12 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
         )
     RunDay.objects.bulk_create(rows)
     rollups_mark(old_days | set(days))
+
+
+def _entries_on(day: date, analysis: Analysis, price_rows: list[PriceSegmentRow]) -> list[int]:
+    """Price-book entries that priced some of this run's time on this day (for finance)."""
+    lo, hi = _day_span_ns(day, analysis.allocation_start_ns, analysis.end_ns)
+    return sorted({seg.entry_id for seg in price_rows if seg.entry_id is not None and _ns(seg.start) < hi and _ns(seg.end) > lo})
 
 
 def rollups_mark(days: Iterable[date]) -> None:

@@ -216,3 +216,24 @@ def test_team_and_project_pages(org: dict[str, Any]) -> None:
     assert lead.get("/api/v1/portal/teams/vision").status_code == 404
     project = lead.get("/api/v1/portal/projects/llm-pretrain").json()
     assert project["totals"]["cost_usd"] == team["totals"]["cost_usd"]
+
+
+def test_overview_days_carry_categories_and_pages_compare_with_the_previous_period(org: dict[str, Any]) -> None:
+    root = _client(org["users"]["root"])
+    overview = root.get("/api/v1/portal/overview", {"period": "7d"}).json()
+    for day in overview["by_day"]:
+        assert sum(day["categories_usd"].values()) == pytest.approx(day["cost_usd"], abs=0.05)
+    team = root.get("/api/v1/portal/teams/nlp", {"period": "7d"}).json()
+    assert team["previous_totals"]["cost_usd"] == 0 and team["totals"]["cost_usd"] > 0
+
+
+def test_the_team_list_follows_visibility(org: dict[str, Any]) -> None:
+    listed = _client(org["users"]["member"]).get("/api/v1/portal/teams").json()
+    assert listed == [{"slug": "nlp", "name": "nlp", "projects": [{"slug": "llm-pretrain", "name": "llm-pretrain"}]}]
+    assert {t["slug"] for t in _client(org["users"]["fin"]).get("/api/v1/portal/teams").json()} == {"nlp", "vision"}
+
+
+def test_finance_lists_only_the_price_entries_that_priced_the_month(org: dict[str, Any]) -> None:
+    price_set(gpu="A100-80GB", usd_per_gpu_hour=Decimal("1"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
+    review = _client(org["users"]["fin"]).get(f"/api/v1/portal/finance/{org['month']}").json()
+    assert [(e["gpu"], e["usd_per_gpu_hour"]) for e in review["price_entries"]] == [("H100-SXM", "36.0000")]
