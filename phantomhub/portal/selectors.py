@@ -211,15 +211,15 @@ def _grouped(
         rows = days.values("run_id").annotate(**AGG)
         if order is not None:
             field, desc, limit = order
-            key = _RUN_ORDER[field]
-            rows = rows.annotate(sort_key=key).order_by(
+            rows = rows.annotate(sort_key=_RUN_ORDER[field]).order_by(
                 F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id"
             )[:limit]
         return {row["run_id"]: _agg_figures(row, 1) for row in rows}
-    key = "team_id" if kind == "teams" else "project_id"
-    runs = {row[key]: row["n"] for row in _run_days(principal, period).values(key).annotate(n=Count("run_id", distinct=True))}
-    rows = _project_days(principal, period).values(key).annotate(**AGG)
-    return {row[key]: _agg_figures(row, runs.get(row[key], 0)) for row in rows}
+    group = "team_id" if kind == "teams" else "project_id"
+    counts = _run_days(principal, period).values(group).annotate(n=Count("run_id", distinct=True))
+    runs = {row[group]: row["n"] for row in counts}
+    groups = _project_days(principal, period).values(group).annotate(**AGG)
+    return {row[group]: _agg_figures(row, runs.get(row[group], 0)) for row in groups}
 
 
 def _sorted(rows: list[dict[str, Any]], field: str, desc: bool) -> list[dict[str, Any]]:
