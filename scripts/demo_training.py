@@ -42,7 +42,7 @@ def batches(x: torch.Tensor, y: torch.Tensor, delay_s: float):  # type: ignore[n
 def train(run: pa.Run, delay_s: float, slow_compute_s: float = 0.0, ddp: bool = False) -> None:
     model, opt, x, y = model_and_data(0)
     if ddp:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = run.watch(nn.parallel.DistributedDataParallel(model))  # measures exposed gradient-sync wait
     loss_fn = nn.CrossEntropyLoss()
     run.count_flops(model, (x[:BATCH],), loss_fn=lambda out: loss_fn(out, y[:BATCH]))
     for step, (xb, yb) in enumerate(run.data(batches(x, y, delay_s))):
