@@ -44,8 +44,13 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "analysis.json"))
     args = parser.parse_args()
-    env = {"PHANTOMHUB_DATABASE_URL": args.database_url, "PHANTOMHUB_SECRET_KEY": "a" * 48, "PHANTOMHUB_DEBUG": "0",
-           "PHANTOMHUB_LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "phantomhub.settings"}  # fmt: skip
+    env = {
+        "PHANTOMHUB_DATABASE_URL": args.database_url,
+        "PHANTOMHUB_SECRET_KEY": "a" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+    }
     os.environ.update(env)
     dbname = args.database_url.rsplit("/", 1)[1]
     with psycopg.connect(args.database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
@@ -69,9 +74,18 @@ def main() -> None:
     start = datetime(2026, 10, 1, tzinfo=UTC)
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("3.00"), effective_from=start - timedelta(days=1))
     project = project_get_or_create(team=team_get_or_create(slug="bench"), slug="analysis")
-    run = Run.objects.create(id=uuid.uuid4(), project=project, name="bench-1m", gpu_model="H100-SXM", gpu_count=args.ranks,
-                             world_size=args.ranks, dtype="bf16", allocation_start=start - timedelta(minutes=5),
-                             started_at=start, last_seen_at=start)  # fmt: skip
+    run = Run.objects.create(
+        id=uuid.uuid4(),
+        project=project,
+        name="bench-1m",
+        gpu_model="H100-SXM",
+        gpu_count=args.ranks,
+        world_size=args.ranks,
+        dtype="bf16",
+        allocation_start=start - timedelta(minutes=5),
+        started_at=start,
+        last_seen_at=start,
+    )
     rng = np.random.default_rng(1)
     t0 = int(start.timestamp()) * NS
     step_ns = 500_000_000

@@ -31,8 +31,23 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 T0_NS = 1_790_000_000 * 10**9
-COLUMNS = ["step", "t_start_ns", "dur_ns", "data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns",
-           "flops", "tokens", "samples", "mem_allocated", "mem_reserved", "mem_peak", "alloc_retries"]  # fmt: skip
+COLUMNS = [
+    "step",
+    "t_start_ns",
+    "dur_ns",
+    "data_ns",
+    "forward_ns",
+    "backward_ns",
+    "optimizer_ns",
+    "comm_ns",
+    "flops",
+    "tokens",
+    "samples",
+    "mem_allocated",
+    "mem_reserved",
+    "mem_peak",
+    "alloc_retries",
+]
 
 
 def batch_columns(first: int, n: int, rng: np.random.Generator) -> dict[str, list[Any]]:
@@ -112,8 +127,14 @@ def main() -> None:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{dbname}"')
-    env = {**os.environ, "PHANTOMHUB_DATABASE_URL": args.database_url, "PHANTOMHUB_SECRET_KEY": "b" * 48,
-           "PHANTOMHUB_DEBUG": "0", "PHANTOMHUB_LOG_LEVEL": "WARNING", "PHANTOMHUB_SECURE_COOKIES": "0"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PHANTOMHUB_DATABASE_URL": args.database_url,
+        "PHANTOMHUB_SECRET_KEY": "b" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "PHANTOMHUB_SECURE_COOKIES": "0",
+    }
     print(f"[setup] migrating {dbname} …", flush=True)
     manage(env, "migrate", "--no-input")
     token = manage(env, "createtoken", "--team", "bench", "--project", "ingest")
@@ -131,10 +152,21 @@ def main() -> None:
 
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
-         "--log-level", "warning"],
-        cwd=ROOT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "phantomhub.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(args.workers),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     try:
         wait_healthy(port)
         setup = http.client.HTTPConnection("127.0.0.1", port)

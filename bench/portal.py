@@ -59,8 +59,14 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "portal.json"))
     args = parser.parse_args()
-    env = {**os.environ, "PHANTOMHUB_DATABASE_URL": args.database_url, "PHANTOMHUB_SECRET_KEY": "p" * 48,
-           "PHANTOMHUB_DEBUG": "0", "PHANTOMHUB_LOG_LEVEL": "WARNING", "PHANTOMHUB_SECURE_COOKIES": "0"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PHANTOMHUB_DATABASE_URL": args.database_url,
+        "PHANTOMHUB_SECRET_KEY": "p" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "PHANTOMHUB_SECURE_COOKIES": "0",
+    }
     os.environ.update(env)
     os.environ["DJANGO_SETTINGS_MODULE"] = "phantomhub.settings"
 
@@ -84,9 +90,21 @@ def main() -> None:
     token = setup(args) if not reuse else personal_token()
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
-         "--log-level", "warning"], cwd=ROOT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "phantomhub.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(args.workers),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     try:
         results = measure(port, token, args)
         if args.browser:
@@ -157,10 +175,24 @@ def setup(args: argparse.Namespace) -> str:
     runs = []
     for i in range(args.runs):
         start = now - timedelta(hours=float(rng.uniform(1, 90 * 24)))
-        runs.append(Run(id=uuid.uuid4(), project=projects[i % len(projects)], name=f"bench-{i:05d}", tags=["bench"],
-                        status="finished", gpu_model="H100-SXM", gpu_count=8, world_size=1, dtype="bf16",
-                        allocation_start=start - timedelta(minutes=2), started_at=start, last_seen_at=start,
-                        finished_at=start + timedelta(seconds=n * 2), ingest_seq=1))  # fmt: skip
+        runs.append(
+            Run(
+                id=uuid.uuid4(),
+                project=projects[i % len(projects)],
+                name=f"bench-{i:05d}",
+                tags=["bench"],
+                status="finished",
+                gpu_model="H100-SXM",
+                gpu_count=8,
+                world_size=1,
+                dtype="bf16",
+                allocation_start=start - timedelta(minutes=2),
+                started_at=start,
+                last_seen_at=start,
+                finished_at=start + timedelta(seconds=n * 2),
+                ingest_seq=1,
+            )
+        )
     Run.objects.bulk_create(runs, batch_size=2000)
     RunRank.objects.bulk_create([RunRank(run=r, rank=0, host="node-0", step_rows=n) for r in runs], batch_size=2000)
     dur = rng.integers(1_800_000_000, 2_200_000_000, n)
@@ -196,19 +228,43 @@ def setup(args: argparse.Namespace) -> str:
         t = templates[i % 20]
         assert t is not None
         scale = float(rng.uniform(0.3, 3.0))
-        rows.append(RunAnalysis(run=run, project=run.project, team_id=run.project.team_id, analysed_seq=1, analysed_at=now,
-                                complete=True, started_at=run.started_at, gpu_key="H100-SXM", gpu_hours=t.gpu_hours * scale,
-                                cost_usd=round(t.cost_usd * type(t.cost_usd)(scale), 2),
-                                waste_usd=round(t.waste_usd * type(t.cost_usd)(scale), 2),
-                                recoverable_usd=round(t.recoverable_usd * type(t.cost_usd)(scale), 2),
-                                waste_share=t.waste_share, mfu=t.mfu, result=t.result, recommendations=t.recommendations))  # fmt: skip
+        rows.append(
+            RunAnalysis(
+                run=run,
+                project=run.project,
+                team_id=run.project.team_id,
+                analysed_seq=1,
+                analysed_at=now,
+                complete=True,
+                started_at=run.started_at,
+                gpu_key="H100-SXM",
+                gpu_hours=t.gpu_hours * scale,
+                cost_usd=round(t.cost_usd * type(t.cost_usd)(scale), 2),
+                waste_usd=round(t.waste_usd * type(t.cost_usd)(scale), 2),
+                recoverable_usd=round(t.recoverable_usd * type(t.cost_usd)(scale), 2),
+                waste_share=t.waste_share,
+                mfu=t.mfu,
+                result=t.result,
+                recommendations=t.recommendations,
+            )
+        )
         for d in RunDay.objects.filter(run_id=t.run_id):
             shift = d.day - runs[i % 20].started_at.date()
-            days.append(RunDay(run=run, day=run.started_at.date() + shift, project=run.project, team_id=run.project.team_id,
-                               gpu_key=d.gpu_key, gpu_seconds=d.gpu_seconds * scale, cost_usd=round(d.cost_usd * type(d.cost_usd)(scale), 2),
-                               categories_usd={k: round(v * scale, 2) for k, v in d.categories_usd.items()},
-                               recoverable_usd=round(d.recoverable_usd * type(d.cost_usd)(scale), 2),
-                               mfu_gpu_seconds=d.mfu_gpu_seconds * scale, mfu_known_gpu_seconds=d.mfu_known_gpu_seconds * scale))  # fmt: skip
+            days.append(
+                RunDay(
+                    run=run,
+                    day=run.started_at.date() + shift,
+                    project=run.project,
+                    team_id=run.project.team_id,
+                    gpu_key=d.gpu_key,
+                    gpu_seconds=d.gpu_seconds * scale,
+                    cost_usd=round(d.cost_usd * type(d.cost_usd)(scale), 2),
+                    categories_usd={k: round(v * scale, 2) for k, v in d.categories_usd.items()},
+                    recoverable_usd=round(d.recoverable_usd * type(d.cost_usd)(scale), 2),
+                    mfu_gpu_seconds=d.mfu_gpu_seconds * scale,
+                    mfu_known_gpu_seconds=d.mfu_known_gpu_seconds * scale,
+                )
+            )
     with transaction.atomic():
         RunAnalysis.objects.bulk_create(rows, batch_size=500)
         RunDay.objects.bulk_create(days, batch_size=2000)
@@ -277,13 +333,24 @@ def browser_render(port: int) -> float | None:
     user = User.objects.get(username="bench-finance")
     user.set_password("bench-password")
     user.save()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=flags)
         page = browser.new_page()
-        page.request.post(f"http://127.0.0.1:{port}/api/v1/portal/session", data={"username": "bench-finance", "password": "bench-password"},
-                          headers={"X-CSRFToken": page.request.get(f"http://127.0.0.1:{port}/api/v1/portal/session").json()["csrf_token"]})  # fmt: skip
+        page.request.post(
+            f"http://127.0.0.1:{port}/api/v1/portal/session",
+            data={"username": "bench-finance", "password": "bench-password"},
+            headers={"X-CSRFToken": page.request.get(f"http://127.0.0.1:{port}/api/v1/portal/session").json()["csrf_token"]},
+        )
         page.goto(f"http://127.0.0.1:{port}/leaderboards")  # warm the cache of static assets
         page.wait_for_selector("table tbody tr")
         times = []

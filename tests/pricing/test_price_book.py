@@ -38,9 +38,7 @@ def test_the_most_specific_price_in_force_wins() -> None:
     start = D("2026-03-01T00:00:00+00:00")
     price_set(gpu="A100-80GB", usd_per_gpu_hour=Decimal("3"), effective_from=start)
     price_set(gpu="A100-80GB", usd_per_gpu_hour=Decimal("2"), provider="aws", effective_from=start)
-    price_set(
-        gpu="A100-80GB", usd_per_gpu_hour=Decimal("1.5"), provider="aws", region="us-west-2", effective_from=start
-    )
+    price_set(gpu="A100-80GB", usd_per_gpu_hour=Decimal("1.5"), provider="aws", region="us-west-2", effective_from=start)
     price_set(gpu="A100-80GB", usd_per_gpu_hour=Decimal("0.9"), provider="aws", tier="spot", effective_from=start)
 
     def price(provider: str, region: str, tier: str = "on_demand") -> Decimal | None:
@@ -88,9 +86,7 @@ def test_a_price_inserted_before_an_existing_one_ends_where_it_starts() -> None:
 
 def test_every_change_is_audited() -> None:
     before = PriceAudit.objects.count()
-    price_set(
-        gpu="T4", usd_per_gpu_hour=Decimal("0.4"), effective_from=D("2026-02-01T00:00:00+00:00"), actor_label="test"
-    )
+    price_set(gpu="T4", usd_per_gpu_hour=Decimal("0.4"), effective_from=D("2026-02-01T00:00:00+00:00"), actor_label="test")
     actions = list(PriceAudit.objects.order_by("id").values_list("action", flat=True)[before:])
     assert actions == ["close", "create"]  # the example T4 fallback is closed, the new one created
 
@@ -137,9 +133,7 @@ def member_client() -> APIClient:
     return client
 
 
-def test_everyone_signed_in_reads_prices_and_only_org_admins_write(
-    admin_client: APIClient, member_client: APIClient
-) -> None:
+def test_everyone_signed_in_reads_prices_and_only_org_admins_write(admin_client: APIClient, member_client: APIClient) -> None:
     assert APIClient().get("/api/v1/pricing/prices").status_code == 401
     assert member_client.get("/api/v1/pricing/prices").status_code == 200
     assert member_client.get("/api/v1/pricing/gpus").json()[0]["peak_tflops"]
@@ -149,8 +143,7 @@ def test_everyone_signed_in_reads_prices_and_only_org_admins_write(
     assert created.status_code == 201
     price_id = created.json()["id"]
     assert (
-        admin_client.patch(f"/api/v1/pricing/prices/{price_id}", {"note": "contract"}, format="json").json()["note"]
-        == "contract"
+        admin_client.patch(f"/api/v1/pricing/prices/{price_id}", {"note": "contract"}, format="json").json()["note"] == "contract"
     )
     assert member_client.delete(f"/api/v1/pricing/prices/{price_id}").status_code == 403
     assert admin_client.delete(f"/api/v1/pricing/prices/{price_id}").status_code == 204
@@ -165,8 +158,6 @@ def test_bad_price_input_names_the_field(admin_client: APIClient) -> None:
     assert response.status_code == 400 and "usd_per_gpu_hour" in response.json()["error"]["fields"]
     csv_bad = admin_client.post("/api/v1/pricing/prices.csv", "gpu,usd_per_gpu_hour\nH200,x\n", content_type="text/csv")
     assert csv_bad.status_code == 400 and "line 2" in csv_bad.json()["error"]["fields"]
-    csv_ok = admin_client.post(
-        "/api/v1/pricing/prices.csv", "gpu,usd_per_gpu_hour\nH200,2.2\n", content_type="text/csv"
-    )
+    csv_ok = admin_client.post("/api/v1/pricing/prices.csv", "gpu,usd_per_gpu_hour\nH200,2.2\n", content_type="text/csv")
     assert csv_ok.status_code == 201 and csv_ok.json() == {"created": 1}
     assert admin_client.get("/api/v1/pricing/prices.csv")["Content-Type"] == "text/csv"

@@ -135,7 +135,7 @@ def test_a_slow_rank_in_ddp_is_named_the_straggler(live_server: Any, token: str,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for rank in range(2)
     ]
     for proc in procs:
