@@ -71,9 +71,9 @@ fmt: venv-dev ## format the code
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-typecheck: venv-dev ## mypy on the server, strict mypy on the agent
+typecheck: venv-dev ## mypy on the server, strict mypy on the agent (its own config)
 	$(VENV)/bin/mypy phantomhub
-	$(VENV)/bin/mypy --strict agent/phantomhub_agent
+	$(VENV)/bin/mypy --config-file agent/pyproject.toml agent/phantomhub_agent
 
 check: lint typecheck test ## everything CI runs
 

@@ -1,0 +1,141 @@
+"""Agent settings: keyword arguments of ``init`` first, then PHANTOMHUB_* variables, then defaults.
+
+A malformed variable never stops training: it is logged and its default used (in debug mode it
+raises, so a typo in a test environment is found at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from ._log import logger
+
+MODES = ("online", "offline", "disabled")
+PRICING_TIERS = ("on_demand", "reserved", "spot")
+DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
+TIMINGS = ("auto", "cpu", "cuda")
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+GIB = 1024**3
+
+T = TypeVar("T")
+
+
+def default_spool_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "phantomhub" / "spool"
+
+
+@dataclasses.dataclass
+class Settings:
+    server: str = DEFAULT_SERVER
+    token: str | None = None
+    mode: str = "online"
+    debug: bool = False
+    spool_dir: Path = dataclasses.field(default_factory=default_spool_dir)
+    spool_max_bytes: int = GIB
+    # Batches leave when any limit is reached: rows, encoded bytes, or age.
+    flush_interval_s: float = 2.0
+    batch_max_rows: int = 5000
+    batch_max_bytes: int = 1024 * 1024
+    # Steps waiting for the background thread; beyond this they are dropped and counted.
+    queue_max_steps: int = 20000
+    queue_max_items: int = 10000
+    request_timeout_s: float = 10.0
+    # In-memory retries of one batch before it goes to the spool and the sender backs off.
+    max_retries: int = 3
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 60.0
+    finish_timeout_s: float = 5.0
+    system_interval_s: float = 1.0
+    counters_interval_s: float = 10.0
+    gzip_min_bytes: int = 1024
+    timing: str = "auto"
+    # Allocator stats are read at most this often (they cost tens of microseconds).
+    memory_interval_s: float = 0.05
+
+
+_ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "server": ("PHANTOMHUB_SERVER", str),
+    "token": ("PHANTOMHUB_TOKEN", str),
+    "mode": ("PHANTOMHUB_MODE", str),
+    "debug": ("PHANTOMHUB_DEBUG", lambda v: _parse_bool(v)),
+    "spool_dir": ("PHANTOMHUB_SPOOL_DIR", lambda v: Path(v).expanduser()),
+    "spool_max_bytes": ("PHANTOMHUB_SPOOL_MAX_BYTES", int),
+    "flush_interval_s": ("PHANTOMHUB_FLUSH_INTERVAL", float),
+    "finish_timeout_s": ("PHANTOMHUB_FINISH_TIMEOUT", float),
+    "request_timeout_s": ("PHANTOMHUB_REQUEST_TIMEOUT", float),
+    "system_interval_s": ("PHANTOMHUB_SYSTEM_INTERVAL", float),
+    "timing": ("PHANTOMHUB_TIMING", str),
+}
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{value!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def settings_from(overrides: dict[str, Any], environ: dict[str, str] | None = None) -> Settings:
+    """Build settings from ``init`` keyword arguments, the environment, and the defaults."""
+    env = os.environ if environ is None else environ
+    settings = Settings()
+    debug_raw = overrides.get("debug")
+    debug = bool(debug_raw) if debug_raw is not None else _env_debug(env)
+    for name, (var, parse) in _ENV.items():
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        try:
+            setattr(settings, name, parse(raw.strip()))
+        except ValueError as exc:
+            if debug:
+                raise ValueError(f"{var}={raw!r}: {exc}") from exc
+            logger.error("phantomhub: ignoring %s=%r (%s); using the default", var, raw, exc)
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        if not hasattr(settings, name):
+            raise TypeError(f"unknown setting {name!r}")
+        if name == "spool_dir":
+            value = Path(value).expanduser()
+        setattr(settings, name, value)
+    settings.debug = debug
+    settings.server = settings.server.rstrip("/")
+    _check(settings)
+    return settings
+
+
+def _env_debug(env: Any) -> bool:
+    try:
+        return _parse_bool(str(env.get("PHANTOMHUB_DEBUG", "")))
+    except ValueError:
+        return False
+
+
+def _check(settings: Settings) -> None:
+    problems = []
+    if settings.mode not in MODES:
+        problems.append(f"mode must be one of {MODES}, not {settings.mode!r}")
+    if settings.timing not in TIMINGS:
+        problems.append(f"timing must be one of {TIMINGS}, not {settings.timing!r}")
+    if not settings.server.startswith(("http://", "https://")):
+        problems.append(f"server must be an http(s) URL, not {settings.server!r}")
+    if not 1 <= settings.batch_max_rows <= 10000:
+        problems.append("batch_max_rows must be between 1 and 10000 (the server's limit)")
+    if settings.spool_max_bytes < 0:
+        problems.append("spool_max_bytes must be >= 0")
+    if not problems:
+        return
+    message = "; ".join(problems)
+    if settings.debug:
+        raise ValueError(message)
+    logger.error("phantomhub: %s; the agent is disabled for this run", message)
+    settings.mode = "disabled"

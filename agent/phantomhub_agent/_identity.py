@@ -1,0 +1,156 @@
+"""Who this process is in the job (rank, world size, nodes) and which run it belongs to.
+
+Run id, in order of precedence:
+
+1. ``PHANTOMHUB_RUN_ID`` (or ``run_id=``): a UUID is used as is; any other string is hashed to a
+   UUID (uuid5), so ``PHANTOMHUB_RUN_ID=exp-42`` is stable across restarts.
+2. A torchrun job (``TORCHELASTIC_RUN_ID`` set and not ``none``): uuid5 of the rendezvous id, so
+   every rank of every node derives the same id without talking to the others, and an elastic
+   restart of the workers resumes the same run.
+3. ``torch.distributed`` initialised with more than one rank: rank 0 makes a uuid4 and publishes
+   it in the process group's key-value store; the other ranks read it (not a collective, so it
+   cannot disturb NCCL ordering).
+4. All ranks on one node without a rendezvous id (static ``torchrun``/launcher): uuid5 of
+   MASTER_ADDR, MASTER_PORT and the start time of the common parent process.
+5. Otherwise a fresh uuid4 (a warning is logged when the world size is above one: set
+   PHANTOMHUB_RUN_ID so that the ranks agree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ._log import logger
+
+NAMESPACE = uuid.UUID("1b7c4a3e-6f1d-4b0e-9a52-5f0d3c1e8a77")
+_STORE_KEY = "phantomhub/run_id/{n}"
+_init_count = 0
+
+
+@dataclasses.dataclass
+class Identity:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    nodes: int = 1
+    host: str = ""
+    distributed: bool = False
+
+
+def _int_env(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _torch_dist() -> Any:
+    """torch.distributed when it is already imported and initialised, else None."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist
+    except Exception:  # noqa: S110 - a broken torch install must not break the agent
+        pass
+    return None
+
+
+def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
+    env = os.environ if env is None else env
+    ident = Identity(host=socket.gethostname())
+    dist = _torch_dist()
+    if dist is not None:
+        ident.rank = int(dist.get_rank())
+        ident.world_size = int(dist.get_world_size())
+        ident.distributed = ident.world_size > 1
+    else:
+        ident.rank = _int_env(env, "RANK") or 0
+        ident.world_size = _int_env(env, "WORLD_SIZE") or 1
+        ident.distributed = ident.world_size > 1
+    local_rank = _int_env(env, "LOCAL_RANK")
+    ident.local_rank = local_rank if local_rank is not None else 0
+    local_world = _int_env(env, "LOCAL_WORLD_SIZE")
+    nodes = _int_env(env, "GROUP_WORLD_SIZE") or _int_env(env, "SLURM_NNODES") or _int_env(env, "NNODES")
+    if nodes is None:
+        nodes = ident.world_size // local_world if local_world else 1
+    ident.nodes = max(1, nodes)
+    ident.local_world_size = max(1, local_world or ident.world_size // ident.nodes)
+    return ident
+
+
+def normalize_run_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return str(uuid.uuid5(NAMESPACE, value))
+
+
+def _parent_start_token(env: Mapping[str, str]) -> str | None:
+    """The common parent's start time (clock ticks since boot), read from /proc; None elsewhere."""
+    try:
+        with open(f"/proc/{os.getppid()}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode()  # field 22 (starttime), counted after the ")" of the comm
+    except (OSError, IndexError):
+        return None
+
+
+def resolve_run_id(explicit: str | None, ident: Identity, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The run id and how it was found (for the run's environment record)."""
+    global _init_count
+    env = os.environ if env is None else env
+    n = _init_count
+    _init_count += 1
+    chosen = explicit or env.get("PHANTOMHUB_RUN_ID")
+    if chosen:
+        return normalize_run_id(chosen), "explicit"
+    elastic = env.get("TORCHELASTIC_RUN_ID")
+    if elastic and elastic.lower() != "none" and ident.world_size > 1:
+        return str(uuid.uuid5(NAMESPACE, f"torchelastic/{elastic}/{n}")), "torchelastic"
+    if ident.world_size > 1:
+        from_store = _run_id_from_store(ident, n)
+        if from_store is not None:
+            return from_store, "process_group_store"
+        parent = _parent_start_token(env)
+        if ident.local_world_size == ident.world_size and parent is not None and env.get("MASTER_PORT"):
+            key = f"single-node/{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT')}/{os.getppid()}/{parent}/{n}"
+            return str(uuid.uuid5(NAMESPACE, key)), "parent_process"
+        logger.warning(
+            "phantomhub: rank %d of %d cannot agree on a run id with the other ranks; set PHANTOMHUB_RUN_ID "
+            "or call init() after torch.distributed.init_process_group()",
+            ident.rank,
+            ident.world_size,
+        )
+    return str(uuid.uuid4()), "generated"
+
+
+def _run_id_from_store(ident: Identity, n: int) -> str | None:
+    dist = _torch_dist()
+    if dist is None:
+        return None
+    try:
+        from torch.distributed import distributed_c10d
+
+        store = distributed_c10d._get_default_store()
+        key = _STORE_KEY.format(n=n)
+        if ident.rank == 0:
+            value = str(uuid.uuid4())
+            store.set(key, value)
+            return value
+        return bytes(store.get(key)).decode("utf-8")
+    except Exception as exc:  # the store is best effort: fall back to the next method
+        logger.debug("phantomhub: run id via the process group store failed: %s", exc)
+        return None

@@ -1,0 +1,736 @@
+"""The background sender: drains what the training thread recorded, batches it, delivers it.
+
+One daemon thread per run and process, started lazily on first use and again in a forked child
+(the parent's thread does not survive ``fork``). The training thread only appends to two bounded
+deques; everything else (durations, CUDA event resolution, JSON, gzip, HTTP, the spool, system
+sampling) happens here.
+
+Delivery order is FIFO per process: while this process has spooled requests of its run, new ones
+are appended to the spool too, and the replay drains it in order. So the run's metadata always
+reaches the server before its steps, whatever failed in between.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gzip
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, Callable
+
+from . import _batcher as b
+from ._config import Settings
+from ._log import OnceLogger, logger
+from ._spool import Spool, SpooledRequest, read_entry
+from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Response, Transport, backoff_delay, classify
+from ._transport import parse_retry_after as _parse_retry_after
+
+EVENTS_PER_REQUEST = 500
+REPLAY_BUDGET_S = 2.0
+ORPHAN_SCAN_EVERY_S = 60.0
+
+# Markers the training thread puts in the step deque, as (kind, perf_counter_ns).
+MARK_BOUNDARY = "B"  # a phase began: the held step ends here
+MARK_END = "E"  # the run ends: the held step ends at its own end
+
+
+@dataclasses.dataclass
+class Counters:
+    """Cumulative, per process; sent to the server as a "counters" event."""
+
+    dropped_steps: int = 0
+    dropped_samples: int = 0
+    dropped_events: int = 0
+    spool_dropped_batches: int = 0
+    spool_dropped_rows: int = 0
+    rejected_batches: int = 0
+    send_failures: int = 0
+    spooled_batches: int = 0
+    replayed_batches: int = 0
+    sent_batches: int = 0
+    internal_errors: int = 0
+    # CPU time of the sender thread itself: the agent reports its own overhead.
+    sender_cpu_us: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class WorkerContext:
+    run_id: str
+    rank: int
+    host: str
+    token_fp: str
+    clock_offset_ns: int
+    gpu_devices: list[int] = dataclasses.field(default_factory=list)
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        ctx: WorkerContext,
+        *,
+        transport: Transport | None = None,
+        spool: Spool | None = None,
+        cuda_resolver: Any = None,
+        extra_counters: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ctx = ctx
+        self.steps: collections.deque[Any] = collections.deque()
+        self.items: collections.deque[Any] = collections.deque()
+        self.counters = Counters()
+        self.transport = transport or Transport(settings.server, settings.token, settings.request_timeout_s)
+        self.spool = spool or Spool(settings.spool_dir, settings.spool_max_bytes, rank=ctx.rank)
+        self.cuda = cuda_resolver
+        self.extra_counters = extra_counters
+        self.errors: list[BaseException] = []
+        self.once = OnceLogger()
+        self.halted = False
+        self.healthy = True
+        self._fail_streak = 0
+        self._next_probe = 0.0
+        self._skip_runs: set[str] = set()
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._pending: collections.deque[Any] = collections.deque()
+        self._resolver = b.DurationResolver()
+        self._step_cols = b.StepBuffer(self.ctx.clock_offset_ns)
+        self._sample_cols = b.ColumnBuffer(b.SAMPLE_COLUMNS)
+        self._events: list[dict[str, Any]] = []
+        self._events_oldest: int | None = None
+        self._outbox: collections.deque[SpooledRequest] = collections.deque()
+        self._buf_lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._final_requested = threading.Event()
+        self._final_done = threading.Event()
+        self._flush_requested = threading.Event()
+        self._flush_done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._deadline: float | None = None
+        self._abandoned = False
+        self._closed = False
+        self._sampler: Any = None
+        self._sampler_failed = False
+        self._next_sample = 0.0
+        self._next_counters = time.monotonic() + self.settings.counters_interval_s
+        self._last_counters: dict[str, int] | None = None
+        self._own_backlog = False
+        self._next_orphan_scan = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def poll_s(self) -> float:
+        s = self.settings
+        candidates = [0.5, s.flush_interval_s / 2]
+        if s.system_interval_s > 0:
+            candidates.append(s.system_interval_s)
+        return max(0.01, min(candidates))
+
+    def alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive() and self._pid == os.getpid()
+
+    def ensure_started(self) -> bool:
+        """Starts the thread if it is not running in this process. False if it cannot start."""
+        if self.alive():
+            return True
+        if self._closed:
+            return False
+        with self._start_lock:
+            if self.alive():
+                return True
+            thread = threading.Thread(target=self._loop, name="phantomhub-agent", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # interpreter shutting down: finish() will work inline
+                return False
+            self._thread = thread
+            self._pid = os.getpid()
+        return True
+
+    def after_fork_in_child(self) -> None:
+        """The parent's data and thread stay with the parent; the child starts clean."""
+        self.steps.clear()
+        self.items.clear()
+        self.transport.drop_connection()
+        self.spool.after_fork()
+        self.once.reset()
+        self._init_state()
+        self._sampler_failed = True  # the parent samples the node; a forked child would only repeat it
+
+    def _loop(self) -> None:
+        first = True
+        while True:
+            if not first:  # the first pass runs at once: metadata out, and an old spool replayed early
+                self._wake.wait(self.poll_s)
+            first = False
+            self._wake.clear()
+            if self._final_requested.is_set():
+                try:
+                    self._final_pass()
+                finally:
+                    self._final_done.set()
+                return
+            flush = self._flush_requested.is_set()
+            cpu0 = time.thread_time_ns()
+            try:
+                self.tick(flush=flush)
+            except Exception as exc:
+                self._internal_error(exc)
+            self.counters.sender_cpu_us += (time.thread_time_ns() - cpu0) // 1000
+            if flush:
+                self._flush_requested.clear()
+                self._flush_done.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- one pass --------------------------------------------------------------------------------
+
+    def tick(self, *, final: bool = False, flush: bool = False) -> None:
+        now_mono = time.monotonic()
+        with self._buf_lock:
+            self._drain(final=final, flush=final or flush)
+            if self._sample_due(now_mono) and not final:
+                self._sample()
+            if final or now_mono >= self._next_counters:
+                self._queue_counters(force=final)
+        self._deliver_outbox()
+        if not final or self._deadline is None or time.monotonic() < self._deadline:
+            self._replay(final=final)
+
+    def _drain(self, *, final: bool, flush: bool) -> None:
+        steps = self.steps
+        pending = self._pending
+        while steps:
+            pending.append(steps.popleft())
+        self._resolve_pending(final=final)
+        items = self.items
+        while items:
+            kind, value = items.popleft()
+            if kind == "event":
+                if self._events_oldest is None:
+                    self._events_oldest = time.monotonic_ns()
+                self._events.append(value)
+            else:  # a complete request (the run's metadata)
+                self._outbox.append(value)
+        self._cut(force=flush)
+
+    def _resolve_pending(self, *, final: bool) -> None:
+        pending = self._pending
+        now_ns = time.monotonic_ns()
+        while pending:
+            item = pending[0]
+            if len(item) == 2:
+                pending.popleft()
+                kind, t_pc = item
+                row = self._resolver.boundary(t_pc) if kind == MARK_BOUNDARY else self._resolver.close()
+                if row is not None:
+                    self._step_cols.append(row, now_ns)
+                continue
+            marks = item[b.R_MARKS]
+            if marks:
+                if self.cuda is None:
+                    item = (*item[: b.R_MARKS], None)
+                elif self.cuda.ready(marks):
+                    values = list(item)
+                    self.cuda.resolve(values, b.R_DATA, marks)
+                    values[b.R_MARKS] = None
+                    item = tuple(values)
+                elif final and self._deadline is not None and time.monotonic() >= self._deadline - 0.5:
+                    self.cuda.drop(marks)  # never resolved in time: those stages stay null
+                    item = (*item[: b.R_MARKS], None)
+                else:
+                    break  # rows stay in order: wait for this step's events
+            pending.popleft()
+            row = self._resolver.push(item)
+            if row is not None:
+                self._step_cols.append(row, now_ns)
+
+    def _cut(self, *, force: bool) -> None:
+        s = self.settings
+        now_ns = time.monotonic_ns()
+        max_age = int(s.flush_interval_s * 1e9)
+        extra = {"rank": self.ctx.rank, "host": self.ctx.host}
+        run_path = f"/api/v1/runs/{self.ctx.run_id}"
+        while len(self._step_cols) and (force or self._step_cols.due(now_ns, s.batch_max_rows, max_age)):
+            cols = b.compact_columns(self._step_cols.take(s.batch_max_rows), b.REQUIRED_STEP_COLUMNS)
+            for _payload, body, rows in b.fit_columns("steps", cols, extra, s.batch_max_bytes):
+                self._outbox.append(self._request("steps", run_path + "/steps", body, rows))
+        while len(self._sample_cols) and (force or self._sample_cols.due(now_ns, s.batch_max_rows, max_age)):
+            cols = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
+            for _payload, body, rows in b.fit_columns("samples", cols, extra, s.batch_max_bytes):
+                self._outbox.append(self._request("samples", run_path + "/samples", body, rows))
+        events_due = self._events_oldest is not None and now_ns - self._events_oldest >= max_age
+        if self._events and (force or events_due or len(self._events) >= EVENTS_PER_REQUEST):
+            events, self._events = self._events, []
+            self._events_oldest = None
+            for lo in range(0, len(events), EVENTS_PER_REQUEST):
+                chunk = events[lo : lo + EVENTS_PER_REQUEST]
+                body = b.encode_json({"events": chunk})
+                self._outbox.append(self._request("events", run_path + "/events", body, len(chunk)))
+
+    def _request(self, kind: str, path: str, body: bytes, rows: int) -> SpooledRequest:
+        gzipped = len(body) >= self.settings.gzip_min_bytes
+        return SpooledRequest(
+            path=path,
+            body=b.gzip_bytes(body) if gzipped else body,
+            gzipped=gzipped,
+            kind=kind,
+            run_id=self.ctx.run_id,
+            rows=rows,
+            token_fp=self.ctx.token_fp,
+            server=self.settings.server,
+            created_ns=time.time_ns(),
+        )
+
+    def make_request(self, kind: str, path: str, payload: Any) -> SpooledRequest:
+        return self._request(kind, path, b.encode_json(payload), 1)
+
+    # -- system samples and counters ---------------------------------------------------------------
+
+    def _sample_due(self, now_mono: float) -> bool:
+        return self.settings.system_interval_s > 0 and not self._sampler_failed and now_mono >= self._next_sample
+
+    def _sample(self) -> None:
+        self._next_sample = time.monotonic() + self.settings.system_interval_s
+        if self._sampler is None:
+            from ._system import SystemSampler
+
+            try:
+                self._sampler = SystemSampler(self.ctx.gpu_devices)
+            except Exception as exc:
+                self._sampler_failed = True
+                self.once.warning("sampler", "phantomhub: system sampling disabled: %s", exc)
+                return
+        now_ns = time.monotonic_ns()
+        cap = self.settings.batch_max_rows * 4
+        for row in self._sampler.sample(time.time_ns()):
+            if len(self._sample_cols) >= cap:
+                self.counters.dropped_samples += 1
+                continue
+            self._sample_cols.append(row, now_ns)
+
+    def counters_snapshot(self) -> dict[str, int]:
+        data = self.counters.as_dict()
+        data["spool_dropped_batches"] += self.spool.dropped_batches
+        data["spool_dropped_rows"] += self.spool.dropped_rows
+        if self.extra_counters is not None:
+            for key, value in self.extra_counters().items():
+                data[key] = data.get(key, 0) + value
+        return data
+
+    def _queue_counters(self, *, force: bool) -> None:
+        self._next_counters = time.monotonic() + self.settings.counters_interval_s
+        data = self.counters_snapshot()
+        if data == self._last_counters:
+            return
+        if self._last_counters is None and not force and not any(data.values()):
+            return
+        self._last_counters = data
+        event = {
+            "id": uuid.uuid4().hex,
+            "kind": "counters",
+            "rank": self.ctx.rank,
+            "t_ns": time.time_ns(),
+            "data": data,
+        }
+        if self._events_oldest is None:
+            self._events_oldest = time.monotonic_ns()
+        self._events.append(event)
+        self._cut(force=force)
+
+    # -- delivery --------------------------------------------------------------------------------
+
+    def _deliver_outbox(self) -> None:
+        with self._io_lock:
+            while self._outbox and not self._is_abandoned():
+                request = self._outbox[0]
+                self._deliver(request)
+                if self._is_abandoned():
+                    return  # finish() spooled the outbox itself after its deadline
+                self._outbox.popleft()
+
+    def _is_abandoned(self) -> bool:
+        return self._abandoned
+
+    def _remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return self._deadline - time.monotonic()
+
+    def _deliver(self, request: SpooledRequest) -> None:
+        s = self.settings
+        if s.mode == "offline" or self.halted or self._own_backlog:
+            self._spool(request)
+            return
+        if not self.healthy and time.monotonic() < self._next_probe:
+            self._spool(request)
+            return
+        attempt = 0
+        while True:
+            remaining = self._remaining()
+            if remaining is not None and remaining < 0.05:
+                self._spool(request)
+                return
+            timeout = s.request_timeout_s if remaining is None else min(s.request_timeout_s, remaining)
+            outcome, response = self._send(request, timeout)
+            if outcome == OK:
+                self._mark_healthy()
+                self.counters.sent_batches += 1
+                return
+            if outcome == RETRY:
+                retry_after = _retry_after(response)
+                delay = backoff_delay(
+                    attempt,
+                    base_s=s.backoff_base_s,
+                    max_s=s.backoff_max_s,
+                    retry_after_s=retry_after,
+                    retry_after_max_s=s.retry_after_max_s,
+                )
+                attempt += 1
+                if attempt > s.max_retries or not self._sleep(delay):
+                    self._spool(request)
+                    self._mark_unhealthy(retry_after)
+                    return
+                continue
+            if outcome == TOO_LARGE:
+                self._split_and_deliver(request, response)
+                return
+            if outcome == HALT:
+                self._halt(request, response)
+                self._spool(request)
+                return
+            self._reject(request, response)
+            return
+
+    def _send(self, request: SpooledRequest, timeout: float) -> tuple[str, Response | None]:
+        try:
+            response = self.transport.request("POST", request.path, request.body, gzipped=request.gzipped, timeout_s=timeout)
+        except NetworkError as exc:
+            self.counters.send_failures += 1
+            self.once.warning(
+                "network",
+                "phantomhub: server %s unreachable (%s); spooling to %s",
+                self.settings.server,
+                exc,
+                self.spool.root,
+            )
+            return RETRY, None
+        outcome = classify(response.status)
+        if outcome == RETRY:
+            self.counters.send_failures += 1
+            self.once.warning(
+                f"status-{response.status}",
+                "phantomhub: server answered %d (%s); will retry",
+                response.status,
+                response.error_text(),
+            )
+        return outcome, response
+
+    def _sleep(self, delay: float) -> bool:
+        """Waits ``delay`` seconds; False if a finish() deadline falls before the wait would end."""
+        until = time.monotonic() + delay
+        while True:
+            now = time.monotonic()
+            if now >= until:
+                return True
+            if self._deadline is not None and self._deadline < until:
+                return False
+            if self._thread is threading.current_thread() and not self._final_requested.is_set():
+                # finish() sets its deadline, then this event: wake up to re-check the deadline
+                self._final_requested.wait(until - now)
+            else:
+                time.sleep(until - now)
+
+    def _mark_healthy(self) -> None:
+        if not self.healthy:
+            logger.info("phantomhub: server %s reachable again", self.settings.server)
+        self.healthy = True
+        self._fail_streak = 0
+
+    def _mark_unhealthy(self, retry_after: float | None) -> None:
+        s = self.settings
+        self.healthy = False
+        delay = backoff_delay(
+            self._fail_streak,
+            base_s=s.backoff_base_s,
+            max_s=s.backoff_max_s,
+            retry_after_s=retry_after,
+            retry_after_max_s=s.retry_after_max_s,
+        )
+        self._fail_streak += 1
+        self._next_probe = time.monotonic() + delay
+
+    def _halt(self, request: SpooledRequest, response: Response | None) -> None:
+        self.halted = True
+        status = response.status if response is not None else 0
+        text = response.error_text() if response is not None else ""
+        self.once.error(
+            "halt",
+            "phantomhub: server refused %s with %d (%s); keeping telemetry in %s — fix the token or run and "
+            "upload it with `phantomhub-agent sync`",
+            request.path,
+            status,
+            text,
+            self.spool.root,
+        )
+
+    def _reject(self, request: SpooledRequest, response: Response | None) -> None:
+        self.counters.rejected_batches += 1
+        status = response.status if response is not None else 0
+        text = response.error_text() if response is not None else ""
+        self.once.error(
+            f"reject-{request.kind}-{status}",
+            "phantomhub: server rejected a %s batch with %d (%s); dropped, not retried",
+            request.kind,
+            status,
+            text,
+        )
+        if self.settings.debug:
+            self.errors.append(RuntimeError(f"{request.kind} batch rejected with {status}: {text}"))
+
+    def _split_and_deliver(self, request: SpooledRequest, response: Response | None) -> None:
+        halves = split_request(request)
+        if halves is None:
+            self._reject(request, response)
+            return
+        for half in halves:
+            self._deliver(half)
+
+    def _spool(self, request: SpooledRequest) -> None:
+        try:
+            written = self.spool.write(request)
+        except OSError as exc:
+            self.counters.spool_dropped_batches += 1
+            if request.kind == "steps":
+                self.counters.dropped_steps += request.rows
+            self.once.error("spool-write", "phantomhub: cannot write the spool (%s); telemetry dropped", exc)
+            return
+        if written is not None:
+            self.counters.spooled_batches += 1
+            if request.run_id == self.ctx.run_id:
+                self._own_backlog = True
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    def _replay(self, *, final: bool) -> None:
+        if self.settings.mode == "offline" or self.halted:
+            return
+        if not self.healthy and time.monotonic() < self._next_probe and not final:
+            return  # at finish, one more probe regardless: the server may be back
+        started = time.monotonic()
+        budget = REPLAY_BUDGET_S
+        with self._io_lock:
+            if self._own_backlog:
+                entries = self.spool.own(self.ctx.run_id)
+                for entry in entries:
+                    if self._out_of_time(started, budget):
+                        return
+                    if not self._replay_one(entry, own=True):
+                        return
+                self._own_backlog = bool(entries) and self.spool.has_own(self.ctx.run_id)
+                if self._own_backlog:
+                    return
+            if time.monotonic() < self._next_orphan_scan:
+                return
+            if final:
+                # Leftovers of earlier processes may go out at finish too, within what the deadline spares.
+                remaining = self._remaining()
+                if remaining is None or remaining < 1.0:
+                    return
+                budget = min(budget, remaining - 0.5)
+            self._next_orphan_scan = time.monotonic() + ORPHAN_SCAN_EVERY_S
+            for entry in self.spool.orphans():
+                if entry.run_id in self._skip_runs:
+                    continue
+                if self._out_of_time(started, budget):
+                    self._next_orphan_scan = 0.0
+                    return
+                claimed = self.spool.claim(entry)
+                if claimed is None:
+                    continue
+                if not self._replay_one(claimed, own=False):
+                    return
+
+    def _out_of_time(self, started: float, budget: float) -> bool:
+        remaining = self._remaining()
+        return time.monotonic() - started > budget or (remaining is not None and remaining < 0.1)
+
+    def _replay_one(self, entry: Any, *, own: bool) -> bool:
+        """Sends one spooled file. False stops the replay (server unhealthy or time is up)."""
+        try:
+            request = read_entry(entry)
+        except (OSError, ValueError, KeyError) as exc:
+            self.once.warning("corrupt-spool", "phantomhub: unreadable spool file %s (%s); removed", entry.path, exc)
+            self.spool.remove(entry)
+            return True
+        if not own and request.token_fp != self.ctx.token_fp:
+            self.spool.release(entry)
+            self._skip_runs.add(entry.run_id)
+            return True
+        remaining = self._remaining()
+        timeout = self.settings.request_timeout_s if remaining is None else min(self.settings.request_timeout_s, remaining)
+        outcome, response = self._send(request, timeout)
+        if outcome == OK:
+            self.spool.remove(entry)
+            self.counters.replayed_batches += 1
+            self._mark_healthy()
+            return True
+        if outcome == RETRY:
+            if not own:
+                self.spool.release(entry)
+            self._mark_unhealthy(_retry_after(response))
+            return False
+        if outcome == HALT:
+            if own:
+                self._halt(request, response)
+                return False
+            self.spool.release(entry)
+            self._skip_runs.add(entry.run_id)
+            return True
+        if outcome == TOO_LARGE:
+            halves = split_request(request)
+            if halves is not None:
+                for half in halves:
+                    if own:
+                        self._spool(half)
+                    else:
+                        self._deliver(half)
+                self.spool.remove(entry)
+                return True
+        self._reject(request, response)
+        self.spool.remove(entry)
+        return True
+
+    # -- flush and finish ------------------------------------------------------------------------
+
+    def flush(self, timeout_s: float) -> bool:
+        """Pushes everything recorded so far (except the step still waiting for its duration)."""
+        if self.alive():
+            self._flush_done.clear()
+            self._flush_requested.set()
+            self._wake.set()
+            return self._flush_done.wait(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        self._deadline = deadline
+        try:
+            self.tick(flush=True)
+        finally:
+            self._deadline = None
+        return True
+
+    def finish(self, timeout_s: float) -> bool:
+        """Final flush within ``timeout_s``; what cannot be sent by then is spooled. Never hangs."""
+        if self._closed:
+            return True
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        self._deadline = deadline
+        delivered = False
+        if self.alive():
+            self._final_requested.set()
+            self._wake.set()
+            delivered = self._final_done.wait(max(0.0, deadline - time.monotonic()) + 0.25)
+        else:
+            try:
+                self._final_pass()
+                delivered = True
+            except Exception as exc:
+                self._internal_error(exc)
+        if not delivered:
+            self._emergency_spool()
+        self._closed = True
+        self.transport.close()
+        return delivered
+
+    def _final_pass(self) -> None:
+        try:
+            while True:
+                self.tick(final=True)
+                remaining = self._remaining()
+                if not self._pending or remaining is None or remaining < 0.6:
+                    break
+                time.sleep(0.005)  # CUDA events still running: poll, never synchronize
+            if self._pending:
+                with self._buf_lock:
+                    self._drain(final=True, flush=True)
+                self._deliver_outbox()
+        except Exception as exc:
+            self._internal_error(exc)
+            self._emergency_spool()
+
+    def _emergency_spool(self) -> None:
+        """The deadline passed with the sender stuck: spool whatever is left (duplicates are harmless)."""
+        self._abandoned = True
+        try:
+            acquired = self._buf_lock.acquire(timeout=0.5)
+            try:
+                self._drain(final=True, flush=True)
+            finally:
+                if acquired:
+                    self._buf_lock.release()
+            for request in list(self._outbox):
+                self._spool(request)
+            self._outbox.clear()
+        except Exception as exc:
+            self._internal_error(exc)
+
+    def _internal_error(self, exc: BaseException) -> None:
+        self.counters.internal_errors += 1
+        self.once.error(
+            f"internal-{type(exc).__name__}",
+            "phantomhub: internal error (telemetry may be incomplete): %s\n%s",
+            exc,
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        )
+        if self.settings.debug:
+            self.errors.append(exc)
+
+
+def _retry_after(response: Response | None) -> float | None:
+    if response is None:
+        return None
+    return _parse_retry_after(response.headers.get("retry-after"))
+
+
+def split_request(request: SpooledRequest) -> list[SpooledRequest] | None:
+    """Halves a columnar batch (steps or samples) for a server that answered 413."""
+    if request.kind not in ("steps", "samples", "events") or request.rows <= 1:
+        return None
+    body = gzip.decompress(request.body) if request.gzipped else request.body
+    payload = json.loads(body.decode("utf-8"))
+    out = []
+    if request.kind == "events":
+        events = payload["events"]
+        half = (len(events) + 1) // 2
+        parts = [({"events": events[:half]}, half), ({"events": events[half:]}, len(events) - half)]
+    else:
+        first, second = b.halve_columns(payload[request.kind])
+        parts = []
+        for cols in (first, second):
+            part = dict(payload)
+            part[request.kind] = cols
+            parts.append((part, b.column_rows(cols)))
+    for part, rows in parts:
+        raw = b.encode_json(part)
+        out.append(
+            dataclasses.replace(
+                request,
+                body=b.gzip_bytes(raw) if request.gzipped else raw,
+                rows=rows,
+            )
+        )
+    return out

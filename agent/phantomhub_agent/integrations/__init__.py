@@ -1,0 +1,1 @@
+"""Framework integrations: ``lightning.PhantomHubCallback`` and ``transformers.PhantomHubCallback``."""
