@@ -26,10 +26,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
-import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import database_recreate  # noqa: E402
+
 NS = 10**9
 
 
@@ -52,10 +53,7 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
     }
     os.environ.update(env)
-    dbname = args.database_url.rsplit("/", 1)[1]
-    with psycopg.connect(args.database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{dbname}"')
+    database_recreate(args.database_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env={**os.environ}, check=True)
     import django
 

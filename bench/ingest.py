@@ -16,8 +16,6 @@ import http.client
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -30,6 +28,8 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import database_recreate, gunicorn, manage  # noqa: E402
+
 T0_NS = 1_790_000_000 * 10**9
 COLUMNS = [
     "step",
@@ -71,31 +71,6 @@ def batch_columns(first: int, n: int, rng: np.random.Generator) -> dict[str, lis
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
-def wait_healthy(port: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/api/v1/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server did not become healthy")
-
-
 def post_json(conn: http.client.HTTPConnection, path: str, body: bytes, token: str, gz: bool) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     if gz:
@@ -123,10 +98,7 @@ def main() -> None:
     args = parser.parse_args()
 
     dbname = args.database_url.rsplit("/", 1)[1]
-    admin_url = args.database_url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{dbname}"')
+    database_recreate(args.database_url)
     env = {
         **os.environ,
         "PHANTOMHUB_DATABASE_URL": args.database_url,
@@ -150,25 +122,7 @@ def main() -> None:
         bodies.append((api_runs[i % args.clients], gzip.compress(raw, 1) if args.gzip else raw))
     body_mb = sum(len(b) for _, b in bodies) / n_batches / 1e6
 
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "phantomhub.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(args.workers),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        wait_healthy(port)
+    with gunicorn(env, args.workers) as port:
         setup = http.client.HTTPConnection("127.0.0.1", port)
         for run_id in api_runs:
             post_json(setup, "/api/v1/runs", json.dumps({"id": run_id, "name": "bench"}).encode(), token, False)
@@ -203,9 +157,6 @@ def main() -> None:
             t.join()
         api_s = time.perf_counter() - started
         assert accepted[0] == n_batches * args.batch, accepted
-    finally:
-        server.terminate()
-        server.wait(30)
 
     # The same rows by raw COPY into the same table (a fresh run id so nothing conflicts).
     os.environ.update(env)

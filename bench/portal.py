@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,13 +31,9 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import database_recreate, gunicorn  # noqa: E402
+
 NS = 10**9
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -70,8 +65,6 @@ def main() -> None:
     os.environ.update(env)
     os.environ["DJANGO_SETTINGS_MODULE"] = "phantomhub.settings"
 
-    dbname = args.database_url.rsplit("/", 1)[1]
-    admin_url = args.database_url.rsplit("/", 1)[0] + "/postgres"
     reuse = False
     if args.keep:
         try:
@@ -80,38 +73,16 @@ def main() -> None:
         except psycopg.Error:
             reuse = False
     if not reuse:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-            admin.execute(f'CREATE DATABASE "{dbname}"')
+        database_recreate(args.database_url)
         subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
     import django
 
     django.setup()
     token = setup(args) if not reuse else personal_token()
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "phantomhub.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(args.workers),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
+    with gunicorn(env, args.workers) as port:
         results = measure(port, token, args)
         if args.browser:
             results["leaderboard_page_render_s"] = browser_render(port)
-    finally:
-        server.terminate()
-        server.wait(30)
     from django.db import connection
 
     with connection.cursor() as cursor:

@@ -1,0 +1,68 @@
+"""Pieces the benchmarks share: a fresh database, a gunicorn server on a free port."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database_recreate(url: str) -> None:
+    """Drop and create the database named in `url` (a benchmark starts from nothing)."""
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(base + "/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+
+
+def wait_healthy(port: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/api/v1/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not become healthy")
+
+
+@contextmanager
+def gunicorn(env: dict[str, str], workers: int) -> Iterator[int]:
+    """PhantomHub under gunicorn on a free port, healthy, for the duration of the block."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+         "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+    )  # fmt: skip
+    try:
+        wait_healthy(port)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """Run a manage.py command against the benchmark's database; its stdout, stripped."""
+    out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
