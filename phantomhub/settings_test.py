@@ -43,7 +43,7 @@ else:
     os.environ.setdefault("PHANTOMHUB_VAR_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var"))
 
 from phantomhub.settings import *  # noqa: E402,F403
-from phantomhub.settings import DATABASES, VAR_DIR  # noqa: E402
+from phantomhub.settings import DATABASES, STATIC_ROOT, VAR_DIR  # noqa: E402
 
 TEST_BACKEND = "postgresql" if _pg else "sqlite"
 if not _pg:
@@ -52,4 +52,5 @@ if not _pg:
 # The suite's broker: a Redis database of its own. Tasks stay eager unless a test starts a real
 # worker (tests/waste/test_celery_worker.py flips CELERY_TASK_ALWAYS_EAGER off).
 CELERY_BROKER_URL = os.environ.get("PHANTOMHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every request when it is missing
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast user fixtures
