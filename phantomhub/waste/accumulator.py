@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from phantomhub.waste.inputs import (
+    MODEL_VERSION,
     OPTIONAL_INT_COLUMNS,
     IntArray,
     RunConfig,
@@ -33,7 +34,7 @@ from phantomhub.waste.stragglers import AlignedRows, StragglerCounters, attribut
 from phantomhub.waste.timeline import NS_MAX, Coverage, PricePieces
 from phantomhub.waste.windows import WindowSums
 
-STATE_VERSION = 1
+STATE_VERSION = MODEL_VERSION  # a state from another version raises NotAppendable
 # Rows held for cross-rank alignment before aligning with the ranks seen so far anyway (bounds
 # the state of a run whose world_size counts ranks that never report).
 TAIL_ALIGN_LIMIT = 262_144
@@ -56,6 +57,7 @@ _SUM_KEYS = (
     "flops_steps",
     "overrun_steps",
     "clipped_steps",
+    "over_peak_steps",
     "mem_rows",
     "frag_rows",
 )
@@ -302,6 +304,7 @@ class RunAccumulator:
         rs.flops += float(block.flops[known].sum())
         s["overrun_steps"] += block.overrun
         s["clipped_steps"] += block.clipped
+        s["over_peak_steps"] += block.over_peak
         alloc, reserved, peak = cols["mem_allocated"], cols["mem_reserved"], cols["mem_peak"]
         s["mem_rows"] += int((peak >= 0).sum())
         frag_ok = (alloc >= 0) & (reserved > 0)
@@ -362,7 +365,7 @@ class RunAccumulator:
             c.sums = dict(rs.sums)
             c.tail = AlignedRows(list(rs.tail.step), list(rs.tail.arrival), list(rs.tail.comm))
             twin.ranks[rank] = c
-        twin.windows = WindowSums(self.windows.level, self.windows.sums.copy(), self.windows.peak.copy())
+        twin.windows = self.windows.copy()
         twin.stragglers = {k: copy.copy(v) for k, v in self.stragglers.items()}
         twin.hosts = {k: copy.deepcopy(v) for k, v in self.hosts.items()}
         return twin

@@ -158,8 +158,10 @@ def window_series(
     reporting ranks' FLOPs, tokens and samples to the whole run."""
     start = acc.config.allocation_start_ns
     last = max(end_ns, (acc.max_t_seen or start) + 1)
-    win = acc.windows
+    win = acc.windows.copy()
     win.fit(max(last - start - 1, 0))
+    # No narrower than 9 in 10 steps: a window shorter than a step is mostly empty.
+    win.coarsen_to(win.duration_level())
     width = win.width_ns
     n = max(math.ceil((last - start) / width), 0)
     sums = np.pad(win.sums, ((0, 0), (0, max(n - win.sums.shape[1], 0))))[:, :n]
@@ -182,7 +184,8 @@ def window_series(
     return WindowSeries(
         width_ns=width,
         t_start_ns=tuple(int(t) for t in t0),
-        steps=tuple(int(s) for s in steps),
+        steps=tuple(float(s) for s in steps),
+        step_starts=tuple(int(s) for s in fields["step_starts"]),
         step_ms=ratio(fields["step_ns"], steps, 1e-6),
         data_ms=ratio(fields["data_ns"], steps, 1e-6),
         forward_ms=ratio(fields["forward_ns"], steps, 1e-6),

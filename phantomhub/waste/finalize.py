@@ -30,6 +30,7 @@ from phantomhub.waste.result import (
     CategoryFigure,
     Explained,
     IdleFigure,
+    MemoryDiagnostics,
     RankFigure,
 )
 
@@ -149,7 +150,12 @@ def build_analysis(
     run_hours = span_ns / 3.6e12
     recoverable_usd = sum(c.recoverable_usd for c in categories)
     comm_fig = next(c for c in categories if c.category == "comm_exposed")
-    warnings = _warnings(acc, reporting, book.unpriced_ns, flops_steps, live_steps)
+    warnings = _warnings(acc, reporting, book.unpriced_ns, flops_steps, live_steps, mfu_step)
+    memory = memory_diagnostics(reporting, cfg.gpu_memory_bytes, oom_count)
+    host = host_diagnostics(reporting, acc.hosts)
+    tokens_per_s = tokens * rank_scale / span_s if tokens_seen and span_s > 0 else None
+    samples_per_s = samples * rank_scale / span_s if samples_seen and span_s > 0 else None
+    usd_per_month = cost_cents / 100 / run_hours * HOURS_PER_MONTH if run_hours > 0 else None
     explain = _explain(
         acc,
         end_ns=end_ns,
@@ -164,16 +170,53 @@ def build_analysis(
         achieved=achieved,
         mfu=mfu,
         mfu_step=mfu_step,
+        mfu_compute=mfu_compute,
         step_s=step_s,
+        compute_s=compute_s,
         recoverable_usd=recoverable_usd,
     )
+    explain.update(_explain_run_rate(cfg.gpu_count, start, end_ns, cost_cents, book.unpriced_ns, run_hours, usd_per_month))
+    explain.update(
+        _explain_throughput(
+            tokens=tokens if tokens_seen else None,
+            samples=samples if samples_seen else None,
+            tokens_per_s=tokens_per_s,
+            samples_per_s=samples_per_s,
+            world_size=cfg.world_size,
+            n_rep=n_rep,
+            span_s=span_s,
+        )
+    )
+    for fig in idle:
+        explain[f"idle.{fig.label}.usd"] = Explained(
+            fig.usd_cents / 100,
+            "USD",
+            "largest-remainder share of the idle category's cents in proportion to exact_usd "
+            "(= Σ_segments GPU-seconds of this cause in segment * usd_per_gpu_hour / 3600)",
+            {"exact_usd": float(usd_exact[fig.label]), "idle_cents": cat_cents["idle"], "gpu_seconds": fig.gpu_seconds},
+        )
+    explain.update(_explain_memory(memory, reporting))
+    explain.update(_explain_gpu_util(host.gpu_util_pct_mean, acc))
     for st in stragglers:
+        counters = acc.stragglers[st.rank]
+        explain[f"stragglers.{st.rank}.caused_wait_gpu_seconds"] = Explained(
+            st.caused_wait_gpu_seconds,
+            "GPU-s",
+            "caused_wait_rank_ns * (gpu_count / ranks_reporting) / 1e9; caused wait = Σ over straggling "
+            "steps where this rank arrived last of the other ranks' min(comm_ns, its arrival - their "
+            "arrival), split evenly between ranks arriving last together",
+            {
+                "caused_wait_rank_ns": counters.caused_wait_ns,
+                "gpu_count": cfg.gpu_count,
+                "ranks_reporting": n_rep,
+                "blamed_steps": st.blamed_steps,
+            },
+        )
         explain[f"stragglers.{st.rank}.caused_wait_usd"] = Explained(
             st.caused_wait_usd,
             "USD",
-            "caused_wait_gpu_seconds * comm_exposed usd / comm_exposed GPU-s; caused wait = sum over "
-            "straggling steps where this rank arrived last of the others' min(comm_ns, its arrival - "
-            "their arrival)",
+            "caused_wait_gpu_seconds * comm_exposed_usd / comm_exposed_gpu_seconds (the run's average "
+            "price of a GPU-second of exposed communication)",
             {
                 "caused_wait_gpu_seconds": st.caused_wait_gpu_seconds,
                 "comm_exposed_usd": comm_fig.usd,
@@ -205,14 +248,14 @@ def build_analysis(
         mfu=mfu,
         mfu_step_time=mfu_step,
         mfu_compute=mfu_compute,
-        tokens_per_s=tokens * rank_scale / span_s if tokens_seen and span_s > 0 else None,
-        samples_per_s=samples * rank_scale / span_s if samples_seen and span_s > 0 else None,
+        tokens_per_s=tokens_per_s,
+        samples_per_s=samples_per_s,
         run_hours=run_hours,
-        usd_per_month_at_run_rate=(cost_cents / 100 / run_hours * HOURS_PER_MONTH if run_hours > 0 else None),
+        usd_per_month_at_run_rate=usd_per_month,
         ranks=tuple(ranks),
         stragglers=stragglers,
-        memory=memory_diagnostics(reporting, cfg.gpu_memory_bytes, oom_count),
-        host=host_diagnostics(reporting, acc.hosts),
+        memory=memory,
+        host=host,
         windows=window_series(
             acc,
             end_ns,
@@ -230,6 +273,7 @@ def _warnings(
     unpriced_ns: int,
     flops_steps: int,
     live_steps: int,
+    mfu_step: float | None,
 ) -> list[str]:
     cfg = acc.config
     out: list[str] = []
@@ -256,6 +300,14 @@ def _warnings(
         lacking = [rs.rank for rs in reporting if stage not in rs.columns]
         if lacking:
             out.append(f"{stage} not reported by {len(lacking)} rank(s): that time shows as host_overhead")
+    over_peak = sum(rs.sums["over_peak_steps"] for rs in reporting)
+    if over_peak or (mfu_step is not None and mfu_step > 1):
+        mfu_text = "unknown" if mfu_step is None else f"{mfu_step:.3g}"
+        out.append(
+            f"reported FLOPs exceed the GPU's dense peak: {over_peak} of {live_steps} step(s) claim more "
+            "FLOP/s than peak_flops_per_gpu x gpus_per_rank over their step time (MFU over step time "
+            f"{mfu_text}), which no GPU can do: check flops or dtype"
+        )
     overrun = sum(rs.sums["overrun_steps"] for rs in reporting)
     if overrun:
         out.append(f"{overrun} step(s) had stage times longer than the step: scaled down to fit")
@@ -279,7 +331,9 @@ def _explain(
     achieved: float | None,
     mfu: float | None,
     mfu_step: float | None,
+    mfu_compute: float | None,
     step_s: float,
+    compute_s: float,
     recoverable_usd: float,
 ) -> dict[str, Explained]:
     cfg = acc.config
@@ -337,11 +391,18 @@ def _explain(
         "cost_usd - useful_compute usd",
         {"cost_usd": cost_cents / 100, "useful_compute_usd": useful.usd},
     )
+    out["waste_share"] = Explained(
+        (cost_cents - useful.usd_cents) / cost_cents if cost_cents else 0.0,
+        "ratio",
+        "waste_usd / cost_usd (0 when the run cost nothing)",
+        {"waste_usd": (cost_cents - useful.usd_cents) / 100, "cost_usd": cost_cents / 100},
+    )
     out["useful_compute"] = Explained(
         useful.gpu_seconds,
         "GPU-s",
         "Σ_steps min(compute_ns, flops / (target_mfu * peak_flops_per_gpu * gpus_per_rank)) "
-        "* (gpu_count / ranks_reporting) / 1e9",
+        "* (gpu_count / ranks_reporting) / 1e9, with each step's flops credited in proportion to its "
+        "measured work kept after cuts (all of it unless the step was cut)",
         {
             "target_mfu": cfg.target_mfu,
             "peak_flops_per_gpu": cfg.peak_flops_per_gpu,
@@ -381,4 +442,154 @@ def _explain(
             "step_seconds": step_s,
         },
     )
+    out["mfu_compute"] = Explained(
+        mfu_compute,
+        "ratio",
+        "Σ flops / (peak_flops_per_gpu * gpus_per_rank * Σ compute seconds); compute = forward + "
+        "backward + optimizer as measured, so timers that miss GPU work can push it above 1",
+        {
+            "flops_reported": flops,
+            "peak_flops_per_gpu": cfg.peak_flops_per_gpu,
+            "gpus_per_rank": cfg.gpus_per_rank,
+            "compute_seconds": compute_s,
+        },
+    )
     return out
+
+
+def _explain_run_rate(
+    gpu_count: int,
+    start_ns: int,
+    end_ns: int,
+    cost_cents: int,
+    unpriced_ns: int,
+    run_hours: float,
+    usd_per_month: float | None,
+) -> dict[str, Explained]:
+    billed = gpu_count * (end_ns - start_ns) / 1e9
+    return {
+        "gpu_hours": Explained(
+            billed / 3600,
+            "GPU-h",
+            "billed_gpu_seconds / 3600 = gpu_count * (end_ns - allocation_start_ns) / 3.6e12",
+            {"billed_gpu_seconds": billed, "gpu_count": gpu_count},
+        ),
+        "run_hours": Explained(
+            run_hours,
+            "h",
+            "(end_ns - allocation_start_ns) / 3.6e12",
+            {"end_ns": end_ns, "allocation_start_ns": start_ns},
+        ),
+        "usd_per_month_at_run_rate": Explained(
+            usd_per_month,
+            "USD/month",
+            "cost_usd / run_hours * hours_per_month: what the run would cost over a month at its "
+            "current rate (None for a zero-length run)",
+            {"cost_usd": cost_cents / 100, "run_hours": run_hours, "hours_per_month": HOURS_PER_MONTH},
+        ),
+        "unpriced_gpu_seconds": Explained(
+            gpu_count * unpriced_ns / 1e9,
+            "GPU-s",
+            "gpu_count * unpriced_ns / 1e9: billed time no price segment covers, counted at $0",
+            {"gpu_count": gpu_count, "unpriced_ns": unpriced_ns},
+        ),
+    }
+
+
+def _explain_throughput(
+    *,
+    tokens: int | None,
+    samples: int | None,
+    tokens_per_s: float | None,
+    samples_per_s: float | None,
+    world_size: int,
+    n_rep: int,
+    span_s: float,
+) -> dict[str, Explained]:
+    out: dict[str, Explained] = {}
+    for name, total, rate in (("tokens", tokens, tokens_per_s), ("samples", samples, samples_per_s)):
+        if total is None:
+            continue
+        out[f"{name}_per_s"] = Explained(
+            rate,
+            f"{name}/s",
+            f"Σ {name} * (world_size / ranks_reporting) / billed seconds",
+            {name: total, "world_size": world_size, "ranks_reporting": n_rep, "billed_seconds": span_s},
+        )
+    return out
+
+
+def _explain_memory(mem: MemoryDiagnostics, ranks: list[RankState]) -> dict[str, Explained]:
+    out: dict[str, Explained] = {}
+    frag_rows = sum(r.sums["frag_rows"] for r in ranks)
+    if mem.fragmentation_mean is not None:
+        out["memory.fragmentation_mean"] = Explained(
+            mem.fragmentation_mean,
+            "ratio",
+            "Σ_steps (1 - mem_allocated / mem_reserved) / allocator_rows, over the step rows that "
+            "report both (clipped to [0, 1])",
+            {"fragmentation_sum": sum(r.frag_sum for r in ranks), "allocator_rows": frag_rows},
+            {"fragmentation_sum": "ratio"},
+        )
+    if mem.peak_bytes_max is not None:
+        out["memory.peak_bytes_max"] = Explained(
+            mem.peak_bytes_max,
+            "bytes",
+            "max over ranks and steps of mem_peak (the allocator's peak at step end)",
+            {"peak_rank": mem.peak_rank, "memory_rows": sum(r.sums["mem_rows"] for r in ranks)},
+        )
+    if mem.peak_fraction_of_capacity is not None:
+        out["memory.peak_fraction_of_capacity"] = Explained(
+            mem.peak_fraction_of_capacity,
+            "ratio",
+            "peak_bytes_max / capacity_bytes (the GPU's memory from the catalog)",
+            {"peak_bytes_max": mem.peak_bytes_max, "capacity_bytes": mem.capacity_bytes},
+        )
+    if mem.headroom_bytes is not None:
+        out["memory.headroom_bytes"] = Explained(
+            mem.headroom_bytes,
+            "bytes",
+            "capacity_bytes - peak_bytes_max",
+            {"capacity_bytes": mem.capacity_bytes, "peak_bytes_max": mem.peak_bytes_max},
+        )
+    rows = sum(r.sums["rows"] for r in ranks)
+    if mem.alloc_retries_total is not None:
+        out["memory.alloc_retries_total"] = Explained(
+            mem.alloc_retries_total,
+            "count",
+            "Σ over ranks and steps of alloc_retries (each forces a device sync)",
+            {"ranks_reporting": len(ranks), "steps": rows},
+        )
+    if mem.alloc_retries_per_1k_steps is not None:
+        out["memory.alloc_retries_per_1k_steps"] = Explained(
+            mem.alloc_retries_per_1k_steps,
+            "per 1k steps",
+            "alloc_retries_count * 1000 / steps (step rows over all reporting ranks)",
+            {"alloc_retries_count": mem.alloc_retries_total, "steps": rows},
+        )
+    out["memory.oom_count"] = Explained(
+        mem.oom_count,
+        "count",
+        "OOM events recorded for the run (passed to the model: an OOM usually kills the process before a step row can report it)",
+        {"oom_events_count": mem.oom_count},
+    )
+    return out
+
+
+def _explain_gpu_util(mean: float | None, acc: RunAccumulator) -> dict[str, Explained]:
+    if mean is None:
+        return {}
+    hosts = acc.hosts.values()
+    return {
+        "host.gpu_util_pct_mean": Explained(
+            mean,
+            "%",
+            "Σ gpu_util_pct over every sample of every host / gpu_util_samples (NVML utilisation, "
+            "about once a second; busy is not the same as efficient, compare MFU)",
+            {
+                "gpu_util_sum_pct": sum(h.gpu_util_sum for h in hosts),
+                "gpu_util_samples": sum(h.gpu_util_n for h in hosts),
+                "hosts_with_samples": sum(1 for h in hosts if h.gpu_util_n),
+            },
+        )
+    }

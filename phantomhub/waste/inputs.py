@@ -32,6 +32,11 @@ CATEGORIES: tuple[str, ...] = (
 STEP_CATEGORIES: tuple[str, ...] = CATEGORIES[:5]
 
 DEFAULT_TARGET_MFU = 0.5
+# Version of the model's rules and state: part of every config fingerprint, so a state or result
+# made by another version never matches and the run is analysed afresh. Bump it whenever the same
+# rows and config would give a different analysis or accumulator state.
+# 2: FLOPs credited to kept step time, chart windows spread steps and are at least a step wide.
+MODEL_VERSION = 2
 
 # Share of each category's dollars a team could realistically win back (docs/waste-model.md):
 # - useful_compute 0: the work the model needs at target MFU; nothing to recover.
@@ -256,6 +261,7 @@ class RunConfig:
     def fingerprint(self) -> dict[str, Any]:
         """JSON form; two configs with equal fingerprints give equal analyses of equal steps."""
         return {
+            "model_version": MODEL_VERSION,
             "gpu_count": self.gpu_count,
             "world_size": self.world_size,
             "allocation_start_ns": self.allocation_start_ns,
@@ -269,6 +275,7 @@ class RunConfig:
 
     @classmethod
     def from_fingerprint(cls, data: Mapping[str, Any]) -> RunConfig:
+        """The config back from ``fingerprint()`` (the model version is not part of the config)."""
         return cls(
             gpu_count=int(data["gpu_count"]),
             world_size=int(data["world_size"]),

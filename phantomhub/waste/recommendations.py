@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phantomhub.waste.finalize import HOURS_PER_MONTH
-from phantomhub.waste.result import Analysis, CategoryFigure, HostFigure, Straggler, to_jsonable
+from phantomhub.waste.result import Analysis, CategoryFigure, Explained, HostFigure, Straggler, to_jsonable
 
 GIB = 2**30
 
@@ -62,6 +62,8 @@ class Recommendation:
     evidence: tuple[Evidence, ...]
     fixes: tuple[str, ...]
     estimated_saving_usd_per_month: float | None
+    # How the saving was computed (formula and inputs); value is the saving itself.
+    explain: Explained | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = to_jsonable(self)
@@ -73,6 +75,32 @@ def _monthly(analysis: Analysis, recoverable_usd: float) -> float | None:
     if analysis.run_hours <= 0:
         return None
     return recoverable_usd / analysis.run_hours * HOURS_PER_MONTH
+
+
+def _saving(
+    a: Analysis, recoverable_usd: float, recoverable: str, inputs: dict[str, float | int | None]
+) -> tuple[float | None, Explained]:
+    """The monthly saving and its explanation: ``recoverable`` says how recoverable_usd is made."""
+    value = _monthly(a, recoverable_usd)
+    return value, Explained(
+        value,
+        "USD/month",
+        f"recoverable_usd / run_hours * hours_per_month, where recoverable_usd = {recoverable} (None for a zero-length run)",
+        {**inputs, "recoverable_usd": recoverable_usd, "run_hours": a.run_hours, "hours_per_month": HOURS_PER_MONTH},
+    )
+
+
+def _category_saving(a: Analysis, fig: CategoryFigure) -> tuple[float | None, Explained]:
+    return _saving(
+        a,
+        fig.recoverable_usd,
+        f"{fig.category}_usd * recoverability",
+        {f"{fig.category}_usd": fig.usd, "recoverability": fig.recoverability},
+    )
+
+
+def _unpriced(reason: str) -> Explained:
+    return Explained(None, "USD/month", f"not priced separately: {reason}", {})
 
 
 def _severity(share: float, t: Thresholds) -> str:
@@ -121,6 +149,7 @@ def _data_stall(a: Analysis, t: Thresholds) -> list[Recommendation]:
     ]
     if _contended(a):
         fixes.append("Free CPU for the loader workers first: see HOST_CONTENTION.")
+    saving, explain = _category_saving(a, fig)
     return [
         Recommendation(
             code="DATA_STALL",
@@ -129,7 +158,8 @@ def _data_stall(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+            estimated_saving_usd_per_month=saving,
+            explain=explain,
         )
     ]
 
@@ -156,7 +186,12 @@ def _comm(a: Analysis, t: Thresholds) -> list[Recommendation]:
         "Check the transport: NCCL over InfiniBand/EFA/NVLink rather than TCP sockets (NCCL_DEBUG=INFO prints it).",
     )
     # The straggler-caused part has its own recommendation; do not count it twice.
-    saving = max(fig.usd - straggler_usd, 0.0) * fig.recoverability
+    saving, explain = _saving(
+        a,
+        max(fig.usd - straggler_usd, 0.0) * fig.recoverability,
+        "max(comm_exposed_usd - stragglers_caused_wait_usd, 0) * recoverability (the stragglers' part is priced by STRAGGLER)",
+        {"comm_exposed_usd": fig.usd, "stragglers_caused_wait_usd": straggler_usd, "recoverability": fig.recoverability},
+    )
     return [
         Recommendation(
             code="COMM_EXPOSED",
@@ -165,7 +200,8 @@ def _comm(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=fixes,
-            estimated_saving_usd_per_month=_monthly(a, saving),
+            estimated_saving_usd_per_month=saving,
+            explain=explain,
         )
     ]
 
@@ -207,6 +243,13 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds) -> Recommendation:
     ]
     if data_heavy:
         fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
+    factor = a.recoverability["comm_exposed"]
+    saving, explain = _saving(
+        a,
+        s.caused_wait_usd * factor,
+        "caused_wait_usd * recoverability (of comm_exposed): the other ranks' exposed comm spent waiting for this rank",
+        {"caused_wait_usd": s.caused_wait_usd, "caused_wait_gpu_seconds": s.caused_wait_gpu_seconds, "recoverability": factor},
+    )
     return Recommendation(
         code="STRAGGLER",
         title=f"Rank {s.rank} on {s.host} holds the other ranks up",
@@ -214,7 +257,8 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds) -> Recommendation:
         severity=severity,
         evidence=tuple(ev),
         fixes=tuple(fixes),
-        estimated_saving_usd_per_month=_monthly(a, s.caused_wait_usd * a.recoverability["comm_exposed"]),
+        estimated_saving_usd_per_month=saving,
+        explain=explain,
     )
 
 
@@ -248,6 +292,7 @@ def _low_mfu(a: Analysis, t: Thresholds) -> list[Recommendation]:
         "Check the FLOPs you report (about 6 x parameters x tokens per step for a dense transformer): "
         "a wrong count misstates MFU.",
     ]
+    saving, explain = _category_saving(a, fig)
     return [
         Recommendation(
             code="LOW_MFU",
@@ -256,7 +301,8 @@ def _low_mfu(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+            estimated_saving_usd_per_month=saving,
+            explain=explain,
         )
     ]
 
@@ -276,6 +322,7 @@ def _host_overhead(a: Analysis, t: Thresholds) -> list[Recommendation]:
     ]
     if _contended(a):
         fixes.append("Busy CPUs on the node slow the Python loop: see HOST_CONTENTION.")
+    saving, explain = _category_saving(a, fig)
     return [
         Recommendation(
             code="HOST_OVERHEAD",
@@ -284,7 +331,8 @@ def _host_overhead(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+            estimated_saving_usd_per_month=saving,
+            explain=explain,
         )
     ]
 
@@ -315,6 +363,20 @@ def _host_contention(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 "bare-metal instances, or a larger instance size."
             )
         share = h.host_overhead_share or 0.0
+        factor = a.recoverability["host_overhead"]
+        host_usd = sum(r.usd["host_overhead"] for r in mine)
+        data_usd = sum(r.usd["data_stall"] for r in mine)
+        saving, explain = _saving(
+            a,
+            exposed * factor,
+            "(host_overhead_usd + data_stall_usd of the ranks on this host) * recoverability (of host_overhead)",
+            {
+                "host_overhead_usd": host_usd,
+                "data_stall_usd": data_usd,
+                "ranks_on_host_count": len(mine),
+                "recoverability": factor,
+            },
+        )
         out.append(
             Recommendation(
                 code="HOST_CONTENTION",
@@ -323,7 +385,8 @@ def _host_contention(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 severity="medium" if share >= t.host_overhead_share else "low",
                 evidence=tuple(ev),
                 fixes=tuple(fixes),
-                estimated_saving_usd_per_month=_monthly(a, exposed * a.recoverability["host_overhead"]),
+                estimated_saving_usd_per_month=saving,
+                explain=explain,
             )
         )
     return out
@@ -362,6 +425,7 @@ def _idle(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 )
         elif part.label in _IDLE_FIXES:
             fixes.append(_IDLE_FIXES[part.label])
+    saving, explain = _category_saving(a, fig)
     return [
         Recommendation(
             code="IDLE",
@@ -370,7 +434,8 @@ def _idle(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=_monthly(a, fig.recoverable_usd),
+            estimated_saving_usd_per_month=saving,
+            explain=explain,
         )
     ]
 
@@ -402,6 +467,10 @@ def _memory(a: Analysis, t: Thresholds) -> list[Recommendation]:
                     "Near capacity, lower the peak with activation checkpointing (torch.utils.checkpoint).",
                 ),
                 estimated_saving_usd_per_month=None,
+                explain=_unpriced(
+                    "the device syncs that allocator retries force already count as host_overhead, "
+                    "and fragmentation costs memory, not GPU time"
+                ),
             )
         )
     if mem.oom_count > 0:
@@ -422,6 +491,10 @@ def _memory(a: Analysis, t: Thresholds) -> list[Recommendation]:
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation OOMs.",
                 ),
                 estimated_saving_usd_per_month=None,
+                explain=_unpriced(
+                    "what an OOM costs (lost work, the restart) shows in other categories or runs and "
+                    "cannot be told apart in this run's telemetry"
+                ),
             )
         )
     return out
@@ -447,6 +520,7 @@ def _setup(a: Analysis) -> list[Recommendation]:
                 "Report FLOPs per step: the agent's FLOP counter, or 6 x parameters x tokens.",
             ),
             estimated_saving_usd_per_month=None,
+            explain=_unpriced("without a peak or FLOPs, compute inefficiency cannot be told from useful compute"),
         )
     ]
 

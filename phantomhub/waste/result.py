@@ -4,20 +4,90 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Scalar = float | int | str | bool | None
 
+# Units of explain inputs, read from how their names end (longest suffix first); names that end
+# otherwise need an entry in ``input_units``.
+_UNIT_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("_usd_per_gpu_hour", "USD/GPU-h"),
+    ("_usd_per_gpu_ns", "USD/GPU-ns"),
+    ("_gpu_seconds", "GPU-s"),
+    ("_gpu_hours", "GPU-h"),
+    ("_flops_per_gpu", "FLOP/s"),
+    ("_per_1k_steps", "per 1k steps"),
+    ("_rank_ns", "rank-ns"),
+    ("_seconds", "s"),
+    ("_hours", "h"),
+    ("_bytes", "bytes"),
+    ("_cents", "cents"),
+    ("_usd", "USD"),
+    ("_pct", "%"),
+    ("_ns", "ns"),
+    ("_share", "ratio"),
+    ("_mfu", "ratio"),
+    ("_count", "count"),
+    ("_steps", "count"),
+    ("_rows", "count"),
+    ("_samples", "count"),
+    ("_rank", "rank"),
+    ("_per_month", "h/month"),
+)
+_UNIT_NAMES: Mapping[str, str] = {
+    "gpu_count": "count",
+    "world_size": "count",
+    "ranks_reporting": "count",
+    "recoverability": "ratio",
+    "target_mfu": "ratio",
+    "dtype": "",
+    "gpus_per_rank": "GPUs",
+    "flops": "FLOP",
+    "flops_reported": "FLOP",
+    "tokens": "count",
+    "samples": "count",
+    "mfu": "ratio",
+    "fragmentation": "ratio",
+}
+
+
+_AGGREGATES: tuple[str, ...] = ("_max", "_mean", "_min", "_sum", "_total")
+
+
+def unit_of(name: str) -> str | None:
+    """The unit an explain input's name implies (``peak_bytes_max`` -> bytes), or None."""
+    if name in _UNIT_NAMES:
+        return _UNIT_NAMES[name]
+    for suffix, unit in _UNIT_SUFFIXES:
+        if name.endswith(suffix) or name == suffix[1:]:
+            return unit
+    for agg in _AGGREGATES:
+        if name.endswith(agg):
+            return unit_of(name[: -len(agg)])
+    return None
+
 
 @dataclass(frozen=True)
 class Explained:
-    """Where a figure comes from: the formula as text and its inputs with their values."""
+    """Where a figure comes from: the formula as text, its inputs with their values and units.
+
+    ``input_units`` is filled from the input names (``unit_of``); give the units of inputs whose
+    names imply none (those get "", which the tests forbid except for text such as a dtype).
+    """
 
     value: Scalar
     unit: str
     formula: str
     inputs: Mapping[str, Scalar]
+    input_units: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        units = dict(self.input_units)
+        for name in self.inputs:
+            if name not in units:
+                units[name] = unit_of(name) or ""
+        object.__setattr__(self, "input_units", units)
 
 
 @dataclass(frozen=True)
@@ -118,11 +188,16 @@ class HostDiagnostics:
 
 @dataclass(frozen=True)
 class WindowSeries:
-    """Columnar chart data; ``None`` where a window had nothing to measure."""
+    """Columnar chart data; ``None`` where a window had nothing to measure.
+
+    ``steps`` are step-equivalents (each step adds the share of its span inside the window, so
+    0 means no step ran); ``step_starts`` counts the steps that started in it.
+    """
 
     width_ns: int
     t_start_ns: tuple[int, ...]
-    steps: tuple[int, ...]
+    steps: tuple[float, ...]
+    step_starts: tuple[int, ...]
     step_ms: tuple[float | None, ...]
     data_ms: tuple[float | None, ...]
     forward_ms: tuple[float | None, ...]

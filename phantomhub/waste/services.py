@@ -203,10 +203,14 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         acc, rank_rows, last_step, full = None, {}, {}, True
         state = _state_load(row)
         if state is not None and state.get("config") == config.fingerprint():
-            acc = RunAccumulator.from_json(state["acc"])
-            rank_rows = {int(k): v for k, v in row.rank_rows.items()}
-            last_step = {int(k): v for k, v in row.rank_last_step.items()}
-            full = False
+            try:
+                acc = RunAccumulator.from_json(state["acc"])
+            except (NotAppendable, KeyError, TypeError, ValueError):
+                acc = None  # a state saved by another version of the model: start over
+            else:
+                rank_rows = {int(k): v for k, v in row.rank_rows.items()}
+                last_step = {int(k): v for k, v in row.rank_last_step.items()}
+                full = False
         if acc is None:
             acc = RunAccumulator(config)
         samples_since = int(state.get("samples_t", 0)) if (state and not full) else 0

@@ -13,6 +13,13 @@ removed time is assumed to be the unmeasured tail of the step first, the stages 
 
 Compute splits into useful_compute = min(compute, flops / (target_mfu x peak of the rank's GPUs))
 and compute_inefficiency = the rest, per step, so a fast step cannot hide a slow one.
+
+A step's FLOPs are credited in proportion to its measured work that survives those cuts:
+``flops x min(1, nonphase / min(measured stages, dur))`` (all of them when the stages fit, none
+when no non-phase time is left, all of them when no stage was measured). So FLOPs done before the
+allocation, in time a later row claims, or in a step wholly inside a phase are not counted against
+billed time. ``over_peak`` counts rows whose credited FLOPs still exceed the peak over their step
+time: only impossible inputs (a wrong FLOP count or dtype) do that.
 """
 
 from __future__ import annotations
@@ -52,9 +59,10 @@ class StepBlock:
     forward_ns: IntArray
     backward_ns: IntArray
     optimizer_ns: IntArray
-    flops: FloatArray  # NaN where not counted
+    flops: FloatArray  # FLOPs credited to the kept time (see the module doc); NaN where not counted
     overrun: int  # rows whose stages were scaled down
     clipped: int  # rows shortened by the next row, a phase or the billing edges
+    over_peak: int  # rows whose credited FLOPs exceed the peak over their step time (bad inputs)
 
     @property
     def compute_ns(self) -> IntArray:
@@ -113,6 +121,12 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
     raw_flops = cols.get("flops")
     flops = np.full(n, np.nan) if raw_flops is None else np.asarray(raw_flops, dtype=np.float64)
     known = np.isfinite(flops) & (flops >= 0)
+    # Share of the row's measured work (or of the whole row when nothing was measured) kept.
+    work = np.minimum(measured, dur)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kept = np.where(work > 0, np.minimum(nonphase / work, 1.0), 1.0)
+    kept = np.where(nonphase > 0, kept, 0.0)
+    flops = np.where(known, flops * kept, np.nan)
     if ctx.peak_flops_per_rank is None:
         useful = compute
     else:
@@ -121,6 +135,11 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         capped = np.minimum(compute.astype(np.float64), np.where(known, need_ns, np.inf))
         useful = capped.astype(np.int64)
     cats = np.stack([useful, compute - useful, data, comm, host], axis=1)
+    over_peak = 0
+    if ctx.peak_flops_per_rank is not None:
+        # Slack of 1e-9 so float rounding of a step at exactly 100% is not flagged.
+        limit = ctx.peak_flops_per_rank * nonphase / 1e9 * (1 + 1e-9)
+        over_peak = int((known & (flops > limit)).sum())
     return StepBlock(
         step=np.asarray(cols["step"], dtype=np.int64),
         t_start_ns=t,
@@ -131,9 +150,10 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         forward_ns=fwd,
         backward_ns=bwd,
         optimizer_ns=opt,
-        flops=np.where(known, flops, np.nan),
+        flops=flops,
         overrun=int(over.sum()),
         clipped=int((nonphase < dur).sum()),
+        over_peak=over_peak,
     )
 
 

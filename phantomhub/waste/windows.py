@@ -3,11 +3,24 @@
 Buckets are aligned to the allocation start and are ``BASE_NS x 2**level`` wide. When a growing
 (live) run needs more than MAX_WINDOWS buckets, neighbours are merged pairwise and the level goes up
 by one, so a bucket at any level is exactly the union of two at the level below: accumulating in
-batches and accumulating at once give the same buckets. A step falls in the bucket of its start.
+batches and accumulating at once give the same buckets.
+
+A step's time, stage times, FLOPs, tokens and samples are **spread** over the buckets its kept span
+``[s, e)`` overlaps, in proportion to the overlap; ``steps`` is the matching step-equivalents
+(each step adds the share of its span inside the bucket). A window's FLOP rate is therefore never
+above the rate of the steps running in it. Point-in-time figures (allocator stats at step end,
+allocator retries, the step-start count) go to the bucket of the step's start, GPU utilisation to
+the bucket of its sample. Every figure is a sum over pieces of steps, so merging two buckets gives
+the sum a coarser bucket would have got (to float rounding for the spread figures).
+
+The final width is the coarser of what the span needs and what the steps need: at least the 90th
+percentile of the steps' kept durations (``duration_level``, from a mergeable histogram of
+power-of-two duration levels), so a typical window holds a whole step or more.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,13 +28,16 @@ from typing import Any
 import numpy as np
 
 from phantomhub.waste.inputs import FloatArray, IntArray
-from phantomhub.waste.steps import COMM, DATA, HOST, INEFF, USEFUL, StepBlock
+from phantomhub.waste.steps import COMM, DATA, HOST, StepBlock
 
 MAX_WINDOWS = 2000
 BASE_NS = 1_000_000  # 1 ms: the finest width, for short test runs
+DURATION_LEVELS = 64  # histogram bins of step-duration levels (2**63 ns is the int64 limit)
+DURATION_QUANTILE = (9, 10)  # windows at least as wide as 9 in 10 steps
 
 FIELDS: tuple[str, ...] = (
-    "steps",
+    "steps",  # step-equivalents: sum over steps of the share of their span in the window
+    "step_starts",
     "step_ns",
     "data_ns",
     "forward_ns",
@@ -29,8 +45,6 @@ FIELDS: tuple[str, ...] = (
     "optimizer_ns",
     "comm_ns",
     "host_ns",
-    "useful_ns",
-    "inefficiency_ns",
     "tokens",
     "samples",
     "flops",
@@ -52,15 +66,29 @@ def level_for(span_ns: int) -> int:
     return level
 
 
+def duration_levels(dur_ns: IntArray) -> IntArray:
+    """Smallest level whose bucket width is at least each (positive) duration."""
+    q = (np.maximum(dur_ns, 1) - 1) // BASE_NS
+    # frexp's exponent is the bit length for integers below 2**53 (q < 2**44 here).
+    _, exponent = np.frexp(q.astype(np.float64))
+    levels: IntArray = np.clip(exponent, 0, DURATION_LEVELS - 1).astype(np.int64)
+    return levels
+
+
 @dataclass
 class WindowSums:
     level: int
     sums: FloatArray  # (len(FIELDS), n)
     peak: FloatArray  # (n,) max mem_peak bytes, -1 = none
+    # Steps with step time by duration level (see duration_levels): exact integer counts.
+    dur_hist: IntArray = dataclasses.field(default_factory=lambda: np.zeros(DURATION_LEVELS, dtype=np.int64))
 
     @classmethod
     def empty(cls) -> WindowSums:
         return cls(0, np.zeros((len(FIELDS), 0)), np.zeros(0))
+
+    def copy(self) -> WindowSums:
+        return WindowSums(self.level, self.sums.copy(), self.peak.copy(), self.dur_hist.copy())
 
     @property
     def width_ns(self) -> int:
@@ -74,6 +102,19 @@ class WindowSums:
         self.sums = self.sums.reshape(len(FIELDS), -1, 2).sum(axis=2)
         self.peak = self.peak.reshape(-1, 2).max(axis=1)
         self.level += 1
+
+    def duration_level(self) -> int:
+        """Smallest level at least as wide as DURATION_QUANTILE of the steps (0 without steps)."""
+        total = int(self.dur_hist.sum())
+        if total == 0:
+            return 0
+        num, den = DURATION_QUANTILE
+        cum = np.cumsum(self.dur_hist)
+        return int(np.flatnonzero(cum * den >= total * num)[0])
+
+    def coarsen_to(self, level: int) -> None:
+        while self.level < level:
+            self._coarsen()
 
     def fit(self, offset_ns: int) -> None:
         """Coarsen until an instant ``offset_ns`` after the start has a bucket; grow to hold it."""
@@ -93,37 +134,66 @@ class WindowSums:
         """Add rows ``take`` of ``block`` (and their raw ``cols``) to their buckets."""
         if len(take) == 0:
             return
-        offsets = np.maximum(block.t_start_ns[take], start_ns) - start_ns
-        idx = self._buckets(offsets)
+        a = block.s_ns[take] - start_ns  # >= 0: steps are clipped to the allocation start
+        b = block.e_ns[take] - start_ns
+        span = b - a
+        self.fit(int(max(a.max(), (b - 1).max())))
+        width = self.width_ns
         n = self.sums.shape[1]
-        cats = block.cats[take]
+        nonphase = block.nonphase_ns[take]
+        live = nonphase > 0
+        self.dur_hist += np.bincount(duration_levels(span[live]), minlength=DURATION_LEVELS)
 
-        def add(name: str, values: Any) -> None:
+        # Point-in-time figures: the bucket of the step's start.
+        idx = a // width
+
+        def at_start(name: str, values: Any) -> None:
             self.sums[_F[name]] += np.bincount(idx, weights=values, minlength=n)
 
-        add("steps", np.ones(len(take)))
-        add("step_ns", block.nonphase_ns[take])
-        add("data_ns", cats[:, DATA])
-        add("forward_ns", block.forward_ns[take])
-        add("backward_ns", block.backward_ns[take])
-        add("optimizer_ns", block.optimizer_ns[take])
-        add("comm_ns", cats[:, COMM])
-        add("host_ns", cats[:, HOST])
-        add("useful_ns", cats[:, USEFUL])
-        add("inefficiency_ns", cats[:, INEFF])
-        for name in ("tokens", "samples", "alloc_retries"):
-            add(name, np.maximum(cols[name][take], 0))
-        flops = block.flops[take]
-        add("flops", np.where(np.isfinite(flops), flops, 0.0))
+        at_start("step_starts", np.ones(len(take)))
+        at_start("alloc_retries", np.maximum(cols["alloc_retries"][take], 0))
         # Memory columns use -1 for "not reported" (bytes are never negative).
         alloc, reserved = cols["mem_allocated"][take], cols["mem_reserved"][take]
         known = (alloc >= 0) & (reserved >= 0)
-        add("mem_allocated_sum", np.where(known, alloc, 0))
-        add("mem_reserved_sum", np.where(known, reserved, 0))
-        add("mem_rows", known.astype(np.float64))
+        at_start("mem_allocated_sum", np.where(known, alloc, 0))
+        at_start("mem_reserved_sum", np.where(known, reserved, 0))
+        at_start("mem_rows", known.astype(np.float64))
         peak = cols["mem_peak"][take]
         if (peak >= 0).any():
             np.maximum.at(self.peak, idx, peak.astype(np.float64))
+
+        # Figures over the step's span, weighted by the overlap with each bucket: the bucket of
+        # the start gets its share here (all of it for a row inside one bucket, and a zero-length
+        # row lands whole there); the few rows that reach further get one piece per later bucket.
+        last = np.where(span > 0, (b - 1) // width, idx)
+        first_end = np.minimum(b, (idx + 1) * width)
+        share0 = np.where(span > 0, (first_end - a) / np.maximum(span, 1), 1.0)
+        multi = np.flatnonzero(last > idx)
+        more = last[multi] - idx[multi]
+        row = np.repeat(multi, more)
+        k = np.repeat(idx[multi] + 1, more) + np.arange(len(row)) - np.repeat(np.cumsum(more) - more, more)
+        share = (np.minimum(b[row], (k + 1) * width) - k * width) / np.maximum(span[row], 1)
+        cats = block.cats[take]
+
+        def spread(name: str, values: Any) -> None:
+            v = np.asarray(values, dtype=np.float64)
+            total = np.bincount(idx, weights=v * share0, minlength=n)
+            if len(row):
+                total += np.bincount(k, weights=v[row] * share, minlength=n)
+            self.sums[_F[name]] += total
+
+        spread("steps", live)
+        spread("step_ns", nonphase)
+        spread("data_ns", cats[:, DATA])
+        spread("forward_ns", block.forward_ns[take])
+        spread("backward_ns", block.backward_ns[take])
+        spread("optimizer_ns", block.optimizer_ns[take])
+        spread("comm_ns", cats[:, COMM])
+        spread("host_ns", cats[:, HOST])
+        for name in ("tokens", "samples"):
+            spread(name, np.maximum(cols[name][take], 0))
+        flops = block.flops[take]
+        spread("flops", np.where(np.isfinite(flops), flops, 0.0))
 
     def add_gpu_util(self, t_ns: IntArray, util_pct: FloatArray, start_ns: int) -> None:
         ok = (t_ns >= start_ns) & np.isfinite(util_pct)
@@ -135,12 +205,18 @@ class WindowSums:
         self.sums[_F["gpu_util_samples"]] += np.bincount(idx, minlength=n)
 
     def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "sums": self.sums.tolist(), "peak": self.peak.tolist()}
+        return {
+            "level": self.level,
+            "sums": self.sums.tolist(),
+            "peak": self.peak.tolist(),
+            "dur_hist": self.dur_hist.tolist(),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WindowSums:
         sums = np.asarray(data["sums"], dtype=np.float64).reshape(len(FIELDS), -1)
-        return cls(int(data["level"]), sums, np.asarray(data["peak"], dtype=np.float64))
+        hist = np.asarray(data["dur_hist"], dtype=np.int64)
+        return cls(int(data["level"]), sums, np.asarray(data["peak"], dtype=np.float64), hist)
 
     def field(self, name: str) -> FloatArray:
         row: FloatArray = self.sums[_F[name]]

@@ -154,3 +154,45 @@ def test_a_run_at_target_mfu_with_no_stalls_has_zero_waste(run):
     assert a.waste_cents == 0
     assert a.recoverable_usd == 0
     assert a.mfu == pytest.approx(run.config.target_mfu, rel=1e-9)
+
+
+@SETTINGS
+@given(runs())
+def test_mfu_is_physical_unless_the_reported_flops_claim_more_than_peak(run):
+    a = analyze(run)
+
+    flagged = any("reported FLOPs exceed the GPU's dense peak" in w for w in a.warnings)
+    if not flagged:
+        assert all(m is None or m <= 1 + 1e-9 for m in (a.mfu, a.mfu_step_time, *a.windows.mfu))
+    if a.mfu_step_time is not None and a.mfu_step_time > 1 + 1e-9:
+        assert flagged
+
+
+@SETTINGS
+@given(runs())
+def test_chart_windows_hold_the_runs_flops_and_step_time(run):
+    a = analyze(run)
+    w = a.windows
+    t0 = np.array(w.t_start_ns, dtype=np.int64)
+    length_s = (np.minimum(t0 + w.width_ns, a.end_ns) - t0) / S
+
+    assert len(w) <= 2000
+    assert all(n >= 0 for n in w.steps)
+    assert sum(w.step_starts) <= a.steps  # a zero-length row at the very end has no window
+    step_s = math.fsum(ms * n for ms, n in zip(w.step_ms, w.steps, strict=True) if ms is not None) / 1e3
+    assert step_s == pytest.approx(a.explain["mfu_step_time"].inputs["step_seconds"], rel=1e-9, abs=1e-9)
+    if a.mfu is not None and any(m is not None for m in w.mfu):
+        window_flop_s = math.fsum(m * s for m, s in zip(w.mfu, length_s, strict=True) if m is not None)
+        assert window_flop_s == pytest.approx(a.mfu * (a.end_ns - a.allocation_start_ns) / S, rel=1e-9, abs=1e-12)
+
+
+@SETTINGS
+@given(runs())
+def test_every_explanation_names_the_unit_of_each_input(run):
+    a = analyze(run)
+
+    for key, ex in a.explain.items():
+        assert ex.unit, key
+        assert set(ex.input_units) == set(ex.inputs), key
+        for name, unit in ex.input_units.items():
+            assert unit or name == "dtype", f"{key}: input {name} has no unit"
