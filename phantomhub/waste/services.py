@@ -81,10 +81,6 @@ def policy_for(run: Run) -> Policy:
     )
 
 
-def run_config(run: Run, policy: Policy) -> RunConfig:
-    return run_config_and_prices(run, policy)[0]
-
-
 def run_config_and_prices(run: Run, policy: Policy) -> tuple[RunConfig, list[PriceSegmentRow]]:
     """The model's configuration for the run, and the price-book segments it was priced with."""
     spec = gpu_resolve(run.gpu_model) if run.gpu_model else None

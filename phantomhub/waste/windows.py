@@ -58,14 +58,6 @@ FIELDS: tuple[str, ...] = (
 _F = {name: i for i, name in enumerate(FIELDS)}
 
 
-def level_for(span_ns: int) -> int:
-    """Smallest level whose buckets cover ``span_ns`` in at most MAX_WINDOWS buckets."""
-    level = 0
-    while (BASE_NS << level) * MAX_WINDOWS < span_ns:
-        level += 1
-    return level
-
-
 def duration_levels(dur_ns: IntArray) -> IntArray:
     """Smallest level whose bucket width is at least each (positive) duration."""
     q = (np.maximum(dur_ns, 1) - 1) // BASE_NS
