@@ -31,23 +31,6 @@ sys.path.insert(0, str(ROOT))
 from bench.common import database_recreate, gunicorn, manage  # noqa: E402
 
 T0_NS = 1_790_000_000 * 10**9
-COLUMNS = [
-    "step",
-    "t_start_ns",
-    "dur_ns",
-    "data_ns",
-    "forward_ns",
-    "backward_ns",
-    "optimizer_ns",
-    "comm_ns",
-    "flops",
-    "tokens",
-    "samples",
-    "mem_allocated",
-    "mem_reserved",
-    "mem_peak",
-    "alloc_retries",
-]
 
 
 def batch_columns(first: int, n: int, rng: np.random.Generator) -> dict[str, list[Any]]:
