@@ -171,6 +171,10 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# When set, GET /metrics needs `Authorization: Bearer <this>`; otherwise it is open (restrict it
+# at the proxy, as usual for Prometheus endpoints).
+METRICS_TOKEN = env_str("PHANTOMHUB_METRICS_TOKEN")
+
 TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)
 
 LOGGING = {

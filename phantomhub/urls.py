@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from phantomhub.portal.metrics import metrics
 from phantomhub.portal.views import spa
 
 urlpatterns = [
@@ -11,6 +12,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/portal/", include("phantomhub.portal.urls")),
+    path("metrics", metrics, name="metrics"),
     # Everything else is a client-side route of the web UI.
-    re_path(r"^(?!api/|admin/|static/|assets/).*$", spa, name="spa"),
+    re_path(r"^(?!api/|admin/|static/|assets/|metrics$).*$", spa, name="spa"),
 ]

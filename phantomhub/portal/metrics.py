@@ -1,0 +1,68 @@
+"""`GET /metrics`: Prometheus text exposition of the service's health, from the database.
+
+Read from the database (not kept in process memory), so every gunicorn worker answers the same
+and nothing resets when a worker restarts. All queries are over small tables (runs, ranks,
+analyses, rollup markers); none touches raw steps.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db.models import Count, F, Max, Q, Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from phantomhub.telemetry.models import Run, RunRank, RunStatus
+from phantomhub.waste.models import RollupPending, RunAnalysis
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{labels} {value:.17g}" for labels, value in samples]
+    return lines
+
+
+def metrics_text() -> str:
+    by_status = dict(Run.objects.values_list("status").annotate(n=Count("id")))
+    dirty = Run.objects.filter(Q(analysis__isnull=True) | Q(analysis__analysed_seq__lt=F("ingest_seq")))
+    oldest_dirty = dirty.aggregate(t=Max(timezone.now() - F("last_seen_at")))["t"]
+    ranks = RunRank.objects.aggregate(rows=Sum("step_rows"))
+    dropped = 0
+    for counters in RunRank.objects.exclude(counters={}).values_list("counters", flat=True):
+        dropped += int(counters.get("dropped_steps", 0))
+    money = RunAnalysis.objects.aggregate(cost=Sum("cost_usd"), recoverable=Sum("recoverable_usd"))
+    lines: list[str] = []
+    lines += _metric(
+        "phantomhub_runs",
+        "gauge",
+        "Runs by status.",
+        ((f'{{status="{status}"}}', by_status.get(status, 0)) for status in RunStatus.values),
+    )
+    lines += _metric("phantomhub_runs_dirty", "gauge", "Runs whose analysis is missing or older than their telemetry.",
+                     [("", dirty.count())])  # fmt: skip
+    lines += _metric("phantomhub_analysis_lag_seconds", "gauge",
+                     "Since the last telemetry of the longest-waiting dirty run (0 when none).",
+                     [("", oldest_dirty.total_seconds() if oldest_dirty else 0.0)])  # fmt: skip
+    lines += _metric("phantomhub_rollup_days_pending", "gauge", "Days whose daily rollups wait for the sweep.",
+                     [("", RollupPending.objects.count())])  # fmt: skip
+    lines += _metric("phantomhub_step_rows_total", "counter", "Step rows stored.", [("", ranks["rows"] or 0)])
+    lines += _metric("phantomhub_agent_dropped_steps_total", "counter", "Steps agents reported dropping.", [("", dropped)])
+    lines += _metric("phantomhub_cost_usd", "gauge", "Cost of all analysed runs, USD.", [("", float(money["cost"] or 0))])
+    lines += _metric("phantomhub_recoverable_usd", "gauge", "Recoverable spend of all analysed runs, USD.",
+                     [("", float(money["recoverable"] or 0))])  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    token = settings.METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return HttpResponse("metrics need 'Authorization: Bearer <PHANTOMHUB_METRICS_TOKEN>'\n", status=401,
+                                content_type=CONTENT_TYPE)  # fmt: skip
+    return HttpResponse(metrics_text(), content_type=CONTENT_TYPE)
