@@ -11,7 +11,7 @@ import hmac
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Q, Sum
+from django.db.models import Count, F, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
@@ -30,7 +30,8 @@ def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, f
 def metrics_text() -> str:
     by_status = dict(Run.objects.values_list("status").annotate(n=Count("id")))
     dirty = Run.objects.filter(Q(analysis__isnull=True) | Q(analysis__analysed_seq__lt=F("ingest_seq")))
-    oldest_dirty = dirty.aggregate(t=Max(timezone.now() - F("last_seen_at")))["t"]
+    oldest_seen = dirty.aggregate(t=Min("last_seen_at"))["t"]
+    lag_s = (timezone.now() - oldest_seen).total_seconds() if oldest_seen else 0.0
     ranks = RunRank.objects.aggregate(rows=Sum("step_rows"))
     dropped = 0
     for counters in RunRank.objects.exclude(counters={}).values_list("counters", flat=True):
@@ -47,7 +48,7 @@ def metrics_text() -> str:
                      [("", dirty.count())])  # fmt: skip
     lines += _metric("phantomhub_analysis_lag_seconds", "gauge",
                      "Since the last telemetry of the longest-waiting dirty run (0 when none).",
-                     [("", oldest_dirty.total_seconds() if oldest_dirty else 0.0)])  # fmt: skip
+                     [("", lag_s)])  # fmt: skip
     lines += _metric("phantomhub_rollup_days_pending", "gauge", "Days whose daily rollups wait for the sweep.",
                      [("", RollupPending.objects.count())])  # fmt: skip
     lines += _metric("phantomhub_step_rows_total", "counter", "Step rows stored.", [("", ranks["rows"] or 0)])
