@@ -136,6 +136,7 @@ SPECTACULAR_SETTINGS = {
     # Serve Swagger UI from our own static files: self-hosted installs may have no internet.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"PricingTierEnum": "phantomhub.telemetry.models.PricingTier"},
 }
 
 # Ingest limits. A request body above MAX_BODY_BYTES is refused with 413 before it is read in

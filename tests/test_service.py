@@ -69,3 +69,10 @@ def test_the_openapi_schema_describes_the_ingest_contract(client) -> None:  # ty
     step_columns = schema["components"]["schemas"]["StepColumnsRequest"]["properties"]
     assert {"step", "t_start_ns", "dur_ns", "comm_ns", "flops", "alloc_retries"} <= set(step_columns)
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_the_openapi_schema_validates_without_warnings(tmp_path: Path) -> None:
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
+    assert "/api/v1/portal/runs" in (tmp_path / "schema.yml").read_text()

@@ -56,7 +56,7 @@ def _user_view(user: Any) -> dict[str, Any] | None:
 class SessionApi(APIView):
     permission_classes = [AllowAny]
 
-    class Input(serializers.Serializer[Any]):
+    class SignInInput(serializers.Serializer[Any]):
         username = serializers.CharField(max_length=150)
         password = serializers.CharField(max_length=256, trim_whitespace=False)
 
@@ -69,9 +69,9 @@ class SessionApi(APIView):
         return Response(self._view(request))
 
     @method_decorator(csrf_protect)
-    @extend_schema(request=Input, responses=OBJ, auth=[])
+    @extend_schema(request=SignInInput, responses=OBJ, auth=[])
     def post(self, request: Request) -> Response:
-        data = self.Input(data=request.data)
+        data = self.SignInInput(data=request.data)
         data.is_valid(raise_exception=True)
         user = authenticate(request._request, **data.validated_data)
         if user is None:
@@ -97,7 +97,7 @@ def _page_params(request: Request) -> tuple[int, int]:
 
 
 class RunListApi(APIView):
-    @extend_schema(responses=OBJ, summary="Runs, filtered, sorted and paged")
+    @extend_schema(responses=OBJ, summary="Runs, filtered, sorted and paged", operation_id="portal_runs_list")
     def get(self, request: Request) -> Response:
         page, page_size = _page_params(request)
         filters = {
@@ -159,7 +159,9 @@ class OverviewApi(APIView):
 
 
 class TeamListApi(APIView):
-    @extend_schema(responses=OBJ, summary="Teams and projects you may see (for filters and navigation)")
+    @extend_schema(
+        responses=OBJ, summary="Teams and projects you may see (for filters and navigation)", operation_id="portal_teams_list"
+    )
     def get(self, request: Request) -> Response:
         return Response(selectors.teams_visible(principal=request.user))
 
@@ -262,7 +264,7 @@ class FinanceReopenApi(APIView):
 class SettingsApi(APIView):
     permission_classes = [ReadAnyoneWriteOrgAdmin]
 
-    class Input(serializers.Serializer[Any]):
+    class SettingsInput(serializers.Serializer[Any]):
         target_mfu = serializers.FloatField(min_value=0.01, max_value=1.0, required=False)
         recoverability = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=1), required=False)
         crash_after_s = serializers.IntegerField(min_value=60, max_value=7 * 86_400, required=False)
@@ -280,9 +282,9 @@ class SettingsApi(APIView):
     def get(self, request: Request) -> Response:
         return Response(self._view())
 
-    @extend_schema(request=Input, responses=OBJ)
+    @extend_schema(request=SettingsInput, responses=OBJ)
     def put(self, request: Request) -> Response:
-        data = self.Input(data=request.data)
+        data = self.SettingsInput(data=request.data)
         data.is_valid(raise_exception=True)
         services.org_settings_update(changes=dict(data.validated_data))
         return Response(self._view())
@@ -305,7 +307,7 @@ def _administered_projects(user: Any) -> Any:
 
 
 class TokenListApi(APIView):
-    class Input(serializers.Serializer[Any]):
+    class TokenInput(serializers.Serializer[Any]):
         kind = serializers.ChoiceField(choices=TokenKind.choices, default=TokenKind.PROJECT)
         project = serializers.SlugField(required=False)
         name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
@@ -321,10 +323,10 @@ class TokenListApi(APIView):
         tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
         return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
 
-    @extend_schema(request=Input, responses={201: OBJ})
+    @extend_schema(request=TokenInput, responses={201: OBJ})
     def post(self, request: Request) -> Response:
         self._people_only(request)
-        data = self.Input(data=request.data)
+        data = self.TokenInput(data=request.data)
         data.is_valid(raise_exception=True)
         if data.validated_data["kind"] == TokenKind.PERSONAL:
             issued = personal_token_create(user=cast(User, request.user), name=data.validated_data["name"])
