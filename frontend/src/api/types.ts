@@ -331,6 +331,30 @@ export interface PriceEntry {
   updated_at?: string;
 }
 
+/** A price as the audit trail stored it; rows written by the example seed hold only some fields. */
+export interface PriceSnapshot {
+  gpu?: string;
+  provider?: string;
+  region?: string;
+  tier?: string;
+  usd_per_gpu_hour?: string;
+  effective_from?: string;
+  effective_to?: string | null;
+  is_example?: boolean;
+  note?: string;
+}
+
+/** One change to the price book (GET /api/v1/pricing/audit, newest first). */
+export interface PriceAuditRow {
+  id: number;
+  entry_id: number | null;
+  action: "create" | "update" | "close" | "delete" | string;
+  actor: string;
+  at: string;
+  before: PriceSnapshot | null;
+  after: PriceSnapshot | null;
+}
+
 export interface FinanceReport {
   month: string;
   closed: boolean;

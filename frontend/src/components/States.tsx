@@ -70,3 +70,13 @@ export function Async<T>({
   if (isEmpty?.(state.data)) return <>{empty ?? <Empty title="Nothing here yet" />}</>;
   return <>{children(state.data)}</>;
 }
+
+/** A write the API refused: its message (which names the field at fault), as an alert. */
+export function FieldErrors({ error }: { error: ApiError | null }) {
+  if (!error) return null;
+  return (
+    <div className="form-error" role="alert">
+      {error.message}
+    </div>
+  );
+}

@@ -12,6 +12,7 @@ import {
   formatSi,
   formatUsd,
   formatUsdChange,
+  formatUsdPrice,
   formatWithUnit,
 } from "./format";
 
@@ -32,6 +33,14 @@ describe("money", () => {
     expect(formatUsd(71_800, { compact: true })).toBe("$71.8K");
     expect(formatUsd(2_500_000, { compact: true })).toBe("$2.5M");
     expect(formatUsd(250, { compact: true })).toBe("$250");
+  });
+
+  it("shows unit prices to the cent, or to the 4 decimals the price book keeps when cents are not enough", () => {
+    expect(formatUsdPrice("2.5000")).toBe("$2.50");
+    expect(formatUsdPrice("0.4321")).toBe("$0.4321");
+    expect(formatUsdPrice(3)).toBe("$3.00");
+    expect(formatUsdPrice("")).toBe("–");
+    expect(formatUsdPrice(null)).toBe("–");
   });
 
   it("signs changes with a real minus", () => {

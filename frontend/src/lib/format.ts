@@ -32,6 +32,14 @@ export function formatUsd(value: number | null | undefined, opts: { compact?: bo
   return usdFormatter(opts.digits ?? 2, compact).format(value);
 }
 
+/** A unit price as the price book stores it (up to 4 decimals, often a string): $2.50, $0.4321. */
+export function formatUsdPrice(value: number | string | null | undefined): string {
+  const v = typeof value === "string" ? (value.trim() === "" ? Number.NaN : Number(value)) : value;
+  if (!isNum(v)) return DASH;
+  const wholeCents = Math.abs(v * 100 - Math.round(v * 100)) < 1e-6;
+  return formatUsd(v, { digits: wholeCents ? 2 : 4 });
+}
+
 /** A signed money change: +$12.30 / −$4.00. */
 export function formatUsdChange(value: number | null | undefined): string {
   if (!isNum(value)) return DASH;

@@ -4,12 +4,13 @@ import { useSearchParams } from "react-router";
 import { apiFetch, ApiError } from "../api/client";
 import { useApi } from "../api/hooks";
 import { isAdmin, useSession } from "../api/session";
-import type { ApiTokenRow, GpuSpec, OrgSettings, PriceEntry } from "../api/types";
+import type { ApiTokenRow, GpuSpec, OrgSettings } from "../api/types";
 import { DataTable } from "../components/DataTable";
-import { Async, Empty } from "../components/States";
+import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
 import { CATEGORIES } from "../lib/categories";
-import { formatBytes, formatDate, formatDateTime, formatPct, formatUsd } from "../lib/format";
+import { formatBytes, formatDate, formatDateTime, formatPct } from "../lib/format";
+import { PricesCard } from "./SettingsPrices";
 
 const TABS = ["organization", "tokens", "prices", "gpus"] as const;
 type Tab = (typeof TABS)[number];
@@ -41,15 +42,6 @@ export function SettingsPage() {
       {tab === "tokens" && <TokensCard />}
       {tab === "prices" && <PricesCard />}
       {tab === "gpus" && <GpuCard />}
-    </div>
-  );
-}
-
-function FieldErrors({ error }: { error: ApiError | null }) {
-  if (!error) return null;
-  return (
-    <div className="form-error" role="alert">
-      {error.message}
     </div>
   );
 }
@@ -269,106 +261,6 @@ function TokensCard() {
                       </button>
                     ),
                 },
-              ]}
-            />
-          )}
-        </Async>
-      </Card>
-    </>
-  );
-}
-
-function PricesCard() {
-  const { user } = useSession();
-  const admin = isAdmin(user);
-  const state = useApi<PriceEntry[]>("/api/v1/pricing/prices");
-  const gpus = useApi<GpuSpec[]>("/api/v1/pricing/gpus");
-  const [form, setForm] = useState({ gpu: "", usd_per_gpu_hour: "", provider: "", region: "", tier: "on_demand", effective_from: "", note: "" });
-  const [error, setError] = useState<ApiError | null>(null);
-  const [busy, setBusy] = useState(false);
-
-  async function add(e: FormEvent) {
-    e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
-      const body: Record<string, string> = { ...form };
-      if (!body.effective_from) delete body.effective_from;
-      else body.effective_from = new Date(`${body.effective_from}T00:00:00Z`).toISOString();
-      await apiFetch("/api/v1/pricing/prices", { method: "POST", body });
-      setForm((f) => ({ ...f, usd_per_gpu_hour: "", note: "" }));
-      state.reload();
-    } catch (err) {
-      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
-    } finally {
-      setBusy(false);
-    }
-  }
-
-  return (
-    <>
-      {admin && (
-        <Card title="Set a price">
-          <form className="inline-form" onSubmit={add}>
-            <label className="field" htmlFor="price-gpu">
-              <span>GPU</span>
-              <select id="price-gpu" className="select" value={form.gpu} required onChange={(e) => setForm({ ...form, gpu: e.target.value })}>
-                <option value="">Choose…</option>
-                {(gpus.data ?? []).map((g) => (
-                  <option key={g.key} value={g.key}>
-                    {g.key}
-                  </option>
-                ))}
-              </select>
-            </label>
-            <label className="field" htmlFor="price-usd">
-              <span>$ / GPU-hour</span>
-              <input id="price-usd" className="input input-num" type="number" min={0} step={0.0001} required value={form.usd_per_gpu_hour} onChange={(e) => setForm({ ...form, usd_per_gpu_hour: e.target.value })} />
-            </label>
-            <label className="field" htmlFor="price-provider">
-              <span>Provider</span>
-              <input id="price-provider" className="input" placeholder="any" value={form.provider} onChange={(e) => setForm({ ...form, provider: e.target.value })} />
-            </label>
-            <label className="field" htmlFor="price-region">
-              <span>Region</span>
-              <input id="price-region" className="input" placeholder="any" value={form.region} onChange={(e) => setForm({ ...form, region: e.target.value })} />
-            </label>
-            <label className="field" htmlFor="price-tier">
-              <span>Tier</span>
-              <select id="price-tier" className="select" value={form.tier} onChange={(e) => setForm({ ...form, tier: e.target.value })}>
-                <option value="on_demand">on demand</option>
-                <option value="reserved">reserved</option>
-                <option value="spot">spot</option>
-              </select>
-            </label>
-            <label className="field" htmlFor="price-from">
-              <span>Effective from</span>
-              <input id="price-from" className="input" type="date" value={form.effective_from} onChange={(e) => setForm({ ...form, effective_from: e.target.value })} />
-            </label>
-            <button className="btn btn-primary" type="submit" disabled={busy}>
-              Add price
-            </button>
-          </form>
-          <FieldErrors error={error} />
-        </Card>
-      )}
-      <Card title="Price book" actions={<a className="btn btn-small" href="/api/v1/pricing/prices.csv">Export CSV</a>}>
-        <Async state={state} isEmpty={(d) => d.length === 0} empty={<Empty title="No prices yet">Runs on GPUs without a price are counted at $0.</Empty>}>
-          {(d) => (
-            <DataTable
-              caption="Price book"
-              dense
-              rows={d}
-              rowKey={(p) => String(p.id)}
-              columns={[
-                { key: "gpu", header: "GPU", render: (p) => p.gpu },
-                { key: "provider", header: "Provider", render: (p) => p.provider || <span className="muted">any</span> },
-                { key: "region", header: "Region", render: (p) => p.region || <span className="muted">any</span> },
-                { key: "tier", header: "Tier", render: (p) => p.tier.replace("_", " ") },
-                { key: "usd", header: "$/GPU-hour", align: "right", render: (p) => formatUsd(Number(p.usd_per_gpu_hour)) },
-                { key: "from", header: "From", render: (p) => formatDate(p.effective_from) },
-                { key: "to", header: "To", render: (p) => (p.effective_to ? formatDate(p.effective_to) : <span className="muted">open</span>) },
-                { key: "note", header: "Note", render: (p) => (p.is_example ? <span className="badge badge-warn">example</span> : p.note || "") },
               ]}
             />
           )}

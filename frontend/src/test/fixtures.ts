@@ -169,7 +169,7 @@ export function mockFetch(routes: Record<string, unknown | ((url: string, init?:
       .sort((a, b) => b.length - a.length)[0];
     if (key === undefined) return new Response(JSON.stringify({ error: { code: "not_found", message: `no route for ${url}` } }), { status: 404 });
     const body = routes[key];
-    const value = typeof body === "function" ? (body as (u: string, i?: RequestInit) => unknown)(url, init) : body;
+    const value = await (typeof body === "function" ? (body as (u: string, i?: RequestInit) => unknown)(url, init) : body);
     if (value instanceof Response) return value;
     return new Response(JSON.stringify(value), { status: 200, headers: { "Content-Type": "application/json" } });
   };
