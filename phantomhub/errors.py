@@ -66,6 +66,20 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, str]:
     return {prefix or "non_field_errors": str(detail)}
 
 
+def query_int(params: Any, name: str, default: int, lo: int, hi: int) -> int:
+    """An integer query parameter within [lo, hi], or `default` when absent; 400 naming it otherwise."""
+    raw = params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise invalid(name, "must be an integer") from None
+    if not lo <= value <= hi:
+        raise invalid(name, f"must be in [{lo}, {hi}]")
+    return value
+
+
 def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 

@@ -26,7 +26,7 @@ from phantomhub.accounts.models import ApiToken, Membership, Profile, Project, R
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
-from phantomhub.errors import ApiError, invalid
+from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.portal import selectors, services
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
@@ -87,13 +87,8 @@ class SessionApi(APIView):
 
 
 def _page_params(request: Request) -> tuple[int, int]:
-    def number(name: str, default: int, hi: int) -> int:
-        raw = request.query_params.get(name) or str(default)
-        if not raw.isdigit() or not 1 <= int(raw) <= hi:
-            raise invalid(name, f"must be an integer in [1, {hi}]")
-        return int(raw)
-
-    return number("page", 1, 10**6), number("page_size", 50, 200)
+    params = request.query_params
+    return query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 50, 1, 200)
 
 
 class RunListApi(APIView):

@@ -22,7 +22,6 @@ from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
 
 SORTS = {"recoverable_usd", "cost_usd", "mfu", "waste_share", "started_at"}
-_ZERO = Decimal(0)
 
 
 def _money(value: Decimal | float | None) -> float:
@@ -105,51 +104,6 @@ def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page
 
 
 # -- rollup aggregates -----------------------------------------------------------------------
-
-
-def _figures(gpu_seconds: float, cost: Decimal, cats: dict[str, float], recoverable: Decimal,
-             mfu_gs: float, mfu_known: float, runs: int) -> dict[str, Any]:  # fmt: skip
-    waste = sum(v for k, v in cats.items() if k != "useful_compute")
-    cost_f = float(cost or 0)
-    return {
-        "runs": runs,
-        "gpu_hours": round(gpu_seconds / 3600, 3),
-        "cost_usd": _money(cost),
-        "waste_usd": round(waste, 2),
-        "recoverable_usd": _money(recoverable),
-        "waste_share": round(waste / cost_f, 4) if cost_f else None,
-        "mfu": round(mfu_gs / mfu_known, 4) if mfu_known else None,
-    }
-
-
-class _Acc:
-    __slots__ = ("cats", "cost", "gpu_seconds", "mfu_gs", "mfu_known", "recoverable", "runs")
-
-    def __init__(self) -> None:
-        self.gpu_seconds = 0.0
-        self.cost = _ZERO
-        self.cats: dict[str, float] = dict.fromkeys(CATEGORIES, 0.0)
-        self.recoverable = _ZERO
-        self.mfu_gs = 0.0
-        self.mfu_known = 0.0
-        self.runs: set[Any] | int = 0
-
-    def add(self, row: ProjectDay | RunDay, runs: int | Any) -> None:
-        self.gpu_seconds += row.gpu_seconds
-        self.cost += row.cost_usd
-        for name in CATEGORIES:
-            self.cats[name] += float(row.categories_usd.get(name, 0))
-        self.recoverable += row.recoverable_usd
-        self.mfu_gs += row.mfu_gpu_seconds
-        self.mfu_known += row.mfu_known_gpu_seconds
-        if isinstance(self.runs, set):
-            self.runs.add(runs)
-        else:
-            self.runs += runs
-
-    def figures(self) -> dict[str, Any]:
-        runs = len(self.runs) if isinstance(self.runs, set) else self.runs
-        return _figures(self.gpu_seconds, self.cost, self.cats, self.recoverable, self.mfu_gs, self.mfu_known, runs)
 
 
 def _run_days(principal: Any, period: Period) -> QuerySet[RunDay]:
@@ -280,23 +234,27 @@ def _pick(figures: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: figures[name] for name in names}
 
 
-def _categories(days: QuerySet[ProjectDay]) -> dict[str, float]:
-    totals = dict.fromkeys(CATEGORIES, 0.0)
-    for cats in days.values_list("categories_usd", flat=True):
+def _categories_by(days: QuerySet[ProjectDay], key: str | None = None) -> dict[Any, dict[str, float]]:
+    """The six categories' dollars summed per `key` (one group, None, when no key is given)."""
+    sums: dict[Any, dict[str, float]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0.0))
+    fields = ("categories_usd",) if key is None else (key, "categories_usd")
+    for row in days.values_list(*fields):
+        group = sums[None if key is None else row[0]]
         for name in CATEGORIES:
-            totals[name] += float(cats.get(name, 0))
-    return {name: round(value, 2) for name, value in totals.items()}
+            group[name] += float(row[-1].get(name, 0))
+    return {k: {name: round(v, 2) for name, v in cats.items()} for k, cats in sums.items()}
+
+
+def _categories(days: QuerySet[ProjectDay]) -> dict[str, float]:
+    return _categories_by(days).get(None, dict.fromkeys(CATEGORIES, 0.0))
 
 
 def _by_day(days: QuerySet[ProjectDay]) -> list[dict[str, Any]]:
-    categories: dict[Any, dict[str, float]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0.0))
-    for day, cats in days.values_list("day", "categories_usd"):
-        for name in CATEGORIES:
-            categories[day][name] += float(cats.get(name, 0))
+    categories = _categories_by(days, "day")
     return [
         {"day": row["day"].isoformat(), "cost_usd": _money(row["cost"]), "waste_usd": _money(row["waste"]),
          "recoverable_usd": _money(row["recoverable"]),
-         "categories_usd": {name: round(v, 2) for name, v in categories[row["day"]].items()}}
+         "categories_usd": categories[row["day"]]}
         for row in days.values("day").annotate(**AGG).order_by("day")
     ]  # fmt: skip
 
@@ -371,35 +329,32 @@ def teams_visible(*, principal: Any) -> list[dict[str, Any]]:
 
 def finance_review(*, period: Period) -> dict[str, Any]:
     """The month's review for the whole organization (callers filter rows by visibility)."""
-    per_project: dict[int, _Acc] = defaultdict(_Acc)
-    for pd in ProjectDay.objects.filter(day__gte=period.start, day__lte=period.end):
-        per_project[pd.project_id].add(pd, 0)
+    days = ProjectDay.objects.filter(day__gte=period.start, day__lte=period.end)
     runs = {
         row["project_id"]: row["n"]
         for row in RunDay.objects.filter(day__gte=period.start, day__lte=period.end)
         .values("project_id")
         .annotate(n=Count("run_id", distinct=True))
     }
+    categories = _categories_by(days, "project_id")
+    per_project = {
+        row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)
+    }
     projects = {p.pk: p for p in Project.objects.filter(pk__in=per_project).select_related("team")}
-    rows = []
-    total = _Acc()
-    for pid, acc in per_project.items():
-        acc.runs = runs.get(pid, 0)
-        project = projects[pid]
-        figures = acc.figures()
-        rows.append({
-            "team": project.team.slug, "project": project.slug, "runs": figures["runs"], "gpu_hours": figures["gpu_hours"],
-            "cost_usd": figures["cost_usd"], "categories_usd": {k: round(v, 2) for k, v in acc.cats.items()},
-            "waste_usd": figures["waste_usd"], "recoverable_usd": figures["recoverable_usd"],
-        })  # fmt: skip
-        total.gpu_seconds += acc.gpu_seconds
-        total.cost += acc.cost
-        total.recoverable += acc.recoverable
-        for name in CATEGORIES:
-            total.cats[name] += acc.cats[name]
-    rows.sort(key=lambda r: (r["team"], r["project"]))
-    totals = total.figures()
-    totals["runs"] = sum(r["runs"] for r in rows)
+    money = ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd")
+    rows = sorted(
+        (
+            {
+                "team": projects[pid].team.slug,
+                "project": projects[pid].slug,
+                **_pick(figures, *money),
+                "categories_usd": categories[pid],
+            }
+            for pid, figures in per_project.items()
+        ),
+        key=lambda r: (r["team"], r["project"]),
+    )
+    totals = _pick(_agg_figures(days.aggregate(**AGG), sum(r["runs"] for r in rows)), *money)
     used: set[int] = set()
     for ids in RunDay.objects.filter(day__gte=period.start, day__lte=period.end).values_list("price_entry_ids", flat=True):
         used.update(ids)
@@ -407,8 +362,7 @@ def finance_review(*, period: Period) -> dict[str, Any]:
     return {
         "month": period.label,
         "rows": rows,
-        "totals": {k: totals[k] for k in ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd")}
-        | {"categories_usd": {k: round(v, 2) for k, v in total.cats.items()}},
+        "totals": totals | {"categories_usd": _categories(days)},
         "price_entries": [
             {
                 "id": e.pk,

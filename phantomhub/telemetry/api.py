@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.errors import ApiError, invalid
+from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.telemetry import selectors, services
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
 from phantomhub.telemetry.models import EventKind, PricingTier, Run, RunStatus
@@ -226,25 +226,13 @@ class RunStepsApi(APIView):
     def get(self, request: Request, run_id: uuid.UUID) -> Response:
         run = selectors.run_get_visible(principal=request.user, run_id=run_id)
         params = request.query_params
-
-        def number(name: str, default: int | None, lo: int, hi: int) -> int | None:
-            raw = params.get(name)
-            if raw in (None, ""):
-                return default
-            try:
-                value = int(str(raw))
-            except ValueError:
-                raise invalid(name, "must be an integer") from None
-            if not lo <= value <= hi:
-                raise invalid(name, f"must be in [{lo}, {hi}]")
-            return value
-
+        rank = query_int(params, "rank", -1, 0, 1_000_000)
         page = selectors.steps_read(
             run=run,
-            rank=number("rank", None, 0, 1_000_000),
-            after_rank=number("after_rank", -1, -1, 1_000_000) or 0 if "after_rank" in params else -1,
-            after_step=number("after_step", -1, -1, 2**53) or 0 if "after_step" in params else -1,
-            limit=number("limit", 1000, 1, 10_000) or 1000,
+            rank=None if rank == -1 else rank,
+            after_rank=query_int(params, "after_rank", -1, -1, 1_000_000),
+            after_step=query_int(params, "after_step", -1, -1, 2**53),
+            limit=query_int(params, "limit", 1000, 1, 10_000),
         )
         return Response(page)
 
