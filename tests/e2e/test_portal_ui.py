@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import time
 import urllib.error
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,16 @@ def rows_keys(page: Any, table_test_id: str) -> list[str]:
     table = page.get_by_test_id(table_test_id)
     table.locator("tbody tr").first.wait_for()
     return [str(key) for key in table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.rowKey)")]
+
+
+def rows_keys_when(page: Any, table_test_id: str, wanted: list[str], timeout_s: float = 10.0) -> list[str]:
+    """The table's row keys once they equal `wanted`, or as they stand when the time is up."""
+    deadline = time.monotonic() + timeout_s
+    keys = rows_keys(page, table_test_id)
+    while keys != wanted and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+        keys = rows_keys(page, table_test_id)
+    return keys
 
 
 def test_signing_in_leads_to_the_overview_with_the_api_totals(page: Any, api: Api) -> None:
@@ -86,7 +97,8 @@ def test_team_leaderboard_is_ordered_by_the_recoverable_spend_of_the_ingested_ru
     page.wait_for_url(re.compile(r"sort=-cost_usd"))
     by_cost = sorted(board, key=lambda team: -board[team]["cost_usd"])
     assert by_cost != expected, "seed must rank teams differently by spend, or this check proves nothing"
-    assert rows_keys(page, "leaderboard-teams") == by_cost
+    # The URL changes before the re-sorted rows are drawn: wait for the table, not the URL.
+    assert rows_keys_when(page, "leaderboard-teams", by_cost) == by_cost
 
 
 def test_a_run_opened_from_the_leaderboard_shows_its_breakdown(signed_in: Any, api: Api) -> None:
