@@ -116,7 +116,8 @@ REST_FRAMEWORK = {
         "phantomhub.accounts.auth.ProjectTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Token scopes in one place: personal tokens read only, project tokens reach their runs only.
+    "DEFAULT_PERMISSION_CLASSES": ["phantomhub.accounts.permissions.TokenScopes"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["phantomhub.telemetry.parsers.CappedJSONParser"],
     "EXCEPTION_HANDLER": "phantomhub.errors.api_exception_handler",

@@ -1,0 +1,239 @@
+"""The access matrix: every endpoint of the URL conf × every method × every kind of caller.
+
+The cases are generated from the URL conf, and EXPECTED must name each one, so an endpoint added
+without deciding who may reach it fails here. Outcomes: "401" (no credentials), "403" (refused),
+"404" (hidden: another project's run, a token one does not manage), "ok" (let through: any
+status below 500 other than 401/403/404, e.g. 200, 201, 204, or a 400/409 about the body).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import override_settings
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from rest_framework.permissions import AllowAny
+from rest_framework.test import APIClient
+
+from phantomhub.accounts.models import Membership, Profile, Role
+from phantomhub.accounts.permissions import TokenScopes
+from phantomhub.accounts.services import personal_token_create, project_token_create
+from phantomhub.pricing.models import PriceEntry
+from tests.conftest import T0_NS, Tenant, steps_body
+
+pytestmark = pytest.mark.django_db
+
+PRINCIPALS = ("anonymous", "project", "other_project", "personal", "member", "lead", "finance", "admin")
+
+# Left out of the matrix, with the reason. Everything else in the URL conf must be in EXPECTED.
+NOT_API = {
+    "spa": "the web UI's HTML shell, no data",
+    "admin": "Django's admin site: staff sessions, its own login",
+}
+# Plain Django views (not DRF) and the methods they answer.
+PLAIN_VIEW_METHODS = {"metrics": ["get"]}
+# Endpoints meant for everyone (AllowAny): liveness, the schema and its docs, signing in.
+PUBLIC = {"health", "schema", "api-docs", "portal-session"}
+
+ALL_OK = "ok ok ok ok ok ok ok ok"
+RUN_READ = "401 ok 404 ok ok ok ok ok"  # people see the run through their team, finance, admin
+RUN_WRITE = "401 ok 404 403 403 403 403 403"  # telemetry is written by the run's project token
+ORG_READ = "401 403 403 ok ok ok ok ok"  # people and their personal tokens; no project token
+ADMIN_WRITE = "401 403 403 403 403 403 403 ok"  # a signed-in organization admin only
+PEOPLE_ONLY = "401 403 403 403 ok ok ok ok"  # signed-in people, no token of any kind
+
+# (url name, method) → outcome per principal, in the order of PRINCIPALS.
+EXPECTED: dict[tuple[str, str], str] = {
+    ("health", "get"): ALL_OK,
+    ("run-create", "post"): "401 ok ok 403 403 403 403 403",
+    ("run-detail", "get"): RUN_READ,
+    ("run-steps", "get"): RUN_READ,
+    ("run-steps", "post"): RUN_WRITE,
+    ("run-samples", "post"): RUN_WRITE,
+    ("run-events", "post"): RUN_WRITE,
+    ("run-analysis", "get"): RUN_READ,
+    ("run-series", "get"): RUN_READ,
+    ("gpu-list", "get"): ORG_READ,
+    ("price-list", "get"): ORG_READ,
+    ("price-list", "post"): ADMIN_WRITE,
+    ("price-csv", "get"): ORG_READ,
+    ("price-csv", "post"): ADMIN_WRITE,
+    ("price-detail", "get"): ORG_READ,
+    ("price-detail", "patch"): ADMIN_WRITE,
+    ("price-detail", "delete"): ADMIN_WRITE,
+    ("price-audit", "get"): "401 403 403 ok 403 403 403 ok",  # the personal token is the admin's
+    ("schema", "get"): ALL_OK,
+    ("api-docs", "get"): ALL_OK,
+    ("portal-session", "get"): ALL_OK,
+    ("portal-session", "post"): ALL_OK,
+    ("portal-session", "delete"): ALL_OK,
+    ("portal-runs", "get"): "401 ok ok ok ok ok ok ok",  # each lists what it may see
+    ("portal-run", "get"): RUN_READ,
+    ("portal-leaderboard", "get"): ORG_READ,
+    ("portal-overview", "get"): ORG_READ,
+    ("portal-teams", "get"): ORG_READ,
+    ("portal-team", "get"): ORG_READ,
+    ("portal-project", "get"): ORG_READ,
+    ("portal-finance-csv", "get"): ORG_READ,
+    ("portal-finance", "get"): ORG_READ,
+    ("portal-finance-close", "post"): "401 403 403 403 403 403 ok ok",
+    ("portal-finance-reopen", "post"): ADMIN_WRITE,
+    ("portal-settings", "get"): ORG_READ,
+    ("portal-settings", "put"): ADMIN_WRITE,
+    ("portal-tokens", "get"): PEOPLE_ONLY,
+    ("portal-tokens", "post"): PEOPLE_ONLY,
+    ("portal-token", "delete"): "401 403 403 403 404 ok 404 ok",  # team admins and org admins
+    ("metrics", "get"): "401 401 401 401 401 401 401 401",  # its own token (PHANTOMHUB_METRICS_TOKEN)
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    callback: Any
+
+    @property
+    def view_class(self) -> Any:
+        return getattr(self.callback, "cls", None) or getattr(self.callback, "view_class", None)
+
+
+def _walk(patterns: list[Any]) -> Iterator[tuple[str | None, Any]]:
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            if entry.app_name == "admin":
+                yield "admin", None
+                continue
+            yield from _walk(entry.url_patterns)
+        elif isinstance(entry, URLPattern):
+            yield entry.name, entry.callback
+
+
+def endpoints() -> list[Endpoint]:
+    found: dict[str, Endpoint] = {}
+    for name, callback in _walk(get_resolver().url_patterns):
+        assert name, f"an unnamed URL pattern ({callback}): name it so the access matrix can cover it"
+        if name not in NOT_API:
+            found[name] = Endpoint(name, callback)
+    return list(found.values())
+
+
+def methods(endpoint: Endpoint) -> list[str]:
+    if endpoint.name in PLAIN_VIEW_METHODS:
+        return PLAIN_VIEW_METHODS[endpoint.name]
+    cls = endpoint.view_class
+    assert cls is not None, f"{endpoint.name}: a plain view; list its methods in PLAIN_VIEW_METHODS"
+    return [m for m in cls.http_method_names if m not in ("options", "head", "trace") and hasattr(cls, m)]
+
+
+CASES = [(e.name, m) for e in endpoints() for m in methods(e)]
+
+
+def test_every_endpoint_of_the_url_conf_is_in_the_matrix() -> None:
+    assert sorted(CASES) == sorted(EXPECTED), "decide who may reach the new endpoint, in EXPECTED"
+
+
+@pytest.mark.parametrize("endpoint", endpoints(), ids=lambda e: e.name)
+def test_every_api_view_keeps_the_token_scopes(endpoint: Endpoint) -> None:
+    cls = endpoint.view_class
+    if cls is None or not hasattr(cls, "permission_classes"):
+        assert endpoint.name in PLAIN_VIEW_METHODS
+        return
+    if endpoint.name in PUBLIC:
+        assert cls.permission_classes == [AllowAny] or issubclass(cls.permission_classes[0], AllowAny)
+        return
+    assert any(issubclass(p, TokenScopes) for p in cls.permission_classes), (
+        f"{endpoint.name}: {cls.__name__}.permission_classes drop TokenScopes (extend it, do not replace it)"
+    )
+
+
+@dataclass
+class World:
+    clients: dict[str, APIClient]
+    run_id: str
+    price_id: int
+    token_id: int
+
+
+@pytest.fixture
+def world(owner: Tenant, outsider: Tenant) -> World:
+    run_id = owner.create_run()
+    users = {name: User.objects.create_user(name, password="pw") for name in ("member", "lead", "finance", "admin")}
+    Membership.objects.create(user=users["member"], team=owner.project.team, role=Role.MEMBER)
+    Membership.objects.create(user=users["lead"], team=owner.project.team, role=Role.ADMIN)
+    Profile.objects.create(user=users["finance"], is_finance=True)
+    Profile.objects.create(user=users["admin"], is_org_admin=True)
+    personal = APIClient()
+    # The strongest personal token there is: an organization admin's. It still only reads.
+    personal.credentials(HTTP_AUTHORIZATION=f"Bearer {personal_token_create(user=users['admin']).raw}")
+    clients = {"anonymous": APIClient(), "project": owner.client, "other_project": outsider.client, "personal": personal}
+    for name, user in users.items():
+        clients[name] = APIClient()
+        clients[name].force_authenticate(user)
+    price = PriceEntry.objects.order_by("id").first()
+    assert price is not None
+    spare = project_token_create(project=owner.project, name="spare").token
+    return World(clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk)
+
+
+def _kwargs(name: str, world: World) -> dict[str, Any]:
+    return {
+        "run-detail": {"run_id": world.run_id},
+        "run-steps": {"run_id": world.run_id},
+        "run-samples": {"run_id": world.run_id},
+        "run-events": {"run_id": world.run_id},
+        "run-analysis": {"run_id": world.run_id},
+        "run-series": {"run_id": world.run_id},
+        "portal-run": {"run_id": world.run_id},
+        "price-detail": {"price_id": world.price_id},
+        "portal-token": {"token_id": world.token_id},
+        "portal-leaderboard": {"kind": "teams"},
+        "portal-team": {"slug": "nlp"},
+        "portal-project": {"slug": "llm-pretrain"},
+        "portal-finance-csv": {"month": "2026-09"},
+        "portal-finance": {"month": "2026-09"},
+        "portal-finance-close": {"month": "2026-09"},
+        "portal-finance-reopen": {"month": "2026-09"},
+    }.get(name, {})
+
+
+CSV = "gpu,usd_per_gpu_hour,effective_from\nH200,2.2,2026-08-01T00:00:00Z\n"
+BODIES: dict[tuple[str, str], Callable[[], Any]] = {
+    ("run-create", "post"): lambda: {"id": str(uuid.uuid4()), "name": "matrix"},
+    ("run-steps", "post"): lambda: steps_body(5),
+    ("run-samples", "post"): lambda: {"rank": 0, "samples": {"t_ns": [T0_NS], "gpu_util_pct": [50.0]}},
+    ("run-events", "post"): lambda: {"events": [{"id": "m1", "kind": "counters", "t_ns": T0_NS, "data": {"dropped_steps": 0}}]},
+    ("price-list", "post"): lambda: {"gpu": "H200", "usd_per_gpu_hour": "3.10", "effective_from": "2026-07-01T00:00:00Z"},
+    ("price-detail", "patch"): lambda: {"note": "matrix"},
+    ("portal-session", "post"): lambda: {"username": "nobody", "password": "wrong"},
+    ("portal-settings", "put"): lambda: {"target_mfu": 0.4},
+    ("portal-tokens", "post"): lambda: {"kind": "personal", "name": "matrix"},
+}
+
+
+def _call(client: APIClient, method: str, path: str, name: str) -> Any:
+    if method == "get":
+        return client.get(path)
+    if (name, method) == ("price-csv", "post"):
+        return client.post(path, CSV, content_type="text/csv")
+    body = BODIES.get((name, method), lambda: None)()
+    return getattr(client, method)(path, body, format="json")
+
+
+def _outcome(status: int) -> str:
+    assert status < 500, f"server error {status}"
+    return str(status) if status in (401, 403, 404) else "ok"
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+@pytest.mark.parametrize(("name", "method"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
+@override_settings(METRICS_TOKEN="matrix-metrics-token")
+def test_access_matrix(world: World, name: str, method: str, principal: str) -> None:
+    expected = dict(zip(PRINCIPALS, EXPECTED[(name, method)].split(), strict=True))[principal]
+    path = reverse(name, kwargs=_kwargs(name, world))
+    response = _call(world.clients[principal], method, path, name)
+    assert _outcome(response.status_code) == expected, (response.status_code, response.content[:300])
