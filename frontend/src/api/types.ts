@@ -61,14 +61,52 @@ export interface Explained {
   unit: string;
   formula: string;
   inputs: Record<string, unknown>;
+  input_units?: Record<string, string>;
+}
+
+/** What a category's recoverable dollars rest on (the reference a better run actually achieved). */
+export type EvidenceKind = "own_stretch" | "peers" | "target" | "straggler" | "project_median" | "none";
+
+export interface StretchWindow {
+  t_start_ns: number;
+  t_end_ns: number;
+  steps: number;
+}
+
+export interface CategoryEvidence {
+  kind: EvidenceKind | string;
+  /** One plain-English sentence: what was compared with what. */
+  summary: string;
+  /** Unit of run_value and the references: "ms/step", "MFU" (a fraction) or "s". */
+  unit: string;
+  run_value: number | null;
+  reference_value: number | null;
+  low_reference: number | null;
+  high_reference: number | null;
+  /** The run's best stretch (own_stretch only), in the same clock as the series' t_start_ns. */
+  window: StretchWindow | null;
+  /** Comparable finished runs of the same project and GPU (peers only). */
+  peer_run_ids: string[];
+  /** The organization's cap cut the figure down. */
+  capped: boolean;
 }
 
 export interface CategoryFigure {
   gpu_seconds: number;
   usd: number;
   share: number;
-  recoverability: number;
   recoverable_usd: number;
+  recoverable_low_usd: number;
+  recoverable_high_usd: number;
+  /** The organization's cap on the share of the category that may be called recoverable (0..1). */
+  cap: number;
+  evidence: CategoryEvidence;
+}
+
+/** Rows the server refused or left out, per reason. */
+export interface DroppedRows {
+  non_rising_start: number;
+  reused_step: number;
 }
 
 export interface RankFigure {
@@ -146,13 +184,30 @@ export interface Recommendation {
   severity: "high" | "medium" | "low" | "info" | string;
   evidence: Evidence[];
   fixes: string[];
-  estimated_saving_usd_per_month: number | null;
+  /** What this run would have saved; null for diagnostics without a price (memory, OOM, setup). */
+  saving_usd: number | null;
+  /** The recoverable dollars this recommendation claims, by category (no dollar claimed twice). */
+  claims?: Record<string, number>;
+  /** Only for recurring work: the saving at the project's trailing-30-day volume. */
+  saving_usd_per_month: number | null;
+  recurrence?: Recurrence;
+  explain?: Explained | null;
+}
+
+export interface Recurrence {
+  kind: "recurring" | "one_off" | string;
+  project_gpu_hours_30d: number;
+  other_runs_30d: number;
+  run_gpu_hours: number;
 }
 
 export interface IdleFigure {
   label: string;
   gpu_seconds: number;
   usd_cents: number;
+  /** This part's recoverable cents before idle's cap (the parts add up to idle's). */
+  recoverable_cents?: number;
+  evidence?: CategoryEvidence | null;
 }
 
 export interface Analysis {
@@ -168,8 +223,11 @@ export interface Analysis {
   gpu_util_pct: number | null;
   waste_usd: number;
   recoverable_usd: number;
+  recoverable_low_usd: number;
+  recoverable_high_usd: number;
   usd_per_month_at_run_rate: number | null;
   categories: Record<Category, CategoryFigure>;
+  dropped_rows?: DroppedRows;
   idle: IdleFigure[];
   ranks: RankFigure[];
   stragglers: Straggler[];

@@ -1,9 +1,9 @@
-import { series } from "../test/fixtures";
+import { series, T0_NS } from "../test/fixtures";
 import { dailyOption, elapsedLabel, gappedPoints, measuredIndices, mfuUtilOption, pairs, stepTimeOption } from "./charts";
 import { chartPalette } from "./theme";
 
 const p = chartPalette("light");
-const T0 = 1_790_000_000e9;
+const T0 = T0_NS;
 
 type S = { name: string; data: [number, number | null][]; stack?: string };
 
@@ -39,6 +39,21 @@ describe("chart data", () => {
     expect(names).toEqual(["Data wait", "Forward", "Backward", "Optimizer", "Host overhead"]);
     expect(option.series.every((x) => x.stack === "step" && x.data.length === 3)).toBe(true);
     expect(option.series[0].data[0]).toEqual([0, 100]);
+  });
+
+  it("highlights a stretch of the run as a marked area beside the shaded phases", () => {
+    const s = series(4);
+    const phase = { name: "eval", t_start_ns: T0 + 3e9, dur_ns: 5e8, rank: null };
+    type Area = { data: [{ name?: string; xAxis: number; itemStyle?: { opacity: number } }, { xAxis: number }][] };
+    const plain = stepTimeOption(s, [phase], T0, p) as { series: (S & { markArea?: Area })[] };
+    expect(plain.series[0].markArea?.data).toHaveLength(1);
+    const lit = stepTimeOption(s, [phase], T0, p, { label: "Data stall: best stretch", t_start_ns: T0 + 1e9, t_end_ns: T0 + 3e9 }) as { series: (S & { markArea?: Area })[] };
+    const areas = lit.series[0].markArea!.data;
+    expect(areas).toHaveLength(2);
+    expect(areas[1][0]).toMatchObject({ name: "Data stall: best stretch", xAxis: 1 });
+    expect(areas[1][1]).toEqual({ xAxis: 3 });
+    expect(areas[1][0].itemStyle!.opacity).toBeGreaterThan(0.07);
+    expect(lit.series.slice(1).every((x) => x.markArea === undefined)).toBe(true);
   });
 
   it("draws MFU in percent next to GPU utilization with the target as a line", () => {

@@ -99,13 +99,35 @@ export function hasValues(column: readonly (number | null | undefined)[] | undef
   return !!column && column.some((v) => isNum(v) && v !== 0);
 }
 
-function phaseAreas(phases: Phase[], t0Ns: number, p: ChartPalette): Option | undefined {
-  if (!phases.length) return undefined;
+/** A stretch of the run to highlight on the step-time chart (a category's evidence window). */
+export interface ChartHighlight {
+  label: string;
+  t_start_ns: number;
+  t_end_ns: number;
+  color?: string;
+}
+
+/** Phases shaded faintly; a highlighted stretch drawn stronger and outlined, with its label. */
+function markAreas(phases: Phase[], highlight: ChartHighlight | null, t0Ns: number, p: ChartPalette): Option | undefined {
+  if (!phases.length && !highlight) return undefined;
+  const data: Option[][] = phases.map((ph) => [{ name: ph.name, xAxis: (ph.t_start_ns - t0Ns) / 1e9 }, { xAxis: (ph.t_start_ns + ph.dur_ns - t0Ns) / 1e9 }]);
+  if (highlight) {
+    const color = highlight.color ?? p.accent;
+    data.push([
+      {
+        name: highlight.label,
+        xAxis: (highlight.t_start_ns - t0Ns) / 1e9,
+        itemStyle: { color, opacity: 0.22, borderColor: color, borderWidth: 1.5, borderType: "dashed" },
+        label: { color: p.text, fontSize: 11, fontWeight: 600, position: "insideTop" },
+      },
+      { xAxis: (highlight.t_end_ns - t0Ns) / 1e9 },
+    ]);
+  }
   return {
     silent: true,
     itemStyle: { color: p.accent, opacity: 0.07 },
     label: { color: p.muted, fontSize: 10, position: "insideTop" },
-    data: phases.map((ph) => [{ name: ph.name, xAxis: (ph.t_start_ns - t0Ns) / 1e9 }, { xAxis: (ph.t_start_ns + ph.dur_ns - t0Ns) / 1e9 }]),
+    data,
   };
 }
 
@@ -119,7 +141,7 @@ export const STEP_STAGES = [
 ] as const;
 
 /** Step time split into stages per window, stacked: where each step's milliseconds go. */
-export function stepTimeOption(series: Series, phases: Phase[], t0Ns: number, p: ChartPalette): Option {
+export function stepTimeOption(series: Series, phases: Phase[], t0Ns: number, p: ChartPalette, highlight: ChartHighlight | null = null): Option {
   const stages = STEP_STAGES.filter((s) => hasValues(series[s.key]));
   // Stacked series must share their x values: every stage at the windows that measured a step.
   const windows = measuredIndices(series, series.step_ms, true);
@@ -140,7 +162,7 @@ export function stepTimeOption(series: Series, phases: Phase[], t0Ns: number, p:
       itemStyle: { color: s.color },
       emphasis: { focus: "series" },
       data: gappedPoints(series, windows, (w) => series[s.key][w] ?? 0, t0Ns),
-      markArea: i === 0 ? phaseAreas(phases, t0Ns, p) : undefined,
+      markArea: i === 0 ? markAreas(phases, highlight, t0Ns, p) : undefined,
     })),
   };
 }

@@ -14,6 +14,9 @@ import {
   formatUsdChange,
   formatUsdPrice,
   formatWithUnit,
+  formatEvidenceValue,
+  formatUsdRange,
+  plainWords,
 } from "./format";
 
 describe("money", () => {
@@ -121,5 +124,32 @@ describe("explained figures", () => {
     expect(formatPlain(6.52)).toBe("6.52");
     expect(formatPlain(null)).toBe("null");
     expect(formatPlain("bf16")).toBe("bf16");
+  });
+});
+
+describe("evidence figures", () => {
+  it("shows a range of dollars low to high, one figure when both ends agree, a dash when unknown", () => {
+    expect(formatUsdRange(12, 18.5)).toBe("$12.00–$18.50");
+    expect(formatUsdRange(3, 3)).toBe("$3.00");
+    expect(formatUsdRange(null, 4)).toBe("–");
+  });
+
+  it("shows a reference in the unit the evidence names", () => {
+    expect(formatEvidenceValue(2.1, "ms/step")).toBe("2.10 ms per step");
+    expect(formatEvidenceValue(0.38, "MFU")).toBe("38.0% MFU");
+    expect(formatEvidenceValue(70, "s")).toBe("1 m 10 s");
+    expect(formatEvidenceValue(4.25, "s")).toBe("4.3 s");
+    expect(formatEvidenceValue(null, "s")).toBe("–");
+  });
+
+  it("turns internal names into words but leaves code a reader types alone", () => {
+    expect(plainWords("data_stall share of billed GPU time")).toBe("data stall share of billed GPU time");
+    expect(plainWords("8 ranks reported but world_size is 1")).toBe("8 ranks reported but world size is 1");
+    expect(plainWords("set num_workers=8 or call torch.cuda.empty_cache()")).toBe("set num_workers=8 or call torch.cuda.empty_cache()");
+    expect(plainWords("post `gpu_count` with the run")).toBe("post `gpu_count` with the run");
+    expect(plainWords("of which caused by stragglers (see STRAGGLER)")).toBe("of which caused by stragglers (see the straggler recommendation)");
+    expect(plainWords("Free CPU for the loader workers first: see HOST_CONTENTION.")).toBe("Free CPU for the loader workers first: see the host contention recommendation.");
+    expect(plainWords("idle: phase:eval")).toBe("idle: phase · eval");
+    expect(plainWords("idle: no_steps")).toBe("idle: no steps");
   });
 });

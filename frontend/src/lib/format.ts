@@ -200,3 +200,85 @@ export function formatPlain(value: unknown): string {
   if (value !== 0 && (Math.abs(value) >= 1e12 || Math.abs(value) < 1e-3)) return value.toExponential(4);
   return value.toLocaleString("en-US", { maximumFractionDigits: 6 });
 }
+
+/** A low–high range of dollars: "$12.00–$18.50" (a single figure when both ends agree). */
+export function formatUsdRange(low: number | null | undefined, high: number | null | undefined): string {
+  if (!isNum(low) || !isNum(high)) return DASH;
+  const a = formatUsd(low);
+  const b = formatUsd(high);
+  return a === b ? a : `${a}–${b}`;
+}
+
+/**
+ * A figure in the unit a category's evidence names: "ms/step" (milliseconds per step), "MFU" (a
+ * fraction, shown as a percentage) or "s" (seconds, as a duration).
+ */
+export function formatEvidenceValue(value: number | null | undefined, unit: string): string {
+  if (!isNum(value)) return DASH;
+  switch (unit) {
+    case "ms/step":
+      return `${formatMs(value)} per step`;
+    case "MFU":
+      return `${formatPct(value)} MFU`;
+    case "s":
+      return value < 60 ? `${value < 10 ? value.toFixed(1) : value.toFixed(0)} s` : formatDuration(value);
+    default:
+      return `${formatPlain(value)}${unit ? ` ${unit}` : ""}`;
+  }
+}
+
+const SNAKE_RE = /\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b/g;
+const HUMAN_NAMES: Record<string, string> = {
+  useful_compute: "useful compute",
+  compute_inefficiency: "compute inefficiency",
+  data_stall: "data stall",
+  comm_exposed: "exposed communication",
+  host_overhead: "host overhead",
+  world_size: "world size",
+  gpu_count: "GPU count",
+};
+
+const REC_CODE_RE = /\b(COMM_EXPOSED|DATA_STALL|HOST_CONTENTION|HOST_OVERHEAD|LOW_MFU|MEMORY_FRAGMENTATION|MFU_UNKNOWN|STRAGGLER|IDLE|OOM)\b/g;
+const REC_CODE_WORDS: Record<string, string> = {
+  COMM_EXPOSED: "exposed communication",
+  DATA_STALL: "data stall",
+  HOST_CONTENTION: "host contention",
+  HOST_OVERHEAD: "host overhead",
+  LOW_MFU: "low MFU",
+  MEMORY_FRAGMENTATION: "memory fragmentation",
+  MFU_UNKNOWN: "MFU unknown",
+  STRAGGLER: "straggler",
+  IDLE: "idle",
+  OOM: "out of memory",
+};
+
+/** "see HOST_CONTENTION" (a recommendation's code) → "see the host contention recommendation". */
+export function recommendationRefs(text: string): string {
+  return text
+    .replace(/\bsee (?=[A-Z]{3,})/g, "see the ")
+    .replace(REC_CODE_RE, (code, _c, offset: number, whole: string) => {
+      const words = REC_CODE_WORDS[code];
+      return whole.slice(Math.max(0, offset - 8), offset) === "see the " ? `${words} recommendation` : code === "IDLE" || code === "OOM" ? code : words;
+    });
+}
+
+/**
+ * Text from the analysis in plain words: internal names (snake_case) become words, except where
+ * they are code the reader types (followed by "=" or "(", or inside backticks); references to a
+ * recommendation's code become its name; an idle part "phase:eval" reads "phase · eval".
+ */
+export function plainWords(text: string): string {
+  return recommendationRefs(text)
+    .replace(/\bphase:(\S+)/g, "phase · $1")
+    .split(/(`[^`]*`)/)
+    .map((part) =>
+      part.startsWith("`")
+        ? part
+        : part.replace(SNAKE_RE, (word, offset: number, whole: string) => {
+            const next = whole.slice(offset + word.length).trimStart()[0];
+            if (next === "=" || next === "(") return word;
+            return HUMAN_NAMES[word] ?? word.replace(/_/g, " ");
+          }),
+    )
+    .join("");
+}

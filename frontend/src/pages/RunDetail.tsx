@@ -1,15 +1,15 @@
-import { useMemo } from "react";
+import { useMemo, useState } from "react";
 import { Link, useParams } from "react-router";
 
 import { useApi } from "../api/hooks";
-import type { Analysis, Phase, RankFigure, Recommendation, RunDetail, RunMeta, Series } from "../api/types";
+import type { Analysis, Phase, RankFigure, RunDetail, RunMeta, Series } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
 import { Async, Empty } from "../components/States";
-import { Card, CategoryBar, CategoryDot, CategoryName, PageHeader, SeverityBadge, Stat, StatusBadge } from "../components/ui";
-import { CATEGORIES, CATEGORY_LABEL, categoryLabel } from "../lib/categories";
-import { hasValues, memoryOption, mfuUtilOption, rankOption, stepTimeOption } from "../lib/charts";
+import { Card, CategoryBar, PageHeader, Stat, StatusBadge } from "../components/ui";
+import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL, type Category } from "../lib/categories";
+import { elapsedLabel, hasValues, memoryOption, mfuUtilOption, rankOption, stepTimeOption, type ChartHighlight } from "../lib/charts";
 import {
   formatBytes,
   formatDateTime,
@@ -19,10 +19,13 @@ import {
   formatNumber,
   formatPct,
   formatUsd,
-  formatWithUnit,
+  formatUsdRange,
   isNum,
 } from "../lib/format";
 import { useChartPalette } from "../lib/useChartPalette";
+import { BreakdownTable } from "./run/Breakdown";
+import { DataQualityCard, DataQualityNotice } from "./run/DataQuality";
+import { Recommendations } from "./run/Recommendations";
 
 function stored(field: string, value: unknown, unit: string, formula: string, inputs: Record<string, unknown> = {}): ExplainSource {
   return { value, unit, formula: `${field} = ${formula}`, inputs };
@@ -111,9 +114,19 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
   const ex = a.explain ?? {};
   const wasteShare = a.cost_usd > 0 ? a.waste_usd / a.cost_usd : null;
   const gap = isNum(a.gpu_util_pct) && isNum(a.mfu) ? a.gpu_util_pct / 100 - a.mfu : null;
+  const t0 = t0Ns(run, series);
+  const [highlighted, setHighlighted] = useState<Category | null>(null);
+  const highlight = useMemo(() => stretchHighlight(a, highlighted), [a, highlighted]);
+  const canHighlight = !!series && series.t_start_ns.length > 0;
+  const claimed = a.recommendations.reduce((sum, r) => sum + (isNum(r.saving_usd) ? r.saving_usd : 0), 0);
+  const onHighlight = (c: Category | null) => {
+    setHighlighted(c);
+    if (c) document.getElementById("step-time")?.scrollIntoView?.({ behavior: "smooth", block: "center" });
+  };
   return (
     <>
       {!a.complete && <div className="notice">The analysis is catching up with newly arrived telemetry; figures may still move.</div>}
+      <DataQualityNotice a={a} />
       <div className="stats" data-testid="run-stats">
         <Stat
           label="Cost"
@@ -122,7 +135,19 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           explain={<Explain label="cost" entry={ex.cost_usd} />}
           sub={isNum(a.usd_per_month_at_run_rate) ? `${formatUsd(a.usd_per_month_at_run_rate, { compact: true })}/month at this rate` : formatGpuHours(a.gpu_hours)}
         />
-        <Stat label="Recoverable" tone="accent" testId="run-recoverable" value={formatUsd(a.recoverable_usd)} explain={<Explain label="recoverable spend" entry={ex.recoverable_usd} />} sub={a.cost_usd > 0 ? `${formatPct(a.recoverable_usd / a.cost_usd)} of cost` : undefined} />
+        <Stat
+          label="Recoverable"
+          tone="accent"
+          testId="run-recoverable"
+          value={formatUsd(a.recoverable_usd)}
+          explain={<Explain label="recoverable spend" entry={ex.recoverable_usd} />}
+          sub={
+            <>
+              <span data-testid="run-recoverable-range">range {formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd)}</span>
+              {a.cost_usd > 0 && <> · {formatPct(a.recoverable_usd / a.cost_usd)} of cost</>}
+            </>
+          }
+        />
         <Stat label="Waste" testId="run-waste" value={formatUsd(a.waste_usd)} explain={<Explain label="waste" entry={ex.waste_usd} />} sub={`${formatPct(wasteShare)} of cost`} />
         <Stat label="GPU-hours" value={formatNumber(a.gpu_hours, a.gpu_hours >= 100 ? 0 : a.gpu_hours >= 10 ? 1 : 2)} unit="GPU-h" explain={<Explain label="billed GPU time" entry={ex.billed_gpu_seconds} />} sub={a.unpriced_gpu_seconds > 0 ? `${formatGpuHours(a.unpriced_gpu_seconds / 3600)} unpriced` : `${formatNumber(a.gpu_seconds, 0)} GPU-s billed`} />
         <Stat label="MFU" testId="run-mfu" value={formatPct(a.mfu)} explain={<Explain label="MFU" entry={ex.mfu} />} sub={`target ${formatPct(a.target_mfu, 0)}${a.peak_known ? "" : " · peak unknown"}`} />
@@ -134,11 +159,11 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
         />
       </div>
 
-      <Card title="Waste breakdown" id="breakdown" actions={<span className="muted small">every billed GPU-second in exactly one category</span>}>
+      <Card title="Waste breakdown" id="breakdown" actions={<span className="muted small">every billed GPU-second in exactly one category · recoverable only where evidence shows a better run</span>}>
         <CategoryBar usd={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].usd]))} showLegend={false} height={20} />
         <div className="breakdown-layout">
           <div className="table-wrap">
-            <BreakdownTable a={a} />
+            <BreakdownTable a={a} t0Ns={t0} highlighted={highlighted} onHighlight={canHighlight ? onHighlight : undefined} />
           </div>
           <div>
             <h3 className="sub-title">Idle by cause</h3>
@@ -147,10 +172,18 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
                 {a.idle
                   .filter((i) => i.gpu_seconds > 0)
                   .map((i) => (
-                    <li key={i.label}>
-                      <span>{i.label.replace("phase:", "phase · ")}</span>
+                    <li key={i.label} data-idle={i.label}>
+                      <span>{idleLabel(i.label)}</span>
                       <span className="muted">{formatGpuHours(i.gpu_seconds / 3600)}</span>
-                      <span>{formatUsd(i.usd_cents / 100)}</span>
+                      <span>
+                        {formatUsd(i.usd_cents / 100)}
+                        {i.evidence && i.evidence.kind !== "none" && isNum(i.recoverable_cents) && (
+                          <span className="muted small" title={i.evidence.summary}>
+                            {" "}
+                            · {formatUsd(i.recoverable_cents / 100)} recoverable
+                          </span>
+                        )}
+                      </span>
                     </li>
                   ))}
               </ul>
@@ -165,161 +198,56 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           </div>
         </div>
       </Card>
-      <Card title="Recommendations" id="recommendations" actions={<span className="muted small">{a.recommendations.length} found · savings at this run's rate</span>}>
+      <Card
+        title="Recommendations"
+        id="recommendations"
+        actions={
+          <span className="muted small">
+            {a.recommendations.length} found{claimed > 0 ? ` · savings add up to ${formatUsd(claimed)} of ${formatUsd(a.recoverable_usd)} recoverable, no dollar counted twice` : ""}
+          </span>
+        }
+      >
         {a.recommendations.length ? <Recommendations items={a.recommendations} /> : <Empty title="Nothing to fix">No rule found recoverable waste worth acting on.</Empty>}
       </Card>
 
-      <SeriesCharts run={run} analysis={a} series={series} phases={phases} />
+      <SeriesCharts run={run} analysis={a} series={series} phases={phases} highlight={highlight} onClearHighlight={() => setHighlighted(null)} />
       <Ranks analysis={a} />
       <div className="grid grid-1-1">
         <PhasesCard phases={phases} t0={t0Ns(run, series)} />
         <HostsCard analysis={a} />
       </div>
-      {a.warnings.length > 0 && (
-        <Card title="Data quality">
-          <ul className="warnings">
-            {a.warnings.map((w) => (
-              <li key={w}>{w}</li>
-            ))}
-          </ul>
-        </Card>
-      )}
+      <DataQualityCard a={a} />
     </>
   );
 }
 
-function BreakdownTable({ a }: { a: Analysis }) {
-  const ex = a.explain ?? {};
-  return (
-    <table className="table table-dense breakdown" data-testid="breakdown">
-      <caption className="visually-hidden">Cost by waste category</caption>
-      <thead>
-        <tr>
-          <th scope="col">Category</th>
-          <th scope="col" className="align-right">
-            GPU-hours
-          </th>
-          <th scope="col" className="align-right">
-            Cost
-          </th>
-          <th scope="col" className="align-right">
-            Share
-          </th>
-          <th scope="col" className="align-right">
-            Recoverability
-          </th>
-          <th scope="col" className="align-right">
-            Recoverable
-          </th>
-        </tr>
-      </thead>
-      <tbody>
-        {CATEGORIES.map((c) => {
-          const f = a.categories[c];
-          return (
-            <tr key={c} data-category={c}>
-              <td>
-                <CategoryName name={c} />
-              </td>
-              <td className="align-right nowrap">
-                {formatGpuHours(f.gpu_seconds / 3600)}
-                <Explain label={`${CATEGORY_LABEL[c]} GPU time`} entry={ex[`categories.${c}.gpu_seconds`]} />
-              </td>
-              <td className="align-right nowrap">
-                {formatUsd(f.usd)}
-                <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} />
-              </td>
-              <td className="align-right">{formatPct(f.share)}</td>
-              <td className="align-right muted">{formatPct(f.recoverability, 0)}</td>
-              <td className="align-right nowrap">
-                {formatUsd(f.recoverable_usd)}
-                <Explain label={`${CATEGORY_LABEL[c]} recoverable`} entry={ex[`categories.${c}.recoverable_usd`]} />
-              </td>
-            </tr>
-          );
-        })}
-      </tbody>
-      <tfoot>
-        <tr>
-          <th scope="row">Total</th>
-          <td className="align-right">{formatGpuHours(a.gpu_hours)}</td>
-          <td className="align-right">{formatUsd(a.cost_usd)}</td>
-          <td className="align-right">100%</td>
-          <td />
-          <td className="align-right">
-            <strong>{formatUsd(a.recoverable_usd)}</strong>
-          </td>
-        </tr>
-      </tfoot>
-    </table>
-  );
+const IDLE_LABEL: Record<string, string> = { startup: "start-up", teardown: "tear-down", gap: "gaps between steps", no_steps: "no steps reported" };
+
+function idleLabel(label: string): string {
+  if (label.startsWith("phase:")) return `phase · ${label.slice(6)}`;
+  return IDLE_LABEL[label] ?? label.replace(/_/g, " ");
 }
 
-function Recommendations({ items }: { items: Recommendation[] }) {
-  return (
-    <ol className="recs recs-grid">
-      {items.map((r) => (
-        <li key={r.code} className="rec">
-          <div className="rec-head">
-            <CategoryDot name={r.category} />
-            <span className="rec-title">{r.title}</span>
-            <SeverityBadge severity={r.severity} />
-          </div>
-          <div className="rec-saving">
-            {isNum(r.estimated_saving_usd_per_month) ? (
-              <>
-                <strong>{formatUsd(r.estimated_saving_usd_per_month)}</strong> <span className="muted">/ month at this run's rate</span>
-                <Explain
-                  label="estimated saving"
-                  source={stored(
-                    "estimated_saving_usd_per_month",
-                    r.estimated_saving_usd_per_month,
-                    "USD",
-                    `recoverable ${categoryLabel(r.category).toLowerCase()} dollars / run hours × 730 h per month`,
-                    Object.fromEntries(r.evidence.map((e) => [e.observation, e.value])),
-                  )}
-                />
-              </>
-            ) : (
-              <span className="muted">saving not priced separately</span>
-            )}
-          </div>
-          <ul className="rec-evidence">
-            {r.evidence.map((e) => (
-              <li key={e.observation}>
-                <span className="muted">{e.observation}</span> <span>{formatWithUnit(e.value, e.unit)}</span>
-              </li>
-            ))}
-          </ul>
-          <details className="rec-fixes">
-            <summary>
-              {r.fixes.length} fix{r.fixes.length === 1 ? "" : "es"}
-            </summary>
-            <ul>
-              {r.fixes.map((f) => (
-                <li key={f}>{f}</li>
-              ))}
-            </ul>
-          </details>
-        </li>
-      ))}
-    </ol>
-  );
+/** The highlighted category's best stretch, as the step-time chart draws it. */
+function stretchHighlight(a: Analysis, category: Category | null): ChartHighlight | null {
+  const w = category ? a.categories[category]?.evidence?.window : null;
+  if (!category || !w) return null;
+  return { label: `${CATEGORY_LABEL[category]}: best stretch`, t_start_ns: w.t_start_ns, t_end_ns: w.t_end_ns, color: CATEGORY_COLOR[category] };
 }
 
-function SeriesCharts({ run, analysis: a, series, phases }: { run: RunMeta; analysis: Analysis; series: Series | null; phases: Phase[] }) {
+function SeriesCharts({ run, analysis: a, series, phases, highlight, onClearHighlight }: { run: RunMeta; analysis: Analysis; series: Series | null; phases: Phase[]; highlight: ChartHighlight | null; onClearHighlight: () => void }) {
   const palette = useChartPalette();
   const t0 = t0Ns(run, series);
   const options = useMemo(
     () =>
       series
         ? {
-            step: stepTimeOption(series, phases, t0, palette),
+            step: stepTimeOption(series, phases, t0, palette, highlight),
             mfu: mfuUtilOption(series, a.target_mfu, t0, palette),
             memory: memoryOption(series, a.memory.capacity_bytes, t0, palette),
           }
         : null,
-    [series, phases, t0, palette, a.target_mfu, a.memory.capacity_bytes],
+    [series, phases, t0, palette, a.target_mfu, a.memory.capacity_bytes, highlight],
   );
   const ex = a.explain ?? {};
   const m = a.memory;
@@ -333,8 +261,23 @@ function SeriesCharts({ run, analysis: a, series, phases }: { run: RunMeta; anal
   const hasMemory = hasValues(series.mem_reserved_bytes) || hasValues(series.mem_allocated_bytes) || hasValues(series.mem_peak_bytes);
   return (
     <>
-      <Card title="Step-time decomposition" id="step-time" actions={<span className="muted small">mean per step in each {formatNsAsMs(series.width_ns)} window{phases.length ? " · shaded: phases" : ""}</span>}>
-        <EChart option={options.step} height={280} label="Step time by stage over the run" />
+      <Card
+        title="Step-time decomposition"
+        id="step-time"
+        actions={
+          highlight ? (
+            <span className="small chart-highlight" data-testid="chart-highlight">
+              highlighted: {highlight.label.toLowerCase()}, {elapsedLabel((highlight.t_start_ns - t0) / 1e9)}–{elapsedLabel((highlight.t_end_ns - t0) / 1e9)}
+              <button type="button" className="btn btn-ghost btn-small" onClick={onClearHighlight}>
+                Clear
+              </button>
+            </span>
+          ) : (
+            <span className="muted small">mean per step in each {formatNsAsMs(series.width_ns)} window{phases.length ? " · shaded: phases" : ""}</span>
+          )
+        }
+      >
+        <EChart option={options.step} height={280} label={highlight ? `Step time by stage over the run, with ${highlight.label.toLowerCase()} highlighted` : "Step time by stage over the run"} />
       </Card>
       <div className="grid grid-1-1">
         <Card

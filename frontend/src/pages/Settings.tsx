@@ -8,8 +8,8 @@ import type { ApiTokenRow, GpuSpec, OrgSettings } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
-import { CATEGORIES } from "../lib/categories";
-import { formatBytes, formatDate, formatDateTime, formatPct } from "../lib/format";
+import { CATEGORIES, CATEGORY_LABEL } from "../lib/categories";
+import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
 import { PricesCard } from "./SettingsPrices";
 
 const TABS = ["organization", "tokens", "prices", "gpus"] as const;
@@ -87,7 +87,9 @@ function OrgSettingsCard() {
         {(d) => (
           <form className="settings-form" onSubmit={save}>
             <p className="muted">
-              Useful compute is the time the target MFU would need for the FLOPs done; recoverable spend is each category's dollars times its recoverability. Changes apply to analyses from now on.
+              Useful compute is the time the target MFU would need for the FLOPs done. Recoverable spend is measured, not assumed: for each category, what the run spent beyond a level that has
+              actually been achieved (the run's own best stretch, comparable runs of the project, or a target), and nothing where there is no such evidence. An organization may cap the share of
+              a category that is called recoverable (default 100%); a cap only ever lowers the figure. Changes apply to analyses from now on.
             </p>
             <div className="field-row">
               <label className="field" htmlFor="target-mfu">
@@ -99,11 +101,11 @@ function OrgSettingsCard() {
               </span>
             </div>
             <table className="table table-dense">
-              <caption className="visually-hidden">Recoverability by category</caption>
+              <caption className="visually-hidden">Cap on the recoverable share of each category</caption>
               <thead>
                 <tr>
                   <th scope="col">Category</th>
-                  <th scope="col">Recoverability (0–1)</th>
+                  <th scope="col">Cap on recoverable share (0–1)</th>
                   <th scope="col" className="align-right">
                     Default
                   </th>
@@ -116,19 +118,26 @@ function OrgSettingsCard() {
                       <CategoryName name={c} />
                     </td>
                     <td>
-                      <input
-                        className={`input input-num${error?.fields[`recoverability.${c}`] ? " is-invalid" : ""}`}
-                        aria-label={`Recoverability of ${c}`}
-                        type="number"
-                        min={0}
-                        max={1}
-                        step={0.05}
-                        value={rec[c] ?? ""}
-                        disabled={!admin}
-                        onChange={(e) => setRec((r) => ({ ...r, [c]: e.target.value }))}
-                      />
+                      {c === "useful_compute" ? (
+                        <span className="muted small">never recoverable: the work itself</span>
+                      ) : (
+                        <span className="nowrap">
+                          <input
+                            className={`input input-num${error?.fields[`recoverability.${c}`] ? " is-invalid" : ""}`}
+                            aria-label={`Cap on the recoverable share of ${CATEGORY_LABEL[c].toLowerCase()}`}
+                            type="number"
+                            min={0}
+                            max={1}
+                            step={0.05}
+                            value={rec[c] ?? ""}
+                            disabled={!admin}
+                            onChange={(e) => setRec((r) => ({ ...r, [c]: e.target.value }))}
+                          />{" "}
+                          <span className="muted small">{rec[c] !== undefined && rec[c] !== "" ? `at most ${formatPct(Number(rec[c]), 0)}` : ""}</span>
+                        </span>
+                      )}
                     </td>
-                    <td className="align-right muted">{d.defaults.recoverability[c] ?? "–"}</td>
+                    <td className="align-right muted">{isNum(d.defaults.recoverability[c]) ? formatPct(d.defaults.recoverability[c], 0) : "–"}</td>
                   </tr>
                 ))}
               </tbody>

@@ -5,10 +5,11 @@ import { MemoryRouter, Route, Routes, useLocation } from "react-router";
 import { AppRoutes } from "../App";
 import { SessionProvider } from "../api/session";
 import { ThemeProvider } from "../lib/theme";
-import { leaderboard, mockFetch, runDetail, runRow } from "../test/fixtures";
+import { analysis, leaderboard, mockFetch, PEER_RUN_IDS, recommendation, runDetail, runRow } from "../test/fixtures";
 import { LeaderboardsPage } from "./Leaderboards";
 import { RunDetailPage } from "./RunDetail";
 import { RunsPage } from "./Runs";
+import { SettingsPage } from "./Settings";
 import { safeNext } from "./SignIn";
 
 vi.mock("../components/EChart", () => ({
@@ -116,16 +117,146 @@ describe("Run page", () => {
     vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
     renderAt("/runs/11111111-1111-4111-8111-111111111111", <RunDetailPage />, "/runs/:id");
     const breakdown = await screen.findByTestId("breakdown");
-    expect(within(breakdown).getAllByRole("row")).toHaveLength(1 + 6 + 1);
+    // Header, six categories, an evidence line under each of the five waste categories, total.
+    expect(within(breakdown).getAllByRole("row")).toHaveLength(1 + 6 + 5 + 1);
     expect(within(breakdown).getByText("Data stall").closest("tr")).toHaveTextContent("$25.00");
     expect(screen.getByTestId("run-cost")).toHaveTextContent("$104.00");
     expect(screen.getByText("GPUs wait for input batches")).toBeInTheDocument();
-    expect(screen.getByText("$9,388.93")).toBeInTheDocument();
     await userEvent.click(screen.getByRole("button", { name: "How cost is computed" }));
     expect(screen.getByRole("dialog")).toHaveTextContent("segment_0_usd_per_gpu_hour");
     expect(screen.getAllByTestId("chart").map((c) => c.textContent)).toEqual(
       expect.arrayContaining(["Step time by stage over the run", "MFU and GPU utilization over the run", "GPU memory over the run"]),
     );
+  });
+
+  it("shows each category's recoverable dollars with their range, and the headline's range under it", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    expect(screen.getByTestId("recoverable-data_stall")).toHaveTextContent("$20.10");
+    expect(screen.getByTestId("recoverable-range-data_stall")).toHaveTextContent("$15.00–$22.00");
+    expect(screen.getByTestId("run-recoverable")).toHaveTextContent("$33.50");
+    expect(screen.getByTestId("run-recoverable-range")).toHaveTextContent("range $25.20–$38.50");
+    const total = within(screen.getByTestId("breakdown")).getByRole("row", { name: /^Total/ });
+    expect(total).toHaveTextContent("$25.20–$38.50");
+  });
+
+  it("says \"no evidence\" for a category without any, not $0.00 as if it had been measured", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    const comm = screen.getByTestId("recoverable-comm_exposed");
+    expect(comm).toHaveTextContent("no evidence");
+    expect(comm).not.toHaveTextContent("$");
+    expect(comm.closest("tr")).not.toHaveTextContent("$0.00");
+    const line = document.querySelector('[data-evidence-for="comm_exposed"]')!;
+    expect(line).toHaveTextContent("no evidence");
+    expect(line).toHaveTextContent("No stretch of the run overlapped communication with compute");
+  });
+
+  it("names each category's evidence in product words with its summary, and only shows a cap that matters", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    const line = (c: string) => document.querySelector(`[data-evidence-for="${c}"]`)!;
+    expect(within(line("data_stall") as HTMLElement).getByText("best stretch")).toHaveClass("badge");
+    expect(line("data_stall")).toHaveTextContent("The run's best 200-step stretch waited 2.1 ms per step for data");
+    expect(line("data_stall")).toHaveTextContent("0:01–0:03 into the run, 200 steps");
+    expect(line("compute_inefficiency")).toHaveTextContent("peer runs");
+    expect(line("host_overhead")).toHaveTextContent("target");
+    expect(line("idle")).toHaveTextContent("project median");
+    expect(line("idle")).toHaveTextContent("reference 1 m 10 s (range 1 m 00 s to 1 m 30 s)");
+    // The cap column appears because host overhead's 50% cap cut its figure; 100% caps stay blank.
+    expect(screen.getByRole("columnheader", { name: "Cap" })).toBeInTheDocument();
+    expect(screen.getByTestId("cap-host_overhead")).toHaveTextContent("50%applied");
+    expect(screen.queryByTestId("cap-data_stall")).not.toBeInTheDocument();
+    expect(screen.queryByTestId("cap-useful_compute")).not.toBeInTheDocument();
+    // No internal names in what the page says.
+    expect(screen.getByTestId("breakdown").textContent).not.toMatch(/[a-z]+_[a-z]+/);
+  });
+
+  it("leaves the cap column out when every cap is 100% and none cut a figure", async () => {
+    const a = analysis();
+    a.categories.host_overhead = { ...a.categories.host_overhead, cap: 1, evidence: { ...a.categories.host_overhead.evidence, capped: false } };
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: a }) }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    expect(screen.queryByRole("columnheader", { name: "Cap" })).not.toBeInTheDocument();
+  });
+
+  it("links each peer run, keeping the period the page was opened with", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r?period=7d", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    const peers = within(document.querySelector('[data-evidence-for="compute_inefficiency"]') as HTMLElement).getAllByRole("link");
+    expect(peers.map((l) => l.getAttribute("href"))).toEqual(PEER_RUN_IDS.map((id) => `/runs/${id}?period=7d`));
+    expect(peers[0]).toHaveTextContent("22222222");
+    await userEvent.click(peers[1]);
+    expect(screen.getByTestId("location")).toHaveTextContent(`/runs/${PEER_RUN_IDS[1]}?period=7d`);
+  });
+
+  it("highlights the best stretch on the step-time chart from the data-stall row, and clears it", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    const control = screen.getByRole("button", { name: "Highlight the data stall stretch on the step-time chart" });
+    expect(control).toHaveAttribute("aria-pressed", "false");
+    // Only own-stretch evidence has a window to highlight.
+    expect(screen.getAllByRole("button", { name: /^Highlight the/ })).toHaveLength(1);
+    await userEvent.click(control);
+    expect(control).toHaveAttribute("aria-pressed", "true");
+    expect(screen.getByTestId("chart-highlight")).toHaveTextContent("highlighted: data stall: best stretch, 0:01–0:03");
+    expect(screen.getByText("Step time by stage over the run, with data stall: best stretch highlighted")).toBeInTheDocument();
+    await userEvent.click(within(screen.getByTestId("chart-highlight")).getByRole("button", { name: "Clear" }));
+    expect(control).toHaveAttribute("aria-pressed", "false");
+    expect(screen.queryByTestId("chart-highlight")).not.toBeInTheDocument();
+  });
+
+  it("gives a recurring recommendation's saving per run and per month at the project's volume", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const rec = await screen.findByTestId("rec-DATA_STALL");
+    expect(within(rec).getByTestId("rec-saving")).toHaveTextContent("saves $20.10 on this run");
+    expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("$1,256.25 / month at this project's last-30-day volume (1,000 GPU-h)");
+    expect(rec).toHaveTextContent("data stall share of billed GPU time");
+    expect(document.body.textContent).not.toMatch(/× 730|run hours/);
+  });
+
+  it("says a one-off run has no monthly figure, and a diagnostic has no saving", async () => {
+    const oneOff = recommendation({ saving_usd_per_month: null, recurrence: { kind: "one_off", project_gpu_hours_30d: 16, other_runs_30d: 0, run_gpu_hours: 16 } });
+    const diagnostic = recommendation({ code: "OOM", title: "Out of memory", category: "memory", saving_usd: null, claims: {}, saving_usd_per_month: null, explain: null });
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ recommendations: [oneOff, diagnostic] }) }) }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const rec = await screen.findByTestId("rec-DATA_STALL");
+    expect(within(rec).getByTestId("rec-saving")).toHaveTextContent("saves $20.10 on this run");
+    expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("one-off run: no monthly figure");
+    expect(rec).not.toHaveTextContent("/ month");
+    const oom = screen.getByTestId("rec-OOM");
+    expect(oom).toHaveTextContent("a diagnostic: no saving priced on its own");
+    expect(oom).not.toHaveTextContent("$");
+  });
+
+  it("shows dropped rows and warnings in plain words, pointed at from the top of the page", async () => {
+    const a = analysis({
+      dropped_rows: { non_rising_start: 3, reused_step: 120 },
+      warnings: ["8 ranks reported but world_size is 1: GPU time is scaled by the ranks seen."],
+    });
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: a }) }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const notes = await screen.findByTestId("data-quality");
+    const items = within(notes).getAllByRole("listitem").map((li) => li.textContent);
+    expect(items[0]).toMatch(/^3 steps left out: each started no later than the step before it/);
+    expect(items[1]).toMatch(/^120 steps refused: each reused a step number/);
+    expect(items[2]).toBe("8 ranks reported but world size is 1: GPU time is scaled by the ranks seen.");
+    expect(screen.getByTestId("data-quality-notice")).toHaveTextContent("3 notes on this run's telemetry may affect its figures");
+  });
+
+  it("shows no data-quality notes when nothing was dropped and nothing warned", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    expect(screen.queryByTestId("data-quality")).not.toBeInTheDocument();
+    expect(screen.queryByTestId("data-quality-notice")).not.toBeInTheDocument();
   });
 
   it("says the analysis is pending instead of showing zeros", async () => {
@@ -139,6 +270,31 @@ describe("Run page", () => {
     vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn }).fn);
     renderAt("/runs/x", <RunDetailPage />, "/runs/:id");
     expect(await screen.findByText("Not found, or not visible to you")).toBeInTheDocument();
+  });
+});
+
+describe("Settings: waste model", () => {
+  it("calls the per-category factors caps on what is called recoverable, and saves them", async () => {
+    const caps = { useful_compute: 0, compute_inefficiency: 1, data_stall: 0.5, comm_exposed: 1, host_overhead: 1, idle: 1 };
+    const api = mockFetch({
+      "/api/v1/portal/session": signedIn,
+      "/api/v1/portal/settings": { target_mfu: 0.5, recoverability: caps, crash_after_s: 900, defaults: { target_mfu: 0.5, recoverability: { ...caps, data_stall: 1 } } },
+    });
+    vi.stubGlobal("fetch", api.fn);
+    renderAt("/settings", <SettingsPage />, "/settings");
+    const input = await screen.findByLabelText("Cap on the recoverable share of data stall");
+    await waitFor(() => expect(input).toHaveValue(0.5));
+    expect(input.closest("tr")).toHaveTextContent("at most 50%");
+    expect(input.closest("tr")).toHaveTextContent("100%");
+    expect(screen.getByRole("columnheader", { name: "Cap on recoverable share (0–1)" })).toBeInTheDocument();
+    expect(screen.queryByLabelText(/useful compute/)).not.toBeInTheDocument();
+    expect(document.body.textContent).not.toMatch(/recoverability/i);
+    await userEvent.clear(input);
+    await userEvent.type(input, "0.8");
+    await userEvent.click(screen.getByRole("button", { name: "Save" }));
+    await waitFor(() => expect(api.calls.some((c) => c.init?.method === "PUT")).toBe(true));
+    const body = JSON.parse(String(api.calls.find((c) => c.init?.method === "PUT")!.init!.body));
+    expect(body.recoverability).toEqual({ ...caps, data_stall: 0.8 });
   });
 });
 

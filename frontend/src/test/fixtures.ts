@@ -1,5 +1,5 @@
 // Test data shaped like the portal API's answers (docs/portal-api.md). Used only by tests.
-import type { Analysis, Leaderboard, RunDetail, RunRow, Series } from "../api/types";
+import type { Analysis, CategoryEvidence, CategoryFigure, Leaderboard, Recommendation, RunDetail, RunRow, Series } from "../api/types";
 
 export function runRow(over: Partial<RunRow> = {}): RunRow {
   return {
@@ -43,9 +43,89 @@ export function leaderboard(rows: { key: string; name: string; recoverable_usd: 
 }
 
 const CATS = ["useful_compute", "compute_inefficiency", "data_stall", "comm_exposed", "host_overhead", "idle"] as const;
+type Cat = (typeof CATS)[number];
+
+export const PEER_RUN_IDS = ["22222222-2222-4222-8222-222222222222", "33333333-3333-4333-8333-333333333333"];
+/** The run's allocation start (ns): the fixture series starts here; the data-stall stretch is 0:01–0:03. */
+export const T0_NS = Date.UTC(2026, 10, 20, 10, 0, 0) * 1e6;
+
+export function evidence(over: Partial<CategoryEvidence> = {}): CategoryEvidence {
+  return {
+    kind: "none",
+    summary: "",
+    unit: "ms/step",
+    run_value: null,
+    reference_value: null,
+    low_reference: null,
+    high_reference: null,
+    window: null,
+    peer_run_ids: [],
+    capped: false,
+    ...over,
+  };
+}
+
+/**
+ * One category of each evidence kind: compute inefficiency against peers, data stall against the
+ * run's own best stretch, exposed communication with no evidence (so $0 recoverable), host
+ * overhead against a target and capped at 50%, idle against the project's median start-up.
+ */
+function categories(): Record<Cat, CategoryFigure> {
+  const fig = (usd: number, recoverable: [number, number, number], cap: number, ev: CategoryEvidence): CategoryFigure => ({
+    gpu_seconds: usd * 550,
+    usd,
+    share: usd / 104,
+    recoverable_usd: recoverable[0],
+    recoverable_low_usd: recoverable[1],
+    recoverable_high_usd: recoverable[2],
+    cap,
+    evidence: ev,
+  });
+  return {
+    useful_compute: fig(40, [0, 0, 0], 0, evidence()),
+    compute_inefficiency: fig(10, [4, 3, 6], 1, evidence({
+      kind: "peers",
+      summary: "Two comparable runs of this project on H100-SXM reached 38.0% MFU; this run averaged 31.0%.",
+      unit: "MFU",
+      run_value: 0.31,
+      reference_value: 0.38,
+      low_reference: 0.35,
+      high_reference: 0.41,
+      peer_run_ids: PEER_RUN_IDS,
+    })),
+    data_stall: fig(25, [20.1, 15, 22], 1, evidence({
+      kind: "own_stretch",
+      summary: "The run's best 200-step stretch waited 2.1 ms per step for data; the run averaged 45.3 ms.",
+      run_value: 45.3,
+      reference_value: 2.1,
+      low_reference: 4.2,
+      high_reference: 1.5,
+      window: { t_start_ns: T0_NS + 1e9, t_end_ns: T0_NS + 3e9, steps: 200 },
+    })),
+    comm_exposed: fig(5, [0, 0, 0], 1, evidence({ kind: "none", summary: "No stretch of the run overlapped communication with compute, so none of it is called recoverable." })),
+    host_overhead: fig(3, [1.5, 1.2, 1.5], 0.5, evidence({ kind: "target", summary: "Host overhead of 10.0 ms per step against a target of 2.0 ms per step.", run_value: 10, reference_value: 2, low_reference: 4, high_reference: 2, capped: true })),
+    idle: fig(21, [7.9, 6, 9], 1, evidence({ kind: "project_median", summary: "Start-up took 3 m 00 s; the project's median start-up is 1 m 10 s.", unit: "s", run_value: 180, reference_value: 70, low_reference: 90, high_reference: 60 })),
+  };
+}
+
+export function recommendation(over: Partial<Recommendation> = {}): Recommendation {
+  return {
+    code: "DATA_STALL",
+    title: "GPUs wait for input batches",
+    category: "data_stall",
+    severity: "high",
+    evidence: [{ observation: "data_stall share of billed GPU time", value: 0.24, unit: "ratio" }],
+    fixes: ["Raise DataLoader(num_workers=...)"],
+    saving_usd: 20.1,
+    claims: { data_stall: 20.1 },
+    saving_usd_per_month: 1256.25,
+    recurrence: { kind: "recurring", project_gpu_hours_30d: 1000, other_runs_30d: 41, run_gpu_hours: 16 },
+    explain: { value: 20.1, unit: "USD", formula: "claims.data_stall", inputs: { data_stall: 20.1 } },
+    ...over,
+  };
+}
 
 export function analysis(over: Partial<Analysis> = {}): Analysis {
-  const usd = [40, 10, 25, 5, 3, 21];
   return {
     run_id: "r",
     cost_usd: 104,
@@ -59,10 +139,11 @@ export function analysis(over: Partial<Analysis> = {}): Analysis {
     gpu_util_pct: 93,
     waste_usd: 64,
     recoverable_usd: 33.5,
+    recoverable_low_usd: 25.2,
+    recoverable_high_usd: 38.5,
     usd_per_month_at_run_rate: 38000,
-    categories: Object.fromEntries(
-      CATS.map((c, i) => [c, { gpu_seconds: usd[i] * 550, usd: usd[i], share: usd[i] / 104, recoverability: 0.5, recoverable_usd: usd[i] / 2 }]),
-    ) as Analysis["categories"],
+    categories: categories(),
+    dropped_rows: { non_rising_start: 0, reused_step: 0 },
     idle: [{ label: "startup", gpu_seconds: 11000, usd_cents: 2100 }],
     ranks: [],
     stragglers: [],
@@ -80,23 +161,13 @@ export function analysis(over: Partial<Analysis> = {}): Analysis {
       oom_count: 0,
     },
     host: { hosts: [], gpu_util_pct_mean: 93, host_overhead_share: 0.03 },
-    recommendations: [
-      {
-        code: "DATA_STALL",
-        title: "GPUs wait for input batches",
-        category: "data_stall",
-        severity: "high",
-        evidence: [{ observation: "mean wait for the next batch per step", value: 116.5, unit: "ms" }],
-        fixes: ["Raise DataLoader(num_workers=...)"],
-        estimated_saving_usd_per_month: 9388.93,
-      },
-    ],
+    recommendations: [recommendation()],
     warnings: [],
     analysed_at: "2026-11-20T12:05:00+00:00",
     complete: true,
     explain: {
       cost_usd: { value: 104, unit: "USD", formula: "round_half_up(Σ_segments gpu_count * seconds * usd_per_gpu_hour / 3600, cents)", inputs: { gpu_count: 8, segment_0_usd_per_gpu_hour: 6.52 } },
-      recoverable_usd: { value: 33.5, unit: "USD", formula: "Σ_categories usd * recoverability", inputs: {} },
+      recoverable_usd: { value: 33.5, unit: "USD", formula: "Σ_categories recoverable_usd", inputs: {} },
     },
     ...over,
   };
@@ -106,7 +177,7 @@ export function series(n = 4): Series {
   const col = (v: number | null) => Array.from({ length: n }, () => v);
   return {
     width_ns: 1e9,
-    t_start_ns: Array.from({ length: n }, (_, i) => 1_790_000_000e9 + i * 1e9),
+    t_start_ns: Array.from({ length: n }, (_, i) => T0_NS + i * 1e9),
     steps: col(3) as number[],
     step_ms: col(300),
     data_ms: col(100),
