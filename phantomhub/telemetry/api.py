@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import connection
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -36,6 +36,14 @@ class ErrorSerializer(serializers.Serializer[Any]):
 
 IngestResultSerializer = inline_serializer(
     "IngestResult", {"accepted": serializers.IntegerField(), "duplicates": serializers.IntegerField()}
+)
+StepIngestResultSerializer = inline_serializer(
+    "StepIngestResult",
+    {
+        "accepted": serializers.IntegerField(help_text="rows stored"),
+        "duplicates": serializers.IntegerField(help_text="rows already stored with the same start (a replay)"),
+        "reused_step": serializers.IntegerField(help_text="rows refused: step number stored with another start"),
+    },
 )
 _ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer, 413: ErrorSerializer}
 
@@ -140,8 +148,30 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
             "finished_at", "last_seen_at", "config", "environment", "ranks",
         ]  # fmt: skip
 
+    @extend_schema_field(
+        inline_serializer(
+            "RunRankOut",
+            {
+                "rank": serializers.IntegerField(),
+                "host": serializers.CharField(),
+                "counters": serializers.DictField(child=serializers.IntegerField()),
+                "last_step": serializers.IntegerField(allow_null=True, help_text="highest stored step number"),
+                "reused_step_rows": serializers.IntegerField(help_text="rows refused for a reused step number"),
+            },
+            many=True,
+        )
+    )
     def get_ranks(self, run: Run) -> list[dict[str, Any]]:
-        return [{"rank": r.rank, "host": r.host, "counters": r.counters} for r in run.ranks.order_by("rank")]
+        return [
+            {
+                "rank": r.rank,
+                "host": r.host,
+                "counters": r.counters,
+                "last_step": r.last_step,
+                "reused_step_rows": r.reused_step_rows,
+            }
+            for r in run.ranks.order_by("rank")
+        ]
 
 
 class RunCreateApi(APIView):
@@ -203,7 +233,7 @@ SampleBatchSerializer = inline_serializer(
 class RunStepsApi(APIView):
     @extend_schema(
         request=StepBatchSerializer,
-        responses={200: IngestResultSerializer, **_ERRORS},
+        responses={200: StepIngestResultSerializer, **_ERRORS},
         summary="Store one rank's batch of steps (columnar, idempotent by (run, rank, step))",
     )
     def post(self, request: Request, run_id: uuid.UUID) -> Response:

@@ -75,6 +75,12 @@ class RunRank(models.Model):
     # Step rows stored for this rank, counted in the same transaction as the insert: analysis
     # compares it with the rows it has seen to know whether a late batch arrived out of order.
     step_rows = models.BigIntegerField(default=0)
+    # The highest step number stored for this rank (null: none yet), kept by the same upsert: a
+    # restarted agent continues its numbering after it instead of reusing stored step numbers.
+    last_step = models.BigIntegerField(null=True, blank=True)
+    # Step rows refused because their step number was already stored with another start (a
+    # process that restarted its numbering): counted in the batch's transaction, never stored.
+    reused_step_rows = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "rank"], name="runrank_run_rank_unique")]

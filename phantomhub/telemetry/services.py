@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from phantomhub.accounts.models import Project
 from phantomhub.errors import ApiError
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
-from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, Table, batch_insert
+from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, Table, batch_insert
 
 RUN_FIELDS = (
     "name",
@@ -43,55 +43,101 @@ class IngestResult:
         return {"accepted": self.accepted, "duplicates": self.duplicates}
 
 
+@dataclass(frozen=True)
+class StepIngestResult(IngestResult):
+    reused_step: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {**super().as_dict(), "reused_step": self.reused_step}
+
+
 def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str, Any]) -> tuple[Run, bool]:
-    """Create the run, or resume it (a restarted agent, or another rank): returns (run, created)."""
+    """Create the run, or resume it (a restarted agent, or another rank): returns (run, created).
+
+    An upsert: every rank of a job registers the same id at once, and exactly one creates it. A
+    resume updates the metadata but never the status: a replayed registration must not reopen a
+    run its ranks finished (a run the server marked crashed is reopened by its telemetry).
+    """
     now = timezone.now()
-    started_at: datetime = data.get("started_at") or now
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is not None:
-            if run.project_id != project.pk:
-                raise ApiError("conflict", "id: this run id is taken", fields={"id": "already used"}, status_code=409)
-            for field in RUN_FIELDS:
-                if field in data:
-                    setattr(run, field, data[field])
-            if run.status != RunStatus.RUNNING:
-                run.status = RunStatus.RUNNING
-                run.finished_at = None
-            run.last_seen_at = max(run.last_seen_at, now)
-            run.save()
-            return run, False
-        fields = {field: data[field] for field in RUN_FIELDS if field in data}
-        run = Run.objects.create(
-            id=run_id,
-            project=project,
-            allocation_start=data.get("allocation_start") or started_at,
-            started_at=started_at,
-            last_seen_at=now,
-            **fields,
-        )
-        return run, True
+        if run is None:
+            try:
+                with transaction.atomic():  # a savepoint: a concurrent creator may win the insert
+                    return _run_create(project=project, run_id=run_id, data=data, now=now), True
+            except IntegrityError:
+                run = Run.objects.select_for_update().filter(pk=run_id).first()
+                if run is None:  # not a lost race on the id: a genuine integrity error
+                    raise
+        if run.project_id != project.pk:
+            raise ApiError("conflict", "id: this run id is taken", fields={"id": "already used"}, status_code=409)
+        for field in RUN_FIELDS:
+            if field in data:
+                setattr(run, field, data[field])
+        run.last_seen_at = max(run.last_seen_at, now)
+        run.save()
+        return run, False
 
 
-def _after_ingest(run: Run, rank: int, host: str | None, accepted: int, *, counts_steps: bool) -> None:
+def _run_create(*, project: Project, run_id: uuid.UUID, data: dict[str, Any], now: datetime) -> Run:
+    started_at: datetime = data.get("started_at") or now
+    fields = {field: data[field] for field in RUN_FIELDS if field in data}
+    return Run.objects.create(
+        id=run_id,
+        project=project,
+        allocation_start=data.get("allocation_start") or started_at,
+        started_at=started_at,
+        last_seen_at=now,
+        **fields,
+    )
+
+
+def _finish_reported() -> Exists:
+    return Exists(RunEvent.objects.filter(run_id=OuterRef("pk"), kind=EventKind.FINISH))
+
+
+def _run_reopen_if_marked_crashed(run: Run) -> bool:
+    """A run the server marked crashed after silence runs again once new telemetry arrives.
+
+    A crash its ranks reported (a finish event) stands. The update re-checks the status under
+    the row lock, so a finish event committed meanwhile wins. True if the run was reopened.
+    """
+    reopened = (
+        Run.objects.filter(pk=run.pk, status=RunStatus.CRASHED)
+        .exclude(_finish_reported())
+        .update(status=RunStatus.RUNNING, finished_at=None)
+    )
+    return bool(reopened)
+
+
+def _after_ingest(run: Run, rank: int, host: str | None, result: InsertResult, last_step: int | None) -> None:
     from django.db import connection
 
-    # One upsert: the rank's host, and its stored step count (exact, same transaction as the rows).
+    # One upsert, same transaction as the rows: the rank's host, its stored step count and last
+    # step (exact), and the rows refused for a reused step number.
+    greatest = "MAX" if connection.vendor == "sqlite" else "GREATEST"
+    counts_steps = last_step is not None
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows) VALUES (%s, %s, %s, %s, %s) "
+            "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
+            f"last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
+            "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
+            "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
             "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END",
             [
                 run.pk.hex if connection.vendor == "sqlite" else run.pk,
                 rank,
                 host or "",
                 "{}",
-                accepted if counts_steps else 0,
+                result.accepted if counts_steps else 0,
+                last_step,
+                result.reused if counts_steps else 0,
             ],
         )
     updates: dict[str, Any] = {"last_seen_at": timezone.now()}
-    if accepted:
+    if result.accepted:
         updates["ingest_seq"] = F("ingest_seq") + 1
     Run.objects.filter(pk=run.pk).update(**updates)
 
@@ -114,23 +160,29 @@ def _analysis_soon(run: Run) -> None:
     transaction.on_commit(lambda: analysis_request(run_id))
 
 
-def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> IngestResult:
+def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> InsertResult:
     with transaction.atomic():
-        accepted, duplicates = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch)
-        _after_ingest(run, rank, host, accepted, counts_steps=table is STEP_TABLE)
-        if accepted:
+        result = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch)
+        # The batch is sorted by step, and every step in it is stored now (new, or refused as stored).
+        last_step = int(batch.values["step"][-1]) if table is STEP_TABLE else None
+        if result.accepted and run.status == RunStatus.CRASHED:
+            _run_reopen_if_marked_crashed(run)
+        _after_ingest(run, rank, host, result, last_step)
+        if result.accepted:
             _analysis_soon(run)
-    return IngestResult(accepted, duplicates)
+    return result
 
 
-def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> IngestResult:
+def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> StepIngestResult:
     batch = _columns(steps, STEP_COLUMNS, "steps", ("step",), rising="t_start_ns")
-    return _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=STEP_TABLE)
+    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=STEP_TABLE)
+    return StepIngestResult(result.accepted, result.duplicates, result.reused)
 
 
 def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> IngestResult:
     batch = _columns(samples, SAMPLE_COLUMNS, "samples", ("device", "t_ns"), {"device": -1})
-    return _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=SAMPLE_TABLE)
+    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=SAMPLE_TABLE)
+    return IngestResult(result.accepted, result.duplicates + result.reused)
 
 
 def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
@@ -141,6 +193,9 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
         ids = [event["id"] for event in events]
         seen = set(RunEvent.objects.filter(run=locked, event_id__in=ids).values_list("event_id", flat=True))
         fresh = [event for event in events if event["id"] not in seen]
+        if fresh and locked.status == RunStatus.CRASHED and _run_reopen_if_marked_crashed(locked):
+            # Before this batch's own finish events are applied: they then set the status.
+            locked.status, locked.finished_at = RunStatus.RUNNING, None
         RunEvent.objects.bulk_create(
             [
                 RunEvent(
@@ -171,7 +226,7 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
 def _event_apply(run: Run, event: dict[str, Any]) -> None:
     kind = event["kind"]
     if kind == EventKind.FINISH:
-        finished_at = datetime.fromtimestamp(event["t_ns"] / 1e9, tz=UTC)
+        finished_at = _moment(event["t_ns"])
         # Ranks finish one by one; the run ends with the last of them and keeps the worst status.
         severity: list[str] = [RunStatus.RUNNING, RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CRASHED]
         status = event["status"]
@@ -185,3 +240,8 @@ def _event_apply(run: Run, event: dict[str, Any]) -> None:
             merged[key] = max(value, merged.get(key, value))  # counters are cumulative
         rank.counters = merged
         rank.save(update_fields=["counters"])
+
+
+def _moment(t_ns: int) -> datetime:
+    """Epoch ns as an exact datetime (microseconds truncated; no float rounding)."""
+    return datetime.fromtimestamp(t_ns // 10**9, tz=UTC) + timedelta(microseconds=t_ns % 10**9 // 1000)

@@ -4,8 +4,13 @@ PostgreSQL: the batch goes in by binary COPY straight into the table inside a sa
 common case of all-new rows costs exactly one COPY. If any row already exists (a replay, or the
 same batch arriving twice at once) the COPY fails on the primary key; we roll back to the
 savepoint and go through a temp staging table with INSERT … ON CONFLICT DO NOTHING, whose row
-count tells accepted from duplicate rows. SQLite: batched INSERT OR IGNORE, counted by
-total_changes. Both give the same (accepted, duplicates) for the same input.
+count tells accepted from refused rows. SQLite: batched INSERT OR IGNORE, counted by
+total_changes. Both give the same counts for the same input.
+
+A refused step row is either a true duplicate (a replay: same step, same start) or a reused step
+number (a restarted process numbering from 0 again: same step, another start). Only when some rows
+were refused do we look at the stored starts to tell the two apart, so the common all-new batch
+pays nothing for it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ from phantomhub.telemetry.columns import Batch
 class Table:
     name: str
     pg_types: dict[str, str]  # every column but run_id and rank: "int4" | "int8" | "float8"
+    # (key, value): a refused row whose stored value differs was a reused key, not a replay.
+    reuse_check: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    accepted: int
+    duplicates: int  # refused rows identical in their reuse_check value (replays)
+    reused: int  # refused rows whose key was stored with another value
 
 
 _I8, _F8, _I4 = "int8", "float8", "int4"
@@ -47,6 +61,7 @@ STEP_TABLE = Table(
         "mem_peak": _I8,
         "alloc_retries": _I8,
     },
+    reuse_check=("step", "t_start_ns"),
 )
 SAMPLE_TABLE = Table(
     "telemetry_systemsample",
@@ -68,14 +83,15 @@ _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00
 _PG_COPY_TRAILER = b"\xff\xff"
 
 
-def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch) -> tuple[int, int]:
-    """Store the rows that are new; return (accepted, duplicates). Call inside a transaction."""
+def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch) -> InsertResult:
+    """Store the rows that are new and count the refused ones. Call inside a transaction."""
     names = [name for name in table.pg_types if name in batch.values]
     if connection.vendor == "postgresql":
-        accepted = _pg_insert(table, names, run_id, rank, batch)
+        accepted, reused = _pg_insert(table, names, run_id, rank, batch)
     else:
         accepted = _sqlite_insert(table, names, run_id, rank, batch)
-    return accepted, batch.n - accepted
+        reused = _sqlite_reused(table, run_id, rank, batch) if accepted < batch.n else 0
+    return InsertResult(accepted, batch.n - accepted - reused, reused)
 
 
 def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> bytes:
@@ -125,7 +141,8 @@ def _pg_copy(
             copy.write(pg_copy_payload(table, names, run_id, rank, batch))
 
 
-def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> int:
+def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> tuple[int, int]:
+    """(accepted, reused) rows."""
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
@@ -134,7 +151,7 @@ def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, bat
         try:
             _pg_copy(cur, table.name, table, names, run_id, rank, batch)
             cur.execute("RELEASE SAVEPOINT phantomhub_copy")
-            return batch.n
+            return batch.n, 0
         except psycopg.errors.UniqueViolation:
             cur.execute("ROLLBACK TO SAVEPOINT phantomhub_copy")
         stage = f"{table.name}_stage"
@@ -143,7 +160,17 @@ def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, bat
         _pg_copy(cur, stage, table, names, run_id, rank, batch)
         cols = ", ".join(["run_id", "rank", *names])
         cur.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING")
-        return int(cur.rowcount)
+        accepted = int(cur.rowcount)
+        if table.reuse_check is None or accepted == batch.n:
+            return accepted, 0
+        # The rows just inserted match themselves; only refused rows can differ.
+        key, value = table.reuse_check
+        cur.execute(
+            f"SELECT count(*) FROM {stage} s JOIN {table.name} t ON t.run_id = s.run_id AND t.rank = s.rank "
+            f"AND t.{key} = s.{key} WHERE t.{value} <> s.{value}"
+        )
+        row = cur.fetchone()
+        return accepted, int(row[0]) if row else 0
 
 
 def _sqlite_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> int:
@@ -159,3 +186,17 @@ def _sqlite_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int,
         _row_tuples(names, run_id.hex, rank, batch),
     )
     return int(raw.total_changes - before)
+
+
+def _sqlite_reused(table: Table, run_id: uuid.UUID, rank: int, batch: Batch) -> int:
+    if table.reuse_check is None:
+        return 0
+    key, value = table.reuse_check
+    keys, values = batch.values[key], batch.values[value]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {key}, {value} FROM {table.name} WHERE run_id = %s AND rank = %s AND {key} BETWEEN %s AND %s",
+            [run_id.hex, rank, int(keys.min()), int(keys.max())],
+        )
+        stored = dict(cursor.fetchall())
+    return sum(1 for k, v in zip(keys.tolist(), values.tolist()) if k in stored and stored[k] != v)

@@ -41,7 +41,7 @@ def test_a_batch_is_stored_exactly_and_read_back(owner: Tenant) -> None:
     body = steps_body(25, rank=3)
     response = owner.post_steps(run_id, body)
     assert response.status_code == 200
-    assert response.json() == {"accepted": 25, "duplicates": 0}
+    assert response.json() == {"accepted": 25, "duplicates": 0, "reused_step": 0}
     page = read_steps(owner, run_id, rank=3, limit=10_000)
     for name, values in body["steps"].items():
         assert page["steps"][name] == values, name
@@ -50,10 +50,10 @@ def test_a_batch_is_stored_exactly_and_read_back(owner: Tenant) -> None:
 
 def test_replayed_batch_changes_nothing(owner: Tenant) -> None:
     run_id = owner.create_run()
-    assert owner.post_steps(run_id, steps_body(50)).json() == {"accepted": 50, "duplicates": 0}
+    assert owner.post_steps(run_id, steps_body(50)).json() == {"accepted": 50, "duplicates": 0, "reused_step": 0}
     seq = Run.objects.get(pk=run_id).ingest_seq
     changed = steps_body(50, dur_ns=[1] * 50)  # same keys, other values: the first write wins
-    assert owner.post_steps(run_id, changed).json() == {"accepted": 0, "duplicates": 50}
+    assert owner.post_steps(run_id, changed).json() == {"accepted": 0, "duplicates": 50, "reused_step": 0}
     assert Step.objects.filter(run_id=run_id).count() == 50
     assert set(Step.objects.filter(run_id=run_id).values_list("dur_ns", flat=True)) == {100_000_000}
     assert Run.objects.get(pk=run_id).ingest_seq == seq  # nothing new: analysis is not re-triggered
@@ -63,7 +63,7 @@ def test_replayed_batch_changes_nothing(owner: Tenant) -> None:
 def test_overlapping_batch_stores_only_new_rows(owner: Tenant) -> None:
     run_id = owner.create_run()
     owner.post_steps(run_id, steps_body(10))
-    assert owner.post_steps(run_id, steps_body(10, first=5)).json() == {"accepted": 5, "duplicates": 5}
+    assert owner.post_steps(run_id, steps_body(10, first=5)).json() == {"accepted": 5, "duplicates": 5, "reused_step": 0}
     assert read_steps(owner, run_id, rank=0)["steps"]["step"] == list(range(15))
 
 
@@ -94,7 +94,7 @@ def test_reading_pages_through_all_ranks(owner: Tenant) -> None:
 def test_optional_columns_may_be_absent_or_hold_nulls(owner: Tenant) -> None:
     run_id = owner.create_run()
     body = {"rank": 0, "steps": {"step": [0, 1], "t_start_ns": [T0_NS, T0_NS + 5], "comm_ns": [None, 7]}}
-    assert owner.post_steps(run_id, body).json() == {"accepted": 2, "duplicates": 0}
+    assert owner.post_steps(run_id, body).json() == {"accepted": 2, "duplicates": 0, "reused_step": 0}
     page = read_steps(owner, run_id, rank=0)
     assert page["steps"]["comm_ns"] == [None, 7]
     assert page["steps"]["dur_ns"] == [None, None]
@@ -106,7 +106,7 @@ def test_gzip_bodies_are_accepted(owner: Tenant) -> None:
     response = owner.client.post(
         f"/api/v1/runs/{run_id}/steps", raw, content_type="application/json", HTTP_CONTENT_ENCODING="gzip"
     )
-    assert response.json() == {"accepted": 100, "duplicates": 0}
+    assert response.json() == {"accepted": 100, "duplicates": 0, "reused_step": 0}
 
 
 def test_unsorted_batches_are_stored_in_order(owner: Tenant) -> None:
@@ -146,7 +146,7 @@ def test_the_same_batch_twice_at_once_is_stored_once(owner: Tenant) -> None:
         thread.join()
     assert not errors, errors
     assert sorted(r["accepted"] for r in results) == [0, 0, 0, 2000]
-    assert all(r["accepted"] + r["duplicates"] == 2000 for r in results)
+    assert all(r["accepted"] + r["duplicates"] == 2000 and r["reused_step"] == 0 for r in results)
     assert Step.objects.filter(run_id=run_id).count() == 2000
     assert RunRank.objects.get(run_id=run_id, rank=0).step_rows == 2000
 
