@@ -27,7 +27,7 @@ class Period:
     def previous(self) -> Period:
         if _MONTH.match(self.label):
             last = self.start - timedelta(days=1)
-            return month_period(f"{last.year:04d}-{last.month:02d}")
+            return _month(last.year, last.month, f"{last.year:04d}-{last.month:02d}")
         end = self.start - timedelta(days=1)
         return Period(end - timedelta(days=self.days - 1), end, f"previous {self.label}")
 
@@ -35,14 +35,25 @@ class Period:
         return {"start": self.start.isoformat(), "end": self.end.isoformat(), "label": self.label}
 
 
-def month_period(text: str) -> Period:
-    match = _MONTH.match(text)
-    if not match or not 1 <= int(match.group(2)) <= 12:
-        raise invalid("month", f"{text!r} is not a month (YYYY-MM)")
-    year, month = int(match.group(1)), int(match.group(2))
+# Months with telemetry can only lie in the range of step timestamps (2000-01-01 to 2100-01-01,
+# phantomhub.telemetry.columns); outside it a year 0 or 10000 would not even be a date.
+FIRST_MONTH = "2000-01"
+LAST_MONTH = "2099-12"
+
+
+def _month(year: int, month: int, label: str) -> Period:
     start = date(year, month, 1)
     nxt = date(year + (month == 12), month % 12 + 1, 1)
-    return Period(start, nxt - timedelta(days=1), text)
+    return Period(start, nxt - timedelta(days=1), label)
+
+
+def month_period(text: str, *, field: str = "month") -> Period:
+    match = _MONTH.match(text)
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        raise invalid(field, f"{text!r} is not a month (YYYY-MM)")
+    if not FIRST_MONTH <= text <= LAST_MONTH:
+        raise invalid(field, f"must be a month from {FIRST_MONTH} to {LAST_MONTH}")
+    return _month(int(match.group(1)), int(match.group(2)), text)
 
 
 def period_parse(text: str | None, *, today: date | None = None) -> Period:
@@ -55,5 +66,5 @@ def period_parse(text: str | None, *, today: date | None = None) -> Period:
             raise invalid("period", "days must be in [1, 366]")
         return Period(today - timedelta(days=n - 1), today, text)
     if _MONTH.match(text):
-        return month_period(text)
+        return month_period(text, field="period")
     raise invalid("period", f"{text!r} is not a period (7d, 30d, 90d or YYYY-MM)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.http import HttpResponse
@@ -31,7 +32,9 @@ class PriceSerializer(serializers.ModelSerializer[PriceEntry]):
 
 class PriceInputSerializer(serializers.Serializer[Any]):
     gpu = serializers.CharField(max_length=128)
-    usd_per_gpu_hour = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0)
+    usd_per_gpu_hour = serializers.DecimalField(
+        max_digits=10, decimal_places=4, min_value=Decimal(0), max_value=services.MAX_USD_PER_GPU_HOUR
+    )
     provider = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
     region = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
     tier = serializers.ChoiceField(choices=PricingTier.choices, required=False, default=PricingTier.ON_DEMAND)
@@ -84,7 +87,9 @@ class PriceDetailApi(APIView):
     permission_classes = [ReadAnyoneWriteOrgAdmin]
 
     class PatchSerializer(serializers.Serializer[Any]):
-        usd_per_gpu_hour = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0, required=False)
+        usd_per_gpu_hour = serializers.DecimalField(
+            max_digits=10, decimal_places=4, min_value=Decimal(0), max_value=services.MAX_USD_PER_GPU_HOUR, required=False
+        )
         effective_to = serializers.DateTimeField(required=False, allow_null=True)
         note = serializers.CharField(max_length=200, required=False, allow_blank=True)
         is_example = serializers.BooleanField(required=False)
@@ -111,7 +116,10 @@ class PriceDetailApi(APIView):
                 "effective_to: must be after effective_from",
                 fields={"effective_to": "must be after effective_from"},
             )
-        entry = services.price_update(entry=entry, changes=serializer.validated_data, actor=request.user, actor_label="api")
+        try:
+            entry = services.price_update(entry=entry, changes=serializer.validated_data, actor=request.user, actor_label="api")
+        except services.PriceError as exc:
+            raise _price_error(exc) from None
         return Response(PriceSerializer(entry).data)
 
     @extend_schema(responses={204: None})

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -70,6 +70,47 @@ class PriceError(ValueError):
         self.message = message
 
 
+# No GPU-hour costs anywhere near this; a price above it is a unit mistake, and one wrong price
+# multiplies into every run's dollars. The column itself holds at most 999999.9999.
+MAX_USD_PER_GPU_HOUR = Decimal("100000")
+# The range of step timestamps (phantomhub.telemetry.columns): a price outside it prices nothing.
+EFFECTIVE_FROM_MIN = datetime(2000, 1, 1, tzinfo=UTC)
+EFFECTIVE_FROM_MAX = datetime(2100, 1, 1, tzinfo=UTC)
+_LENGTHS = {"gpu": 128, "provider": 64, "region": 64, "note": 200}
+
+
+def price_check(
+    *,
+    gpu: str,
+    usd_per_gpu_hour: Decimal,
+    provider: str = "",
+    region: str = "",
+    tier: str = PricingTier.ON_DEMAND,
+    effective_from: datetime | None = None,
+    note: str = "",
+) -> None:
+    """Raise PriceError naming the first field a price book entry cannot hold."""
+    if not usd_per_gpu_hour.is_finite():
+        raise PriceError("usd_per_gpu_hour", "must be a finite number")
+    if usd_per_gpu_hour < 0:
+        raise PriceError("usd_per_gpu_hour", "must not be negative")
+    if usd_per_gpu_hour > MAX_USD_PER_GPU_HOUR:
+        raise PriceError("usd_per_gpu_hour", f"must be at most {MAX_USD_PER_GPU_HOUR}")
+    if usd_per_gpu_hour != usd_per_gpu_hour.quantize(Decimal("0.0001")):
+        raise PriceError("usd_per_gpu_hour", "must have at most 4 decimal places")
+    if tier not in PricingTier.values:
+        raise PriceError("tier", f"must be one of {', '.join(PricingTier.values)}")
+    if effective_from is not None and not EFFECTIVE_FROM_MIN <= effective_from < EFFECTIVE_FROM_MAX:
+        raise PriceError("effective_from", f"must be from {EFFECTIVE_FROM_MIN:%Y-%m-%d} to before {EFFECTIVE_FROM_MAX:%Y-%m-%d}")
+    for field, value in (("gpu", gpu), ("provider", provider), ("region", region), ("note", note)):
+        if len(value) > _LENGTHS[field]:
+            raise PriceError(field, f"must be at most {_LENGTHS[field]} characters")
+        if "\x00" in value:
+            raise PriceError(field, "NUL characters are not allowed")
+    if not gpu.strip():
+        raise PriceError("gpu", "is required")
+
+
 @transaction.atomic
 def price_set(
     *,
@@ -89,10 +130,10 @@ def price_set(
     The entry in force at that moment is closed there, so a price change splits runs that span
     it; setting a price at the exact start of an existing entry replaces that entry's price.
     """
-    if usd_per_gpu_hour < 0:
-        raise PriceError("usd_per_gpu_hour", "must not be negative")
-    if tier not in PricingTier.values:
-        raise PriceError("tier", f"must be one of {', '.join(PricingTier.values)}")
+    price_check(
+        gpu=gpu, usd_per_gpu_hour=usd_per_gpu_hour, provider=provider, region=region, tier=tier,
+        effective_from=effective_from, note=note,
+    )  # fmt: skip
     spec = gpu_resolve(gpu)
     gpu = spec.key if spec else gpu.strip()
     if not gpu:
@@ -130,6 +171,11 @@ def price_set(
 
 @transaction.atomic
 def price_update(*, entry: PriceEntry, changes: dict[str, Any], actor: Any = None, actor_label: str = "") -> PriceEntry:
+    if "usd_per_gpu_hour" in changes or "note" in changes:
+        price_check(
+            gpu=entry.gpu, usd_per_gpu_hour=changes.get("usd_per_gpu_hour", entry.usd_per_gpu_hour),
+            note=changes.get("note", entry.note),
+        )  # fmt: skip
     before = _snapshot(entry)
     for field, value in changes.items():
         setattr(entry, field, value)
@@ -152,25 +198,69 @@ class ImportResult:
     errors: list[str]
 
 
+# Each row is one price_set (a few queries and an invalidation): a bigger book is split in files.
+MAX_IMPORT_ROWS = 10_000
+
+
+class _RowRefused(Exception):
+    pass
+
+
 def prices_import_csv(*, text: str, actor: Any = None, actor_label: str = "import") -> ImportResult:
-    """Import rows of CSV_FIELDS (header required). All rows or none: one bad row imports nothing."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = {"gpu", "usd_per_gpu_hour"} - set(reader.fieldnames or [])
-    if missing:
-        return ImportResult(0, [f"header: missing column(s) {', '.join(sorted(missing))}"])
-    rows: list[dict[str, Any]] = []
-    errors: list[str] = []
-    for line, raw in enumerate(reader, start=2):
-        try:
-            rows.append(_csv_row(raw))
-        except PriceError as exc:
-            errors.append(f"line {line}: {exc}")
+    """Import rows of CSV_FIELDS (header required). All rows or none: every row is checked before
+    any is written, each error names its line, and a row refused while writing (by a constraint)
+    rolls back the rows written before it."""
+    try:
+        checked = _csv_rows(text)
+    except _RowRefused as exc:
+        return ImportResult(0, [str(exc)])
+    rows, errors = checked
     if errors:
         return ImportResult(0, errors)
-    with transaction.atomic():
-        for row in rows:
-            price_set(**row, actor=actor, actor_label=actor_label)
+    try:
+        with transaction.atomic():
+            for line, row in rows:
+                try:
+                    price_set(**row, actor=actor, actor_label=actor_label)
+                except (PriceError, DataError, IntegrityError) as exc:
+                    raise _RowRefused(f"line {line}: {exc}") from exc
+    except _RowRefused as exc:
+        return ImportResult(0, [str(exc)])
     return ImportResult(len(rows), [])
+
+
+def _csv_rows(text: str) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+    reader = csv.DictReader(io.StringIO(text))
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:
+        raise _RowRefused(f"line 1: header: {exc}") from None
+    missing = {"gpu", "usd_per_gpu_hour"} - set(header)
+    if missing:
+        raise _RowRefused(f"header: missing column(s) {', '.join(sorted(missing))}")
+    unknown = [name for name in header if name not in CSV_FIELDS]
+    if unknown:
+        raise _RowRefused(f"header: unknown column(s) {', '.join(unknown)} (known: {', '.join(CSV_FIELDS)})")
+    rows: list[tuple[int, dict[str, Any]]] = []
+    errors: list[str] = []
+    line = 1
+    try:
+        for line, raw in enumerate(reader, start=2):
+            if line - 1 > MAX_IMPORT_ROWS:
+                raise _RowRefused(f"line {line}: more than {MAX_IMPORT_ROWS} rows; split the file")
+            if None in raw:
+                errors.append(f"line {line}: more fields than the header has columns")
+                continue
+            try:
+                row = _csv_row(raw)
+                price_check(**{k: v for k, v in row.items() if k != "is_example"})
+            except PriceError as exc:
+                errors.append(f"line {line}: {exc}")
+                continue
+            rows.append((line, row))
+    except csv.Error as exc:
+        errors.append(f"line {line + 1}: {exc}")
+    return rows, errors
 
 
 def _csv_row(raw: dict[str, str | None]) -> dict[str, Any]:
@@ -179,11 +269,14 @@ def _csv_row(raw: dict[str, str | None]) -> dict[str, Any]:
 
     try:
         price = Decimal(text("usd_per_gpu_hour"))
-    except InvalidOperation:
+    except (InvalidOperation, ValueError):
         raise PriceError("usd_per_gpu_hour", f"{text('usd_per_gpu_hour')!r} is not a number") from None
     start = None
     if text("effective_from"):
-        start = parse_datetime(text("effective_from"))
+        try:
+            start = parse_datetime(text("effective_from"))
+        except ValueError:  # well formed, but no such date or time (2026-02-30)
+            start = None
         if start is None:
             raise PriceError("effective_from", f"{text('effective_from')!r} is not an ISO 8601 datetime")
         if timezone.is_naive(start):

@@ -161,3 +161,92 @@ def test_bad_price_input_names_the_field(admin_client: APIClient) -> None:
     csv_ok = admin_client.post("/api/v1/pricing/prices.csv", "gpu,usd_per_gpu_hour\nH200,2.2\n", content_type="text/csv")
     assert csv_ok.status_code == 201 and csv_ok.json() == {"created": 1}
     assert admin_client.get("/api/v1/pricing/prices.csv")["Content-Type"] == "text/csv"
+
+
+@pytest.mark.parametrize(
+    ("price", "message"),
+    [
+        ("NaN", "must be a finite number"),
+        ("Infinity", "must be a finite number"),
+        ("1e12", "must be at most 100000"),
+        ("-0.5", "must not be negative"),
+        ("2.123456", "must have at most 4 decimal places"),
+    ],
+)
+def test_csv_import_refuses_prices_that_are_not_finite_non_negative_and_sane(
+    admin_client: APIClient, price: str, message: str
+) -> None:
+    count = PriceEntry.objects.count()
+    text = f"gpu,usd_per_gpu_hour,effective_from\nH200,2.0,2026-01-01\nH100-SXM,{price},2026-01-01\n"
+    response = admin_client.post("/api/v1/pricing/prices.csv", text, content_type="text/csv")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == {"line 3": f"usd_per_gpu_hour: {message}"}
+    assert PriceEntry.objects.count() == count  # line 2 was fine, and is not imported either
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ("H200,2.0,0001-01-01", "effective_from: must be from 2000-01-01 to before 2100-01-01"),
+        ("H200,2.0,9999-12-31", "effective_from: must be from 2000-01-01 to before 2100-01-01"),
+        ("H200,2.0,2026-02-30", "effective_from: '2026-02-30' is not an ISO 8601 datetime"),
+        (",2.0,2026-01-01", "gpu: is required"),
+        ("H200\x00,2.0,2026-01-01", "gpu: NUL characters are not allowed"),
+        ("H200,2.0,2026-01-01,extra", "more fields than the header has columns"),
+    ],
+)
+def test_csv_import_names_the_line_and_field_of_every_bad_row(admin_client: APIClient, row: str, field: str) -> None:
+    count = PriceEntry.objects.count()
+    text = f"gpu,usd_per_gpu_hour,effective_from\n{row}\n"
+    response = admin_client.post("/api/v1/pricing/prices.csv", text, content_type="text/csv")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == {"line 2": field}
+    assert PriceEntry.objects.count() == count
+
+
+def test_csv_import_reports_every_bad_line_and_refuses_unknown_columns() -> None:
+    outcome = prices_import_csv(text="gpu,usd_per_gpu_hour\nH200,-1\nL4,1\nT4,NaN\n")
+    assert outcome.created == 0
+    assert outcome.errors == [
+        "line 2: usd_per_gpu_hour: must not be negative",
+        "line 4: usd_per_gpu_hour: must be a finite number",
+    ]
+    typo = prices_import_csv(text="gpu,usd_per_gpu_hour,regoin\nH200,1,us\n")
+    assert typo.created == 0 and typo.errors[0].startswith("header: unknown column(s) regoin")
+
+
+def test_csv_import_is_all_or_nothing_when_a_row_is_refused_while_writing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from phantomhub.pricing import services
+
+    real = services.price_set
+    calls: list[str] = []
+
+    def refuse_the_third(**row: object) -> PriceEntry:
+        calls.append(str(row["gpu"]))
+        if len(calls) == 3:
+            raise services.PriceError("gpu", "refused by the price book")
+        return real(**row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(services, "price_set", refuse_the_third)
+    count, audits = PriceEntry.objects.count(), PriceAudit.objects.count()
+    outcome = prices_import_csv(text="gpu,usd_per_gpu_hour\nH200,1\nL4,1\nT4,1\n")
+    assert outcome == services.ImportResult(0, ["line 4: gpu: refused by the price book"])
+    assert (PriceEntry.objects.count(), PriceAudit.objects.count()) == (count, audits)
+
+
+def test_the_api_refuses_insane_prices_on_create_and_edit(admin_client: APIClient) -> None:
+    for price in ("1e12", "100000.0001", "NaN", "-1"):
+        response = admin_client.post("/api/v1/pricing/prices", {"gpu": "H200", "usd_per_gpu_hour": price}, format="json")
+        assert response.status_code == 400 and "usd_per_gpu_hour" in response.json()["error"]["fields"], price
+    body = {"gpu": "H200", "usd_per_gpu_hour": "1", "effective_from": "0001-01-01T00:00:00Z"}
+    old = admin_client.post("/api/v1/pricing/prices", body, format="json")
+    assert old.status_code == 400 and "effective_from" in old.json()["error"]["fields"]
+    entry = PriceEntry.objects.first()
+    assert entry is not None
+    response = admin_client.patch(f"/api/v1/pricing/prices/{entry.pk}", {"usd_per_gpu_hour": "1e12"}, format="json")
+    assert response.status_code == 400 and "usd_per_gpu_hour" in response.json()["error"]["fields"]
+
+
+def test_setprice_refuses_an_insane_price() -> None:
+    with pytest.raises(CommandError, match="must be at most 100000"):
+        call_command("setprice", "--gpu", "H100-SXM", "--usd-per-hour", "1e12")
