@@ -58,6 +58,7 @@ _SUM_KEYS = (
     "overrun_steps",
     "clipped_steps",
     "over_peak_steps",
+    "zero_flops_steps",
     "mem_rows",
     "frag_rows",
 )
@@ -305,6 +306,7 @@ class RunAccumulator:
         s["overrun_steps"] += block.overrun
         s["clipped_steps"] += block.clipped
         s["over_peak_steps"] += block.over_peak
+        s["zero_flops_steps"] += block.zero_flops
         alloc, reserved, peak = cols["mem_allocated"], cols["mem_reserved"], cols["mem_peak"]
         s["mem_rows"] += int((peak >= 0).sum())
         frag_ok = (alloc >= 0) & (reserved > 0)

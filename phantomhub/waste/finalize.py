@@ -12,6 +12,7 @@ split over the categories by largest remainder, so they sum to the cost to the c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -22,6 +23,7 @@ from phantomhub.waste.diagnostics import (
     stragglers_found,
     window_series,
 )
+from phantomhub.waste.evidence import NO_REFERENCES, Recoverable, References, RunProfile, assess
 from phantomhub.waste.inputs import CATEGORIES, STEP_CATEGORIES
 from phantomhub.waste.ledger import ledger_build
 from phantomhub.waste.money import cents_allocate, cents_round
@@ -35,6 +37,9 @@ from phantomhub.waste.result import (
 )
 
 HOURS_PER_MONTH = 730  # 8,760 h / 12: the usual cloud-billing month
+# Units of the counterfactuals' inputs whose names imply none (evidence.py).
+_EVIDENCE_UNITS = {"reference_ms_per_step": "ms/step", "run_ms_per_step": "ms/step",
+                   "run_mfu": "ratio", "reference_mfu": "ratio", "cap": "ratio"}  # fmt: skip
 
 
 def build_analysis(
@@ -43,6 +48,9 @@ def build_analysis(
     end_ns: int,
     recoverability: Mapping[str, float],
     oom_count: int,
+    refs: References = NO_REFERENCES,
+    dropped_rows: Mapping[str, int] | None = None,
+    extra_warnings: tuple[str, ...] = (),
 ) -> Analysis:
     cfg = acc.config
     start = cfg.allocation_start_ns
@@ -72,19 +80,6 @@ def build_analysis(
         return float(ns * gpu_per_slot / 10**9)
 
     billed = cfg.gpu_count * span_ns / 1e9
-    categories = tuple(
-        CategoryFigure(
-            category=c,
-            gpu_seconds=gpu_s(cat_ns[c]),
-            usd_cents=cat_cents[c],
-            share=(gpu_s(cat_ns[c]) / billed) if billed else 0.0,
-            recoverability=recoverability[c],
-            recoverable_usd=cat_cents[c] * recoverability[c] / 100,
-        )
-        for c in CATEGORIES
-    )
-    idle = tuple(IdleFigure(label=lbl, gpu_seconds=gpu_s(total_ns[lbl]), usd_cents=idle_cents[lbl]) for lbl in idle_labels)
-
     # -- efficiency ----------------------------------------------------------------------------
     rank_scale = cfg.world_size / n_rep if n_rep else 0.0
     flops = sum(rs.flops for rs in reporting)
@@ -104,6 +99,50 @@ def build_analysis(
     samples = sum(rs.sums["samples"] for rs in reporting)
     tokens_seen = any("tokens" in rs.columns for rs in reporting)
     samples_seen = any("samples" in rs.columns for rs in reporting)
+
+    comm_gpu_ns = cat_ns["comm_exposed"] * gpu_per_slot
+    comm_rate = float(cat_cents["comm_exposed"] / 100 / comm_gpu_ns) if comm_gpu_ns else 0.0
+    stragglers = stragglers_found(reporting, acc.stragglers, float(gpu_per_slot), comm_rate)
+
+    # -- recoverable: counterfactuals against demonstrated references (evidence.py) -------------
+    profile = _profile(reporting, book.total_ns, mfu_compute)
+    recov, idle_recov = assess(
+        windows=acc.windows,
+        start_ns=start,
+        ranks=n_rep,
+        peak_flops_per_rank=peak_rank,
+        cat_cents=cat_cents,
+        idle_cents={lbl: idle_cents[lbl] for lbl in idle_labels},
+        profile=profile,
+        straggler_cents=math.floor(sum(st.caused_wait_usd for st in stragglers) * 100 + 1e-9),
+        target_mfu=cfg.target_mfu,
+        refs=refs,
+        caps=recoverability,
+    )
+    categories = tuple(
+        CategoryFigure(
+            category=c,
+            gpu_seconds=gpu_s(cat_ns[c]),
+            usd_cents=cat_cents[c],
+            share=(gpu_s(cat_ns[c]) / billed) if billed else 0.0,
+            cap=recoverability[c],
+            recoverable_cents=recov[c].cents,
+            recoverable_low_cents=recov[c].low_cents,
+            recoverable_high_cents=recov[c].high_cents,
+            evidence=recov[c].evidence,
+        )
+        for c in CATEGORIES
+    )
+    idle = tuple(
+        IdleFigure(
+            label=lbl,
+            gpu_seconds=gpu_s(total_ns[lbl]),
+            usd_cents=idle_cents[lbl],
+            recoverable_cents=idle_recov[lbl].cents,
+            evidence=idle_recov[lbl].evidence,
+        )
+        for lbl in idle_labels
+    )
 
     # -- per rank ------------------------------------------------------------------------------
     ranks = []
@@ -143,12 +182,8 @@ def build_analysis(
             )
         )
 
-    comm_gpu_ns = cat_ns["comm_exposed"] * gpu_per_slot
-    comm_rate = float(cat_cents["comm_exposed"] / 100 / comm_gpu_ns) if comm_gpu_ns else 0.0
-    stragglers = stragglers_found(reporting, acc.stragglers, float(gpu_per_slot), comm_rate)
-
     run_hours = span_ns / 3.6e12
-    recoverable_usd = sum(c.recoverable_usd for c in categories)
+    recoverable_usd = sum(c.recoverable_cents for c in categories) / 100
     comm_fig = next(c for c in categories if c.category == "comm_exposed")
     warnings = _warnings(acc, reporting, book.unpriced_ns, flops_steps, live_steps, mfu_step)
     memory = memory_diagnostics(reporting, cfg.gpu_memory_bytes, oom_count)
@@ -174,6 +209,7 @@ def build_analysis(
         step_s=step_s,
         compute_s=compute_s,
         recoverable_usd=recoverable_usd,
+        recov=recov,
     )
     explain.update(_explain_run_rate(cfg.gpu_count, start, end_ns, cost_cents, book.unpriced_ns, run_hours, usd_per_month))
     explain.update(
@@ -238,6 +274,8 @@ def build_analysis(
         idle=idle,
         waste_cents=cost_cents - cat_cents["useful_compute"],
         recoverable_usd=recoverable_usd,
+        recoverable_low_usd=sum(c.recoverable_low_cents for c in categories) / 100,
+        recoverable_high_usd=sum(c.recoverable_high_cents for c in categories) / 100,
         recoverability=dict(recoverability),
         target_mfu=cfg.target_mfu,
         dtype=cfg.dtype,
@@ -263,8 +301,53 @@ def build_analysis(
             peak_total_flops=peak * cfg.gpu_count if peak is not None else None,
         ),
         explain=explain,
-        warnings=tuple(warnings),
+        warnings=(*warnings, *_dropped_warnings(dropped_rows or {}), *extra_warnings),
+        profile=profile,
+        dropped_rows=dict(dropped_rows or {}),
     )
+
+
+def _profile(reporting: list[RankState], total_ns: Mapping[str, int], mfu_compute: float | None) -> RunProfile:
+    """Per-rank step signature and per-step figures: what this run shows its future peers."""
+    n = len(reporting)
+    live = sum(rs.sums["live_steps"] for rs in reporting)
+    flops_steps = sum(rs.sums["flops_steps"] for rs in reporting)
+
+    def per_step(total: float, seen: bool = True) -> float | None:
+        return total / live if live and seen else None
+
+    def per_rank_s(label: str) -> float | None:
+        return total_ns.get(label, 0) / n / 1e9 if n else None
+
+    return RunProfile(
+        live_steps=live,
+        ranks=n,
+        flops_per_step=sum(rs.flops for rs in reporting) / flops_steps if flops_steps else None,
+        tokens_per_step=per_step(sum(rs.sums["tokens"] for rs in reporting), any("tokens" in rs.columns for rs in reporting)),
+        samples_per_step=per_step(sum(rs.sums["samples"] for rs in reporting), any("samples" in rs.columns for rs in reporting)),
+        data_ns_per_step=per_step(sum(rs.sums["data_ns"] for rs in reporting)),
+        comm_ns_per_step=per_step(sum(rs.sums["comm_ns"] for rs in reporting)),
+        host_ns_per_step=per_step(sum(rs.sums["host_ns"] for rs in reporting)),
+        gap_ns_per_step=per_step(total_ns.get("gap", 0)),
+        mfu_compute=mfu_compute,
+        startup_s=per_rank_s("startup"),
+        teardown_s=per_rank_s("teardown"),
+    )
+
+
+def _dropped_warnings(dropped: Mapping[str, int]) -> list[str]:
+    out = []
+    if dropped.get("non_rising_start"):
+        out.append(
+            f"{dropped['non_rising_start']:,} step row(s) were left out because they started no later than the "
+            "rank's previous row (a clock jump or a restart reusing step numbers): their time counts as idle"
+        )
+    if dropped.get("reused_step"):
+        out.append(
+            f"{dropped['reused_step']:,} step row(s) were refused because their step number was already stored "
+            "with another start time (a restart that numbered steps from 0 again): their time counts as idle"
+        )
+    return out
 
 
 def _warnings(
@@ -284,13 +367,27 @@ def _warnings(
         out.append(
             f"{n_rep} of {cfg.world_size} ranks reported steps: each reporting rank stands for {cfg.gpu_count / n_rep:g} GPUs"
         )
+    if n_rep and cfg.gpu_count < cfg.world_size:
+        out.append(
+            f"gpu_count {cfg.gpu_count} is below the {cfg.world_size} ranks: each rank is taken to drive "
+            f"{cfg.gpus_per_rank:g} GPU (check gpu_count: usually one GPU per rank)"
+        )
     if cfg.peak_flops_per_gpu is None:
         out.append(
             "peak FLOP/s unknown (GPU model or dtype not in the catalog): MFU is unknown and all "
             "compute time counts as useful_compute"
         )
-    if n_rep and flops_steps == 0:
+    zero_flops = sum(rs.sums["zero_flops_steps"] for rs in reporting)
+    if n_rep and flops_steps == 0 and zero_flops:
+        out.append(
+            f"FLOPs were reported as 0 on {'every' if zero_flops >= live_steps else f'{zero_flops:,}'} step(s) (a FLOP "
+            "counter that recognised no operation?): treated as not measured, so MFU is unknown and compute "
+            "counts as useful compute"
+        )
+    elif n_rep and flops_steps == 0:
         out.append("no FLOPs reported: MFU is unknown and all compute counts as useful_compute")
+    elif zero_flops:
+        out.append(f"FLOPs were reported as 0 on {zero_flops:,} step(s): those steps are treated as not measured")
     elif 0 < flops_steps < live_steps:
         out.append(
             f"FLOPs reported for {flops_steps} of {live_steps} steps: steps without FLOPs count "
@@ -335,6 +432,7 @@ def _explain(
     step_s: float,
     compute_s: float,
     recoverable_usd: float,
+    recov: Mapping[str, Recoverable],
 ) -> dict[str, Explained]:
     cfg = acc.config
     start = cfg.allocation_start_ns
@@ -372,16 +470,18 @@ def _explain(
             "(= Σ_segments GPU-seconds in segment * usd_per_gpu_hour / 3600)",
             {"exact_usd": float(cat_usd[c]), "cost_cents": cost_cents},
         )
+        rec = recov[c]
         out[f"categories.{c}.recoverable_usd"] = Explained(
             fig.recoverable_usd,
             "USD",
-            "usd * recoverability",
-            {"usd": fig.usd, "recoverability": fig.recoverability},
+            (rec.formula or "0: no evidence") + f"; evidence: {rec.evidence.summary}",
+            dict(rec.inputs),
+            {k: u for k, u in _EVIDENCE_UNITS.items() if k in rec.inputs},
         )
     out["recoverable_usd"] = Explained(
         recoverable_usd,
         "USD",
-        "Σ_categories usd * recoverability",
+        "Σ_categories recoverable_usd (each a counterfactual against a demonstrated reference)",
         {f"{f.category}_recoverable_usd": f.recoverable_usd for f in categories},
     )
     useful = next(f for f in categories if f.category == "useful_compute")

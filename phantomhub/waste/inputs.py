@@ -36,24 +36,20 @@ DEFAULT_TARGET_MFU = 0.5
 # made by another version never matches and the run is analysed afresh. Bump it whenever the same
 # rows and config would give a different analysis or accumulator state.
 # 2: FLOPs credited to kept step time, chart windows spread steps and are at least a step wide.
-MODEL_VERSION = 2
+# 3: recoverable dollars from evidence (evidence.py); 0 FLOPs is "not counted"; one world size.
+MODEL_VERSION = 3
 
-# Share of each category's dollars a team could realistically win back (docs/waste-model.md):
-# - useful_compute 0: the work the model needs at target MFU; nothing to recover.
-# - compute_inefficiency 0.3: the gap to target MFU closes only partly (kernel fusion, compile,
-#   bigger batches); the rest is model shape and hardware limits.
-# - data_stall 0.8: input pipelines are the cheapest fix (workers, pinning, prefetch, caching).
-# - comm_exposed 0.5: overlap and bucketing hide about half; the rest is bandwidth-bound.
-# - host_overhead 0.5: CUDA graphs/compile and fewer sync points remove about half.
-# - idle 0.5: start-up, eval and checkpoint stalls can be shortened or made async, not removed.
+# Caps an organization may set on the share of each category called recoverable
+# (docs/waste-model.md). The estimate itself comes from evidence (evidence.py); a cap only cuts it.
+# useful_compute is the work the model needs: never recoverable.
 DEFAULT_RECOVERABILITY: Mapping[str, float] = MappingProxyType(
     {
         "useful_compute": 0.0,
-        "compute_inefficiency": 0.3,
-        "data_stall": 0.8,
-        "comm_exposed": 0.5,
-        "host_overhead": 0.5,
-        "idle": 0.5,
+        "compute_inefficiency": 1.0,
+        "data_stall": 1.0,
+        "comm_exposed": 1.0,
+        "host_overhead": 1.0,
+        "idle": 1.0,
     }
 )
 
@@ -303,6 +299,20 @@ class RunInputs:
     samples: Sequence[SystemSamples] = ()
     recoverability: Mapping[str, float] = field(default_factory=lambda: DEFAULT_RECOVERABILITY)
     oom_count: int = 0
+    refs: Any = None  # evidence.References: peer and project runs (None: none)
+
+
+def world_size_for(declared: int, ranks_seen: int, gpu_count: int) -> tuple[int, tuple[str, ...]]:
+    """One scaling for billing and FLOPs: more ranks reporting than ``world_size`` says means the
+    declared size is wrong, so the ranks seen count (each drives gpu_count / ranks GPUs)."""
+    notes: list[str] = []
+    world = max(declared, ranks_seen)
+    if ranks_seen > declared:
+        notes.append(
+            f"{ranks_seen} ranks reported steps but the run declared world_size {declared}: taken as {ranks_seen}, "
+            f"so each rank drives {gpu_count / ranks_seen:g} GPU(s) for billing and MFU alike"
+        )
+    return world, tuple(notes)
 
 
 def recoverability_check(factors: Mapping[str, float]) -> dict[str, float]:

@@ -12,12 +12,14 @@ See docs/waste-model.md for the categories, formulas, defaults and a worked exam
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
 
 from phantomhub.waste.accumulator import NotAppendable, RunAccumulator
+from phantomhub.waste.evidence import NO_REFERENCES, Peer, References, RunProfile
 from phantomhub.waste.finalize import HOURS_PER_MONTH, build_analysis
 from phantomhub.waste.inputs import (
     CATEGORIES,
@@ -31,6 +33,7 @@ from phantomhub.waste.inputs import (
     StepColumns,
     SystemSamples,
     recoverability_check,
+    world_size_for,
 )
 from phantomhub.waste.result import (
     Analysis,
@@ -50,6 +53,7 @@ __all__ = [
     "DEFAULT_RECOVERABILITY",
     "DEFAULT_TARGET_MFU",
     "HOURS_PER_MONTH",
+    "NO_REFERENCES",
     "STEP_CATEGORIES",
     "Analysis",
     "CategoryFigure",
@@ -59,12 +63,15 @@ __all__ = [
     "IdleFigure",
     "MemoryDiagnostics",
     "NotAppendable",
+    "Peer",
     "Phase",
     "PriceSegment",
     "RankFigure",
+    "References",
     "RunAccumulator",
     "RunConfig",
     "RunInputs",
+    "RunProfile",
     "StepColumns",
     "Straggler",
     "SystemSamples",
@@ -72,6 +79,7 @@ __all__ = [
     "analysis_from",
     "analyze",
     "recoverability_check",
+    "world_size_for",
 ]
 
 
@@ -117,24 +125,39 @@ def analysis_from(
     end_ns: int,
     recoverability: Mapping[str, float] = DEFAULT_RECOVERABILITY,
     oom_count: int = 0,
+    refs: References = NO_REFERENCES,
+    dropped_rows: Mapping[str, int] | None = None,
+    extra_warnings: tuple[str, ...] = (),
 ) -> Analysis:
-    """Finish a copy of ``acc`` at ``end_ns`` and build the Analysis (``acc`` is unchanged)."""
+    """Finish a copy of ``acc`` at ``end_ns`` and build the Analysis (``acc`` is unchanged).
+
+    ``refs`` are the peer runs and project runs that may demonstrate better levels (evidence.py).
+    """
     factors = recoverability_check(recoverability)
     done = acc.finished(end_ns)
-    return build_analysis(done, end_ns=end_ns, recoverability=factors, oom_count=oom_count)
+    return build_analysis(
+        done, end_ns=end_ns, recoverability=factors, oom_count=oom_count, refs=refs,
+        dropped_rows=dropped_rows, extra_warnings=extra_warnings,
+    )  # fmt: skip
 
 
 def analyze(run: RunInputs) -> Analysis:
     """From-scratch analysis of one run."""
     if run.end_ns < run.config.allocation_start_ns:
         raise ValueError("end_ns is before allocation_start_ns")
-    acc = RunAccumulator(run.config)
     by_rank: dict[int, list[StepColumns]] = defaultdict(list)
     for batch in run.steps:
-        by_rank[batch.rank].append(batch)
+        if len(batch):
+            by_rank[batch.rank].append(batch)
+    cfg = run.config
+    world, notes = world_size_for(cfg.world_size, len(by_rank), cfg.gpu_count)
+    acc = RunAccumulator(dataclasses.replace(cfg, world_size=world) if world != cfg.world_size else cfg)
     for rank in sorted(by_rank):
         cols = _clip_to_end(_merge_rank_batches(by_rank[rank]), run.end_ns)
         acc.add_steps(cols, align=False)
     for samples in run.samples:
         acc.add_samples(samples)
-    return analysis_from(acc, end_ns=run.end_ns, recoverability=run.recoverability, oom_count=run.oom_count)
+    return analysis_from(
+        acc, end_ns=run.end_ns, recoverability=run.recoverability, oom_count=run.oom_count, refs=run.refs or NO_REFERENCES,
+        extra_warnings=notes,
+    )  # fmt: skip

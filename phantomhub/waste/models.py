@@ -72,6 +72,9 @@ class RunAnalysis(models.Model):
     # The full analysis (categories, ranks, stragglers, series, diagnostics, explain) and its rules.
     result = models.JSONField(default=dict)
     recommendations = models.JSONField(default=list)
+    # Step signature and per-step figures (waste/evidence.py RunProfile): what later runs of the
+    # project compare themselves with. None until the run has step rows.
+    profile = models.JSONField(null=True, blank=True)
     # Incremental state: the model's accumulator, and per rank the rows and last step it has seen.
     # Stored as orjson text rather than JSONField: it is read and written by every incremental
     # analysis, and orjson parses it several times faster than the standard library.

@@ -1,18 +1,31 @@
-"""Recommendations: rules over an Analysis, each with evidence, concrete fixes and a monthly saving.
+"""Recommendations: rules over an Analysis, each with evidence, concrete fixes and a saving.
 
-Pure (no framework imports). The saving is "recoverable dollars of the category at this run's
-rate": recoverable_usd / run hours x 730 h/month, i.e. what the waste would cost over a month if
-the run (or its successors) kept running like this. Rules whose waste cannot be priced separately
-(memory fragmentation, OOMs, unknown peak) carry ``estimated_saving_usd_per_month=None``.
-Thresholds live in ``Thresholds`` and are documented in docs/waste-model.md.
+Pure (no framework imports). The recommendations **partition** the run's recoverable dollars
+(the evidence-based counterfactuals of evidence.py): each recoverable cent of a category is
+claimed by at most one recommendation, so their ``saving_usd`` never add up to more than the
+run's ``recoverable_usd``. Who claims what:
+
+- data stall and host overhead: ``HOST_CONTENTION`` of a contended host claims the share of the
+  category's recoverable cents that the ranks on that host spent; ``DATA_STALL`` /
+  ``HOST_OVERHEAD`` claim the rest;
+- exposed communication: each ``STRAGGLER`` claims the others' measured wait for it (up to what is
+  left); ``COMM_EXPOSED`` claims the rest;
+- compute inefficiency: ``LOW_MFU``; idle: ``IDLE``.
+
+``saving_usd`` is what this run would have saved. A monthly figure needs to know how often the
+work recurs, which one run cannot tell: the service adds it (waste/selectors.py) from the
+project's trailing 30 days. Rules whose waste cannot be priced separately (memory fragmentation,
+OOMs, unknown peak) carry ``saving_usd=None``. Thresholds live in ``Thresholds`` and are
+documented in docs/waste-model.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from phantomhub.waste.finalize import HOURS_PER_MONTH
 from phantomhub.waste.result import Analysis, CategoryFigure, Explained, HostFigure, Straggler, to_jsonable
 
 GIB = 2**30
@@ -61,9 +74,10 @@ class Recommendation:
     severity: str  # high | medium | low | info
     evidence: tuple[Evidence, ...]
     fixes: tuple[str, ...]
-    estimated_saving_usd_per_month: float | None
+    saving_usd: float | None  # what this run would have saved: the recoverable dollars it claims
     # How the saving was computed (formula and inputs); value is the saving itself.
     explain: Explained | None = None
+    claims: Mapping[str, float] = field(default_factory=dict)  # category -> recoverable USD claimed
 
     def to_json(self) -> dict[str, Any]:
         out = to_jsonable(self)
@@ -71,31 +85,54 @@ class Recommendation:
         return out
 
 
-def _monthly(analysis: Analysis, recoverable_usd: float) -> float | None:
-    if analysis.run_hours <= 0:
-        return None
-    return recoverable_usd / analysis.run_hours * HOURS_PER_MONTH
+Claims = dict[str, dict[str, int]]  # recommendation key -> category -> recoverable cents
 
 
-def _saving(
-    a: Analysis, recoverable_usd: float, recoverable: str, inputs: dict[str, float | int | None]
-) -> tuple[float | None, Explained]:
-    """The monthly saving and its explanation: ``recoverable`` says how recoverable_usd is made."""
-    value = _monthly(a, recoverable_usd)
-    return value, Explained(
-        value,
-        "USD/month",
-        f"recoverable_usd / run_hours * hours_per_month, where recoverable_usd = {recoverable} (None for a zero-length run)",
-        {**inputs, "recoverable_usd": recoverable_usd, "run_hours": a.run_hours, "hours_per_month": HOURS_PER_MONTH},
-    )
+def claims_partition(a: Analysis) -> Claims:
+    """Every recoverable cent of every category to at most one recommendation key (see module doc)."""
+    cents = {f.category: f.recoverable_cents for f in a.categories}
+    out: Claims = {}
+
+    def give(key: str, cat: str, want: int) -> None:
+        take = max(min(want, cents[cat]), 0)
+        if take:
+            out.setdefault(key, {})[cat] = out.get(key, {}).get(cat, 0) + take
+            cents[cat] -= take
+
+    for h in _contended(a):
+        mine = [r for r in a.ranks if r.host == h.host]
+        for cat in ("data_stall", "host_overhead"):
+            total = sum(r.usd[cat] for r in a.ranks)
+            share = sum(r.usd[cat] for r in mine) / total if total > 0 else 0.0
+            give(f"HOST_CONTENTION:{h.host}", cat, math.floor(a.category(cat).recoverable_cents * share + 1e-9))
+    for st in a.stragglers:
+        give(f"STRAGGLER:{st.rank}", "comm_exposed", math.floor(st.caused_wait_usd * 100 + 1e-9))
+    for key, cat in (("DATA_STALL", "data_stall"), ("HOST_OVERHEAD", "host_overhead"), ("COMM_EXPOSED", "comm_exposed"),
+                     ("LOW_MFU", "compute_inefficiency"), ("IDLE", "idle")):  # fmt: skip
+        give(key, cat, cents[cat])
+    return out
 
 
-def _category_saving(a: Analysis, fig: CategoryFigure) -> tuple[float | None, Explained]:
-    return _saving(
-        a,
-        fig.recoverable_usd,
-        f"{fig.category}_usd * recoverability",
-        {f"{fig.category}_usd": fig.usd, "recoverability": fig.recoverability},
+def _claimed(a: Analysis, claims: Claims, key: str) -> tuple[float, Explained, dict[str, float]]:
+    """The saving of recommendation ``key``: the recoverable dollars it claims, explained."""
+    mine = claims.get(key, {})
+    saving = sum(mine.values()) / 100
+    inputs: dict[str, float | int | None] = {}
+    for cat, c in mine.items():
+        fig = a.category(cat)
+        inputs[f"{cat}_recoverable_usd"] = fig.recoverable_usd
+        inputs[f"claimed_{cat}_usd"] = c / 100
+    parts = " + ".join(f"claimed share of {cat} recoverable" for cat in mine) or "nothing left to claim"
+    return (
+        saving,
+        Explained(
+            saving,
+            "USD",
+            f"{parts}; each category's recoverable dollars are a counterfactual against a demonstrated "
+            "reference (see the category's explanation), and no dollar is claimed by two recommendations",
+            inputs,
+        ),
+        {cat: c / 100 for cat, c in mine.items()},
     )
 
 
@@ -116,6 +153,7 @@ def _category_evidence(fig: CategoryFigure) -> list[Evidence]:
         Evidence(f"{fig.category} share of billed GPU time", round(fig.share, 4), "ratio"),
         Evidence(f"{fig.category} GPU-hours", round(fig.gpu_seconds / 3600, 3), "GPU-h"),
         Evidence(f"{fig.category} cost", fig.usd, "USD"),
+        Evidence(fig.evidence.summary, fig.recoverable_usd, "USD"),
     ]
 
 
@@ -128,7 +166,7 @@ def _contended(analysis: Analysis) -> list[HostFigure]:
     return [h for h in analysis.host.hosts if h.contended]
 
 
-def _data_stall(a: Analysis, t: Thresholds) -> list[Recommendation]:
+def _data_stall(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("data_stall")
     if fig.share < t.data_stall_share:
         return []
@@ -149,7 +187,7 @@ def _data_stall(a: Analysis, t: Thresholds) -> list[Recommendation]:
     ]
     if _contended(a):
         fixes.append("Free CPU for the loader workers first: see HOST_CONTENTION.")
-    saving, explain = _category_saving(a, fig)
+    saving, explain, claimed = _claimed(a, claims, "DATA_STALL")
     return [
         Recommendation(
             code="DATA_STALL",
@@ -158,13 +196,14 @@ def _data_stall(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=saving,
+            saving_usd=saving,
+            claims=claimed,
             explain=explain,
         )
     ]
 
 
-def _comm(a: Analysis, t: Thresholds) -> list[Recommendation]:
+def _comm(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("comm_exposed")
     if fig.share < t.comm_exposed_share:
         return []
@@ -186,12 +225,7 @@ def _comm(a: Analysis, t: Thresholds) -> list[Recommendation]:
         "Check the transport: NCCL over InfiniBand/EFA/NVLink rather than TCP sockets (NCCL_DEBUG=INFO prints it).",
     )
     # The straggler-caused part has its own recommendation; do not count it twice.
-    saving, explain = _saving(
-        a,
-        max(fig.usd - straggler_usd, 0.0) * fig.recoverability,
-        "max(comm_exposed_usd - stragglers_caused_wait_usd, 0) * recoverability (the stragglers' part is priced by STRAGGLER)",
-        {"comm_exposed_usd": fig.usd, "stragglers_caused_wait_usd": straggler_usd, "recoverability": fig.recoverability},
-    )
+    saving, explain, claimed = _claimed(a, claims, "COMM_EXPOSED")
     return [
         Recommendation(
             code="COMM_EXPOSED",
@@ -200,13 +234,14 @@ def _comm(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=fixes,
-            estimated_saving_usd_per_month=saving,
+            saving_usd=saving,
+            claims=claimed,
             explain=explain,
         )
     ]
 
 
-def _straggler(a: Analysis, s: Straggler, t: Thresholds) -> Recommendation:
+def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Recommendation:
     share = s.caused_wait_gpu_seconds / a.billed_gpu_seconds if a.billed_gpu_seconds else 0.0
     severity = "high" if share >= t.straggler_high_share else "medium" if share >= t.straggler_medium_share else "low"
     ev = [
@@ -243,13 +278,7 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds) -> Recommendation:
     ]
     if data_heavy:
         fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
-    factor = a.recoverability["comm_exposed"]
-    saving, explain = _saving(
-        a,
-        s.caused_wait_usd * factor,
-        "caused_wait_usd * recoverability (of comm_exposed): the other ranks' exposed comm spent waiting for this rank",
-        {"caused_wait_usd": s.caused_wait_usd, "caused_wait_gpu_seconds": s.caused_wait_gpu_seconds, "recoverability": factor},
-    )
+    saving, explain, claimed = _claimed(a, claims, f"STRAGGLER:{s.rank}")
     return Recommendation(
         code="STRAGGLER",
         title=f"Rank {s.rank} on {s.host} holds the other ranks up",
@@ -257,12 +286,13 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds) -> Recommendation:
         severity=severity,
         evidence=tuple(ev),
         fixes=tuple(fixes),
-        estimated_saving_usd_per_month=saving,
+        saving_usd=saving,
+        claims=claimed,
         explain=explain,
     )
 
 
-def _low_mfu(a: Analysis, t: Thresholds) -> list[Recommendation]:
+def _low_mfu(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("compute_inefficiency")
     if not (a.peak_known and a.flops_known) or fig.share < t.compute_inefficiency_share:
         return []
@@ -292,7 +322,7 @@ def _low_mfu(a: Analysis, t: Thresholds) -> list[Recommendation]:
         "Check the FLOPs you report (about 6 x parameters x tokens per step for a dense transformer): "
         "a wrong count misstates MFU.",
     ]
-    saving, explain = _category_saving(a, fig)
+    saving, explain, claimed = _claimed(a, claims, "LOW_MFU")
     return [
         Recommendation(
             code="LOW_MFU",
@@ -301,13 +331,14 @@ def _low_mfu(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=saving,
+            saving_usd=saving,
+            claims=claimed,
             explain=explain,
         )
     ]
 
 
-def _host_overhead(a: Analysis, t: Thresholds) -> list[Recommendation]:
+def _host_overhead(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("host_overhead")
     if fig.share < t.host_overhead_share:
         return []
@@ -322,7 +353,7 @@ def _host_overhead(a: Analysis, t: Thresholds) -> list[Recommendation]:
     ]
     if _contended(a):
         fixes.append("Busy CPUs on the node slow the Python loop: see HOST_CONTENTION.")
-    saving, explain = _category_saving(a, fig)
+    saving, explain, claimed = _claimed(a, claims, "HOST_OVERHEAD")
     return [
         Recommendation(
             code="HOST_OVERHEAD",
@@ -331,13 +362,14 @@ def _host_overhead(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=saving,
+            saving_usd=saving,
+            claims=claimed,
             explain=explain,
         )
     ]
 
 
-def _host_contention(a: Analysis, t: Thresholds) -> list[Recommendation]:
+def _host_contention(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     out = []
     for h in _contended(a):
         mine = [r for r in a.ranks if r.host == h.host]
@@ -363,20 +395,7 @@ def _host_contention(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 "bare-metal instances, or a larger instance size."
             )
         share = h.host_overhead_share or 0.0
-        factor = a.recoverability["host_overhead"]
-        host_usd = sum(r.usd["host_overhead"] for r in mine)
-        data_usd = sum(r.usd["data_stall"] for r in mine)
-        saving, explain = _saving(
-            a,
-            exposed * factor,
-            "(host_overhead_usd + data_stall_usd of the ranks on this host) * recoverability (of host_overhead)",
-            {
-                "host_overhead_usd": host_usd,
-                "data_stall_usd": data_usd,
-                "ranks_on_host_count": len(mine),
-                "recoverability": factor,
-            },
-        )
+        saving, explain, claimed = _claimed(a, claims, f"HOST_CONTENTION:{h.host}")
         out.append(
             Recommendation(
                 code="HOST_CONTENTION",
@@ -385,7 +404,8 @@ def _host_contention(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 severity="medium" if share >= t.host_overhead_share else "low",
                 evidence=tuple(ev),
                 fixes=tuple(fixes),
-                estimated_saving_usd_per_month=saving,
+                saving_usd=saving,
+                claims=claimed,
                 explain=explain,
             )
         )
@@ -402,7 +422,7 @@ _IDLE_FIXES = {
 }
 
 
-def _idle(a: Analysis, t: Thresholds) -> list[Recommendation]:
+def _idle(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("idle")
     if fig.share < t.idle_share:
         return []
@@ -425,7 +445,7 @@ def _idle(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 )
         elif part.label in _IDLE_FIXES:
             fixes.append(_IDLE_FIXES[part.label])
-    saving, explain = _category_saving(a, fig)
+    saving, explain, claimed = _claimed(a, claims, "IDLE")
     return [
         Recommendation(
             code="IDLE",
@@ -434,7 +454,8 @@ def _idle(a: Analysis, t: Thresholds) -> list[Recommendation]:
             severity=_severity(fig.share, t),
             evidence=tuple(ev),
             fixes=tuple(fixes),
-            estimated_saving_usd_per_month=saving,
+            saving_usd=saving,
+            claims=claimed,
             explain=explain,
         )
     ]
@@ -466,7 +487,7 @@ def _memory(a: Analysis, t: Thresholds) -> list[Recommendation]:
                     "Keep tensor shapes stable (pad or bucket variable sequence lengths) so cached blocks are reused.",
                     "Near capacity, lower the peak with activation checkpointing (torch.utils.checkpoint).",
                 ),
-                estimated_saving_usd_per_month=None,
+                saving_usd=None,
                 explain=_unpriced(
                     "the device syncs that allocator retries force already count as host_overhead, "
                     "and fragmentation costs memory, not GPU time"
@@ -490,7 +511,7 @@ def _memory(a: Analysis, t: Thresholds) -> list[Recommendation]:
                     "Shard optimizer state and gradients (FSDP or ZeRO) across ranks.",
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation OOMs.",
                 ),
-                estimated_saving_usd_per_month=None,
+                saving_usd=None,
                 explain=_unpriced(
                     "what an OOM costs (lost work, the restart) shows in other categories or runs and "
                     "cannot be told apart in this run's telemetry"
@@ -519,7 +540,7 @@ def _setup(a: Analysis) -> list[Recommendation]:
                 "Report the GPU model and dtype in the run metadata (or add the GPU to the catalog).",
                 "Report FLOPs per step: the agent's FLOP counter, or 6 x parameters x tokens.",
             ),
-            estimated_saving_usd_per_month=None,
+            saving_usd=None,
             explain=_unpriced("without a peak or FLOPs, compute inefficiency cannot be told from useful compute"),
         )
     ]
@@ -530,16 +551,17 @@ def _r(value: float | None, digits: int) -> float | None:
 
 
 def recommend(analysis: Analysis, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Recommendation, ...]:
-    """Every rule that fires, largest monthly saving first (unpriced ones last, by severity)."""
+    """Every rule that fires, largest saving first (unpriced ones last, by severity)."""
     t = thresholds
+    c = claims_partition(analysis)
     recs: list[Recommendation] = [
-        *_data_stall(analysis, t),
-        *_comm(analysis, t),
-        *(_straggler(analysis, s, t) for s in analysis.stragglers),
-        *_low_mfu(analysis, t),
-        *_host_overhead(analysis, t),
-        *_host_contention(analysis, t),
-        *_idle(analysis, t),
+        *_data_stall(analysis, t, c),
+        *_comm(analysis, t, c),
+        *(_straggler(analysis, s, t, c) for s in analysis.stragglers),
+        *_low_mfu(analysis, t, c),
+        *_host_overhead(analysis, t, c),
+        *_host_contention(analysis, t, c),
+        *_idle(analysis, t, c),
         *_memory(analysis, t),
         *_setup(analysis),
     ]
@@ -547,8 +569,8 @@ def recommend(analysis: Analysis, thresholds: Thresholds = DEFAULT_THRESHOLDS) -
         sorted(
             recs,
             key=lambda r: (
-                r.estimated_saving_usd_per_month is None,
-                -(r.estimated_saving_usd_per_month or 0.0),
+                r.saving_usd is None,
+                -(r.saving_usd or 0.0),
                 _SEVERITY_RANK[r.severity],
                 r.code,
             ),

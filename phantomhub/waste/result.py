@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phantomhub.waste.evidence import CategoryEvidence, RunProfile
+
 Scalar = float | int | str | bool | None
 
 # Units of explain inputs, read from how their names end (longest suffix first); names that end
@@ -96,8 +98,15 @@ class CategoryFigure:
     gpu_seconds: float
     usd_cents: int  # integer cents; all categories add up to the run's cost_cents
     share: float  # of billed GPU-seconds
-    recoverability: float
-    recoverable_usd: float  # usd_cents / 100 x recoverability
+    cap: float  # the organization's cap on the share of the category called recoverable
+    recoverable_cents: int  # evidence-based counterfactual (phantomhub/waste/evidence.py)
+    recoverable_low_cents: int
+    recoverable_high_cents: int
+    evidence: CategoryEvidence
+
+    @property
+    def recoverable_usd(self) -> float:
+        return self.recoverable_cents / 100
 
     @property
     def usd(self) -> float:
@@ -111,6 +120,8 @@ class IdleFigure:
     label: str
     gpu_seconds: float
     usd_cents: int  # all labels add up to the idle category's usd_cents
+    recoverable_cents: int = 0  # all labels add up to idle's recoverable before its cap
+    evidence: CategoryEvidence | None = None
 
 
 @dataclass(frozen=True)
@@ -232,8 +243,10 @@ class Analysis:
     categories: tuple[CategoryFigure, ...]
     idle: tuple[IdleFigure, ...]
     waste_cents: int  # everything but useful_compute
-    recoverable_usd: float
-    recoverability: Mapping[str, float]
+    recoverable_usd: float  # Σ categories' evidence-based recoverable cents / 100
+    recoverable_low_usd: float
+    recoverable_high_usd: float
+    recoverability: Mapping[str, float]  # the caps per category
     target_mfu: float
     dtype: str | None
     peak_flops_per_gpu: float | None
@@ -254,6 +267,10 @@ class Analysis:
     windows: WindowSeries
     explain: Mapping[str, Explained]
     warnings: tuple[str, ...]
+    profile: RunProfile | None = None  # step signature and per-step figures, for peer runs
+    # Rows the server refused or left out: non_rising_start (start not after the rank's previous
+    # row), reused_step (a step number already stored with another start, e.g. after a restart).
+    dropped_rows: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def cost_usd(self) -> float:
@@ -270,6 +287,10 @@ class Analysis:
         out = to_jsonable(self)
         assert isinstance(out, dict)
         out["cost_usd"] = self.cost_usd
+        for fig, raw in zip(self.categories, out["categories"], strict=True):
+            raw["recoverable_usd"] = fig.recoverable_usd
+            raw["recoverable_low_usd"] = fig.recoverable_low_cents / 100
+            raw["recoverable_high_usd"] = fig.recoverable_high_cents / 100
         return out
 
 

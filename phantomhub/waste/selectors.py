@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+from django.db.models import Count, Q, Sum
 
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.model import CATEGORIES
-from phantomhub.waste.models import RunAnalysis
+from phantomhub.waste.models import RunAnalysis, RunDay
+
+RECURRENCE_DAYS = 30
 
 
 def analysis_row(*, run: Run) -> RunAnalysis | None:
@@ -35,23 +40,29 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
         "gpu_util_pct": (result.get("host") or {}).get("gpu_util_pct_mean"),
         "waste_usd": float(row.waste_usd),
         "recoverable_usd": float(row.recoverable_usd),
+        "recoverable_low_usd": result["recoverable_low_usd"],
+        "recoverable_high_usd": result["recoverable_high_usd"],
         "usd_per_month_at_run_rate": result["usd_per_month_at_run_rate"],
         "categories": {
             name: {
                 "gpu_seconds": categories[name]["gpu_seconds"],
                 "usd": categories[name]["usd_cents"] / 100,
                 "share": categories[name]["share"],
-                "recoverability": categories[name]["recoverability"],
+                "cap": categories[name]["cap"],
                 "recoverable_usd": categories[name]["recoverable_usd"],
+                "recoverable_low_usd": categories[name]["recoverable_low_usd"],
+                "recoverable_high_usd": categories[name]["recoverable_high_usd"],
+                "evidence": categories[name]["evidence"],
             }
             for name in CATEGORIES
         },
+        "dropped_rows": result.get("dropped_rows") or {"non_rising_start": 0, "reused_step": 0},
         "idle": result["idle"],
         "ranks": result["ranks"],
         "stragglers": result["stragglers"],
         "memory": result["memory"],
         "host": result["host"],
-        "recommendations": row.recommendations,
+        "recommendations": recommendations_with_recurrence(run=run, row=row),
         "warnings": result["warnings"],
         "analysed_at": row.analysed_at.isoformat(),
         "complete": row.complete and row.analysed_seq >= run.ingest_seq,
@@ -64,3 +75,39 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
 def analysis_series(*, run: Run, row: RunAnalysis | None = None) -> dict[str, Any] | None:
     row = row or analysis_row(run=run)
     return None if row is None else dict(row.result["windows"])
+
+
+def recurrence(*, run: Run, row: RunAnalysis) -> dict[str, Any]:
+    """How often this run's work recurs: the project's GPU-hours over the trailing 30 days before
+    the run's end (RunDay rows, so the same figures as leaderboards and finance). A run with no
+    other run of its project in that window is one-off: it gets no monthly figure."""
+    end = run.finished_at or row.analysed_at or run.last_seen_at
+    assert end is not None
+    since = (end - timedelta(days=RECURRENCE_DAYS)).date()
+    agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=end.date()).aggregate(
+        gpu_seconds=Sum("gpu_seconds"), others=Count("run_id", distinct=True, filter=~Q(run_id=run.pk))
+    )
+    others = int(agg["others"] or 0)
+    return {
+        "kind": "recurring" if others else "one_off",
+        "project_gpu_hours_30d": float(agg["gpu_seconds"] or 0.0) / 3600,
+        "other_runs_30d": others,
+        "run_gpu_hours": row.gpu_hours,
+    }
+
+
+def recommendations_with_recurrence(*, run: Run, row: RunAnalysis) -> list[dict[str, Any]]:
+    """Stored recommendations with a monthly saving where the work recurs:
+    saving_usd / run GPU-hours x the project's GPU-hours over the trailing 30 days."""
+    recs = list(row.recommendations)
+    if not recs:
+        return recs
+    rec = recurrence(run=run, row=row)
+    out = []
+    for r in recs:
+        saving = r.get("saving_usd")
+        monthly = None
+        if saving is not None and rec["kind"] == "recurring" and row.gpu_hours > 0:
+            monthly = saving / row.gpu_hours * rec["project_gpu_hours_30d"]
+        out.append({**r, "saving_usd_per_month": monthly, "recurrence": rec})
+    return out

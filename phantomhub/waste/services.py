@@ -31,6 +31,7 @@ from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus, SystemSample
 from phantomhub.telemetry.selectors import steps_arrays
+from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.model import (
     CATEGORIES,
     Analysis,
@@ -43,10 +44,12 @@ from phantomhub.waste.model import (
     SystemSamples,
     analysis_from,
     recoverability_check,
+    world_size_for,
 )
 from phantomhub.waste.models import OrgSettings, ProjectDay, ProjectSettings, RollupPending, RunAnalysis, RunDay
 from phantomhub.waste.money import cents_allocate
 from phantomhub.waste.recommendations import recommend
+from phantomhub.waste.result import to_jsonable
 
 log = logging.getLogger(__name__)
 NS = 10**9
@@ -81,8 +84,11 @@ def policy_for(run: Run) -> Policy:
     )
 
 
-def run_config_and_prices(run: Run, policy: Policy) -> tuple[RunConfig, list[PriceSegmentRow]]:
-    """The model's configuration for the run, and the price-book segments it was priced with."""
+def run_config_and_prices(run: Run, policy: Policy, ranks_seen: int = 0) -> tuple[RunConfig, list[PriceSegmentRow]]:
+    """The model's configuration for the run, and the price-book segments it was priced with.
+
+    ``ranks_seen`` (ranks with step rows) above the declared world size replaces it: one scaling
+    for billing and FLOPs (``world_size_for``)."""
     spec = gpu_resolve(run.gpu_model) if run.gpu_model else None
     peak = peak_flops(spec, run.dtype) if spec and run.dtype else None
     segments = run_price_segments(run=run, end=run.allocation_start + PRICE_HORIZON)
@@ -93,7 +99,7 @@ def run_config_and_prices(run: Run, policy: Policy) -> tuple[RunConfig, list[Pri
     ]
     config = RunConfig(
         gpu_count=run.gpu_count,
-        world_size=run.world_size,
+        world_size=world_size_for(run.world_size, ranks_seen, run.gpu_count)[0],
         allocation_start_ns=_ns(run.allocation_start),
         price_segments=tuple(
             PriceSegment(_ns(s.start), _ns(s.end), s.usd_per_gpu_hour) for s in segments if s.usd_per_gpu_hour is not None
@@ -107,14 +113,19 @@ def run_config_and_prices(run: Run, policy: Policy) -> tuple[RunConfig, list[Pri
     return config, segments
 
 
-def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray]) -> StepColumns:
-    # The model needs start times that rise with the step number. Ingest checks that inside a
-    # batch; rows of different batches that break it (a restarted job reusing step numbers) are
-    # left out here rather than failing the whole analysis.
+def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray], after_ns: int | None = None) -> tuple[StepColumns, int]:
+    """The rows as model columns, and how many were left out.
+
+    The model needs start times that rise with the step number. Ingest checks that inside a
+    batch; rows of different batches that break it (a clock jump, a restarted job reusing step
+    numbers) are left out here, counted, rather than failing the whole analysis. ``after_ns`` is
+    the start of the last row already folded in (incremental analysis).
+    """
     t = arrays["t_start_ns"]
-    if len(t) > 1 and (np.diff(t) <= 0).any():
-        keep = np.ones(len(t), dtype=bool)
-        keep[1:] = t[1:] > np.maximum.accumulate(t)[:-1]
+    floor = np.maximum.accumulate(np.concatenate(([after_ns if after_ns is not None else np.iinfo(np.int64).min], t)))[:-1]
+    keep = t > floor
+    dropped = int(len(t) - keep.sum())
+    if dropped:
         arrays = {name: values[keep] for name, values in arrays.items()}
     cols: dict[str, Any] = {"step": arrays["step"], "t_start_ns": arrays["t_start_ns"]}
     dur = arrays["dur_ns"]
@@ -129,7 +140,7 @@ def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray]) -> StepCo
             cols[name] = np.where(known, values, 0)
     if np.isfinite(arrays["flops"]).any():
         cols["flops"] = arrays["flops"]
-    return StepColumns(rank=rank, host=host, **cols)
+    return StepColumns(rank=rank, host=host, **cols), dropped
 
 
 def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[SystemSamples], int]:
@@ -164,6 +175,29 @@ def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[Syste
     return out, max(r[2] for r in rows)
 
 
+def references_for(run: Run, gpu_key: str) -> References:
+    """Finished runs of the run's project that may demonstrate better levels (evidence.py):
+    peer candidates (same GPU model; the model keeps those with a comparable step) and the
+    project's runs (for start-up medians). One indexed read of at most a few hundred small rows."""
+    rows = (
+        RunAnalysis.objects.filter(project_id=run.project_id, complete=True, profile__isnull=False)
+        .exclude(run_id=run.pk)
+        .order_by("-analysed_at")
+        .values_list("run_id", "gpu_key", "profile")[: PEERS_MAX * 4]
+    )
+    project: list[Peer] = []
+    peers: list[Peer] = []
+    for run_id, key, raw in rows:
+        profile = RunProfile.from_json(raw) if isinstance(raw, dict) else None
+        if profile is None:
+            continue
+        peer = Peer(str(run_id), profile)
+        project.append(peer)
+        if key == gpu_key:
+            peers.append(peer)
+    return References(peers=tuple(peers), project=tuple(project))
+
+
 def _analysis_lock(run: Run) -> RunAnalysis:
     """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time.
 
@@ -192,8 +226,9 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         run.refresh_from_db()  # the seq read after taking the lock is the one we analyse up to
         seq = run.ingest_seq
         policy = policy_for(run)
-        config, price_rows = run_config_and_prices(run, policy)
         ranks = {r.rank: r for r in RunRank.objects.filter(run=run)}
+        ranks_seen = sum(1 for r in ranks.values() if r.step_rows > 0)
+        config, price_rows = run_config_and_prices(run, policy, ranks_seen)
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
         acc, rank_rows, last_step, full = None, {}, {}, True
@@ -211,26 +246,30 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             acc = RunAccumulator(config)
         samples_since = int(state.get("samples_t", 0)) if (state and not full) else 0
         steps_end_ns = int(state.get("steps_end_ns", 0)) if (state and not full) else 0
+        dropped = int(state.get("dropped", 0)) if (state and not full) else 0
 
         fetched = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
         if fetched is None:  # a late batch landed below what was folded in: start over
             acc, rank_rows, last_step, samples_since, steps_end_ns, full = RunAccumulator(config), {}, {}, 0, 0, True
+            dropped = 0
             fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
         fresh = fetched
         try:
-            for cols, _, _ in fresh:
+            for cols, _, _, _ in fresh:
                 # A from-scratch pass aligns ranks once at the end (the model's rule for full runs).
                 acc.add_steps(cols, align=not full)
         except NotAppendable:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
             fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
-            for cols, _, _ in fresh:
+            for cols, _, _, _ in fresh:
                 acc.add_steps(cols, align=False)
-            samples_since, steps_end_ns = 0, 0
-        for cols, fetched_rows, fetched_last in fresh:
+            samples_since, steps_end_ns, dropped = 0, 0, 0
+        for cols, fetched_rows, fetched_last, fetched_dropped in fresh:
             rank_rows[cols.rank] = rank_rows.get(cols.rank, 0) + fetched_rows
             last_step[cols.rank] = fetched_last
-            steps_end_ns = max(steps_end_ns, int((cols.t_start_ns + cols.dur_ns).max()))
+            dropped += fetched_dropped
+            if len(cols):
+                steps_end_ns = max(steps_end_ns, int((cols.t_start_ns + cols.dur_ns).max()))
         samples, samples_since = _samples(run, samples_since, hosts)
         for batch in samples:
             acc.add_samples(batch)
@@ -239,10 +278,25 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         if run.status == RunStatus.CRASHED and run.finished_at is None:
             Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
         oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
-        analysis = analysis_from(acc, end_ns=end_ns, recoverability=policy.recoverability, oom_count=oom_count)
+        reused = sum(int(getattr(r, "reused_step_rows", 0) or 0) for r in ranks.values())
+        analysis = analysis_from(
+            acc,
+            end_ns=end_ns,
+            recoverability=policy.recoverability,
+            oom_count=oom_count,
+            refs=references_for(run, gpu_key_for(run.gpu_model)),
+            dropped_rows={"non_rising_start": dropped, "reused_step": reused},
+            extra_warnings=world_size_for(run.world_size, ranks_seen, run.gpu_count)[1],
+        )
         _store(row, run, analysis, seq)
         row.state = orjson.dumps(
-            {"config": config.fingerprint(), "acc": acc.to_json(), "samples_t": samples_since, "steps_end_ns": steps_end_ns},
+            {
+                "config": config.fingerprint(),
+                "acc": acc.to_json(),
+                "samples_t": samples_since,
+                "steps_end_ns": steps_end_ns,
+                "dropped": dropped,
+            },
             option=orjson.OPT_SERIALIZE_NUMPY,
         )
         row.rank_rows = {str(k): v for k, v in rank_rows.items()}
@@ -259,10 +313,10 @@ def _fetch_new_rows(
     full: bool,
     run_id: uuid.UUID,
     hosts: dict[int, str],
-) -> list[tuple[StepColumns, int, int]] | None:
-    """New rows per rank (columns, rows fetched, last step fetched), or None when a rank's count
-    shows rows we cannot append."""
-    out: list[tuple[StepColumns, int, int]] = []
+) -> list[tuple[StepColumns, int, int, int]] | None:
+    """New rows per rank (columns, rows fetched, last step fetched, rows left out), or None when a
+    rank's count shows rows we cannot append."""
+    out: list[tuple[StepColumns, int, int, int]] = []
     for rank in sorted(ranks):
         after = -1 if full else last_step.get(rank, -1)
         arrays = steps_arrays(run_id=run_id, rank=rank, after_step=after)
@@ -274,7 +328,8 @@ def _fetch_new_rows(
             else:
                 return None
         if len(arrays["step"]):
-            out.append((_step_columns(rank, hosts[rank], arrays), len(arrays["step"]), int(arrays["step"][-1])))
+            cols, dropped = _step_columns(rank, hosts[rank], arrays)
+            out.append((cols, len(arrays["step"]), int(arrays["step"][-1]), dropped))
     return out
 
 
@@ -307,6 +362,7 @@ def _store(row: RunAnalysis, run: Run, analysis: Analysis, seq: int) -> None:
     row.recoverable_usd = Decimal(str(round(analysis.recoverable_usd, 2)))
     row.waste_share = analysis.waste_cents / analysis.cost_cents if analysis.cost_cents else 0.0
     row.mfu = analysis.mfu
+    row.profile = to_jsonable(analysis.profile) if analysis.steps else None
     row.result = result
     row.recommendations = recs
 
@@ -347,10 +403,11 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
     by_cat = {
         fig.category: cents_allocate(fig.usd_cents, {k: weights[d] for k, d in zip(keys, days)}) for fig in analysis.categories
     }
+    # The run's recoverable cents follow its dollars over the days, so days sum to the run exactly.
+    recoverable = cents_allocate(round(analysis.recoverable_usd * 100), {k: weights[d] for k, d in zip(keys, days)})
     old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
     RunDay.objects.filter(run=run).delete()
     rows = []
-    factors = analysis.recoverability
     for key, day in zip(keys, days):
         cats = {name: by_cat[name][key] / 100 for name in CATEGORIES}
         cost_cents = sum(by_cat[name][key] for name in CATEGORIES)
@@ -368,7 +425,7 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
                 waste_usd=Decimal(waste_cents) / 100,
                 price_entry_ids=_entries_on(day, analysis, price_rows),
                 categories_usd=cats,
-                recoverable_usd=Decimal(str(round(sum(cats[n] * factors.get(n, 0) for n in CATEGORIES), 2))),
+                recoverable_usd=Decimal(recoverable[key]) / 100,
                 mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds,
                 mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
             )

@@ -63,6 +63,7 @@ class StepBlock:
     overrun: int  # rows whose stages were scaled down
     clipped: int  # rows shortened by the next row, a phase or the billing edges
     over_peak: int  # rows whose credited FLOPs exceed the peak over their step time (bad inputs)
+    zero_flops: int = 0  # rows reporting 0 FLOPs: treated as not counted
 
     @property
     def compute_ns(self) -> IntArray:
@@ -120,7 +121,9 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
 
     raw_flops = cols.get("flops")
     flops = np.full(n, np.nan) if raw_flops is None else np.asarray(raw_flops, dtype=np.float64)
-    known = np.isfinite(flops) & (flops >= 0)
+    # No training step does zero FLOPs: a 0 is a counter that recognised no op, not a measurement.
+    zero_flops = int((flops == 0).sum())
+    known = np.isfinite(flops) & (flops > 0)
     # Share of the row's measured work (or of the whole row when nothing was measured) kept.
     work = np.minimum(measured, dur)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -154,6 +157,7 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         overrun=int(over.sum()),
         clipped=int((nonphase < dur).sum()),
         over_peak=over_peak,
+        zero_flops=zero_flops,
     )
 
 

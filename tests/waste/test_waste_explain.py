@@ -3,15 +3,25 @@ Recommendation.explain), and the inputs given really produce the figure."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 
-from phantomhub.waste.model import HOURS_PER_MONTH, PriceSegment, RunConfig, RunInputs, SystemSamples, analyze
+from phantomhub.waste.model import (
+    HOURS_PER_MONTH,
+    Peer,
+    PriceSegment,
+    References,
+    RunConfig,
+    RunInputs,
+    SystemSamples,
+    analyze,
+)
 from phantomhub.waste.recommendations import recommend
 from tests.waste.factories import MS, S, steps
-from tests.waste.test_waste_model_exact import worked_example_run
 
 GIB = 2**30
 N = 200
@@ -147,43 +157,28 @@ def test_figures_that_are_absent_have_no_explanation():
     assert a.explain["memory.oom_count"].value == 0
 
 
-def test_every_recommendation_explains_its_monthly_saving():
-    a = analyze(busy_run())
+def test_every_recommendation_explains_its_saving():
+    first = analyze(busy_run())
+    peer = Peer("peer", dataclasses.replace(first.profile, data_ns_per_step=0.0, comm_ns_per_step=0.0, startup_s=5.0))
+    a = analyze(dataclasses.replace(busy_run(), refs=References(peers=(peer,), project=(peer,))))
     recs = recommend(a)
 
     codes = {r.code for r in recs}
     assert {"STRAGGLER", "COMM_EXPOSED", "IDLE", "MEMORY_FRAGMENTATION", "OOM"} <= codes
     for r in recs:
         assert r.explain is not None, r.code
-        assert r.explain.value == r.estimated_saving_usd_per_month, r.code
-        assert r.explain.unit == "USD/month"
+        assert r.explain.value == r.saving_usd, r.code
+        assert r.explain.unit == ("USD/month" if r.saving_usd is None else "USD")
         assert r.to_json()["explain"]["formula"] == r.explain.formula
-        if r.estimated_saving_usd_per_month is None:
+        if r.saving_usd is None:
             assert r.explain.formula.startswith("not priced separately")
             continue
-        i = r.explain.inputs
-        assert r.estimated_saving_usd_per_month == pytest.approx(i["recoverable_usd"] / i["run_hours"] * i["hours_per_month"])
+        claimed = {k[len("claimed_") : -len("_usd")]: v for k, v in r.explain.inputs.items() if k.startswith("claimed_")}
+        assert claimed == r.claims and r.saving_usd == pytest.approx(sum(claimed.values()))
         assert all(unit for unit in r.explain.input_units.values()), r.code
-    by = {r.code: r.explain.inputs for r in recs if r.explain is not None}
+    by = {r.code: r for r in recs}
     straggler = a.stragglers[0]
-    assert by["STRAGGLER"]["recoverable_usd"] == pytest.approx(straggler.caused_wait_usd * by["STRAGGLER"]["recoverability"])
-    comm = by["COMM_EXPOSED"]
-    assert comm["recoverable_usd"] == pytest.approx(
-        (comm["comm_exposed_usd"] - comm["stragglers_caused_wait_usd"]) * comm["recoverability"]
-    )
+    assert by["STRAGGLER"].claims == {"comm_exposed": math.floor(straggler.caused_wait_usd * 100) / 100}
+    comm = a.category("comm_exposed")
+    assert by["COMM_EXPOSED"].saving_usd == pytest.approx(comm.recoverable_usd - by["STRAGGLER"].saving_usd)
     json.dumps([r.to_json() for r in recs], allow_nan=False)
-
-
-def test_worked_example_savings_are_explained_with_the_documented_inputs():
-    recs = {r.code: r for r in recommend(analyze(worked_example_run()))}
-
-    idle = recs["IDLE"].explain
-    assert idle is not None
-    assert idle.inputs == {
-        "idle_usd": 10.66,
-        "recoverability": 0.5,
-        "recoverable_usd": 5.33,
-        "run_hours": pytest.approx(4200 / 3600),
-        "hours_per_month": 730,
-    }
-    assert round(idle.value) == 3335

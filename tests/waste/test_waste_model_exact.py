@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from decimal import Decimal
 
@@ -9,10 +10,13 @@ import numpy as np
 import pytest
 
 from phantomhub.waste.model import (
+    Peer,
     Phase,
     PriceSegment,
+    References,
     RunConfig,
     RunInputs,
+    RunProfile,
     analyze,
 )
 from tests.waste.factories import MS, S, cents_by_category, gpu_seconds_by_category, steps
@@ -62,6 +66,30 @@ def worked_example_run() -> RunInputs:
     return RunInputs(config=config, end_ns=T0 + 4200 * S, steps=batches)
 
 
+def worked_example_peer(**over: float | None) -> RunProfile:
+    """A finished run with the worked example's step and figures, except those overridden."""
+    base = {
+        "live_steps": 24_000, "ranks": 8, "flops_per_step": 0.25 * H100_BF16, "tokens_per_step": 4096.0,
+        "samples_per_step": None, "data_ns_per_step": 100e6, "comm_ns_per_step": 100e6,
+        "host_ns_per_step": 50e6, "gap_ns_per_step": 0.0, "mfu_compute": 1 / 3, "startup_s": 600.0,
+        "teardown_s": 300.0,
+    }  # fmt: skip
+    return RunProfile(**{**base, **over})  # type: ignore[arg-type]
+
+
+def worked_example_refs() -> References:
+    """docs/waste-model.md's worked example's evidence: two earlier finished runs of the project
+    with the same step (FLOPs and tokens per step), a faster loader, better MFU and shorter
+    start-up and tear-down; and a third run of another step size, which is not compared."""
+    peer = worked_example_peer
+    peers = (
+        Peer("p-fast", peer(data_ns_per_step=20e6, mfu_compute=0.5, startup_s=120.0, teardown_s=60.0)),
+        Peer("p-slow", peer(data_ns_per_step=40e6, mfu_compute=0.4, startup_s=240.0, teardown_s=60.0)),
+        Peer("p-other-model", peer(data_ns_per_step=1e6, flops_per_step=1e12, mfu_compute=0.9)),
+    )
+    return References(peers=peers, project=peers[:2])
+
+
 def test_worked_example_splits_every_gpu_second_and_cent():
     a = analyze(worked_example_run())
 
@@ -108,8 +136,15 @@ def test_worked_example_mfu_and_recoverable_dollars():
     assert a.mfu_step_time == pytest.approx(0.25)
     assert a.mfu_compute == pytest.approx(0.25 / 0.75)
     assert a.tokens_per_s == pytest.approx(4096 * 3000 * 8 / 4200)
-    # 6.67 x 0.3 + 2.67 x 0.8 + 2.67 x 0.5 + 1.33 x 0.5 + 10.66 x 0.5
-    assert a.recoverable_usd == pytest.approx(2.001 + 2.136 + 1.335 + 0.665 + 5.33)
+    assert a.recoverable_usd == 0  # uniform and alone: nothing demonstrates a better level
+    # With the project's earlier runs as evidence (docs/waste-model.md): data 2.67 x (1 - 25/100),
+    # compute 20.00 x (1 - (1/3)/0.475), start-up 5.33 x (1 - 180/600), tear-down 2.67 x (1 - 60/300).
+    b = analyze(dataclasses.replace(worked_example_run(), refs=worked_example_refs()))
+    assert {c.category: c.recoverable_cents for c in b.categories} == {
+        "useful_compute": 0, "compute_inefficiency": 596, "data_stall": 200, "comm_exposed": 0,
+        "host_overhead": 0, "idle": 373 + 213,
+    }  # fmt: skip
+    assert b.recoverable_usd == 13.82
     assert a.usd_per_month_at_run_rate == pytest.approx(37.33 / (4200 / 3600) * 730)
 
 
@@ -361,14 +396,15 @@ def test_bad_recoverability_is_rejected():
 
 
 def test_custom_recoverability_changes_recoverable_dollars_only():
-    run = worked_example_run()
-    custom = RunInputs(config=run.config, end_ns=run.end_ns, steps=run.steps, recoverability={"idle": 1.0})
+    run = dataclasses.replace(worked_example_run(), refs=worked_example_refs())
+    custom = dataclasses.replace(run, recoverability={"idle": 0.25})
 
     a, b = analyze(run), analyze(custom)
 
     assert cents_by_category(a) == cents_by_category(b)
-    assert b.category("idle").recoverable_usd == 10.66
-    assert b.recoverable_usd == pytest.approx(a.recoverable_usd + 10.66 * 0.5)
+    assert a.category("idle").recoverable_cents == 586 and not a.category("idle").evidence.capped
+    assert b.category("idle").recoverable_cents == 266 and b.category("idle").evidence.capped  # 25% of 10.66
+    assert b.recoverable_usd == pytest.approx(a.recoverable_usd - 5.86 + 2.66)
 
 
 def test_a_step_spanning_three_prices_keeps_its_mix_in_each():

@@ -1,16 +1,17 @@
-"""Recommendations fire on evidence, carry concrete fixes and price themselves at the run's rate."""
+"""Recommendations fire on evidence, carry concrete fixes and claim disjoint recoverable dollars."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from phantomhub.waste.model import Phase, PriceSegment, RunConfig, RunInputs, SystemSamples, analyze
+from phantomhub.waste.model import Peer, Phase, PriceSegment, References, RunConfig, RunInputs, SystemSamples, analyze
 from phantomhub.waste.recommendations import Thresholds, recommend
 from tests.waste.factories import MS, S, steps
-from tests.waste.test_waste_model_exact import worked_example_run
+from tests.waste.test_waste_model_exact import worked_example_refs, worked_example_run
 from tests.waste.test_waste_stragglers import lockstep
 
 GIB = 2**30
@@ -20,23 +21,19 @@ def by_code(recs):
     return {r.code: r for r in recs}
 
 
-def test_worked_example_recommendations_and_their_monthly_savings():
-    a = analyze(worked_example_run())
+def test_worked_example_recommendations_and_their_savings():
+    a = analyze(dataclasses.replace(worked_example_run(), refs=worked_example_refs()))
 
     recs = recommend(a)
 
     codes = [r.code for r in recs]
-    # Ordered by recoverable dollars: idle 10.66 x 0.5, data 2.67 x 0.8, inefficiency 6.67 x 0.3,
-    # comm 2.67 x 0.5; host overhead (3.6% of the bill) is under its 5% threshold.
-    assert codes == ["IDLE", "DATA_STALL", "LOW_MFU", "COMM_EXPOSED"]
-    hours = 4200 / 3600
+    # Ordered by saving: compute 5.96, idle 3.73 + 2.13, data 2.00; comm 0 (no peer was better);
+    # host overhead (3.6% of the bill) is under its 5% threshold.
+    assert codes == ["LOW_MFU", "IDLE", "DATA_STALL", "COMM_EXPOSED"]
     recs_by = by_code(recs)
-    assert recs_by["IDLE"].estimated_saving_usd_per_month == pytest.approx(10.66 * 0.5 / hours * 730)
-    assert recs_by["DATA_STALL"].estimated_saving_usd_per_month == pytest.approx(2.67 * 0.8 / hours * 730)
-    # The figures docs/waste-model.md quotes in its worked example.
-    assert [round(r.estimated_saving_usd_per_month) for r in recs] == [3335, 1337, 1252, 835]
-    assert round(a.usd_per_month_at_run_rate) == 23358
-    assert round(a.recoverable_usd, 2) == 11.47
+    assert [r.saving_usd for r in recs] == [5.96, 5.86, 2.00, 0.0]
+    assert recs_by["IDLE"].claims == {"idle": 5.86}
+    assert sum(r.saving_usd for r in recs) == pytest.approx(a.recoverable_usd)
     assert recs_by["IDLE"].severity == "high"
     assert recs_by["DATA_STALL"].severity == "low"
     assert any("num_workers" in f for f in recs_by["DATA_STALL"].fixes)
@@ -72,9 +69,10 @@ def test_a_straggler_gets_its_own_recommendation_and_comm_is_not_counted_twice()
 
     s = recs["STRAGGLER"]
     assert "node-2" in s.title and any("node-2" in f for f in s.fixes)
-    hours = a.run_hours
-    assert s.estimated_saving_usd_per_month == pytest.approx(0.12 * 0.5 / hours * 730)
-    assert recs["COMM_EXPOSED"].estimated_saving_usd_per_month == pytest.approx((0.44 - 0.12) * 0.5 / hours * 730)
+    # The others' measured wait for rank 2 is the evidence: 12 cents, claimed by STRAGGLER alone.
+    assert a.category("comm_exposed").evidence.kind == "straggler"
+    assert s.saving_usd == 0.12 and s.claims == {"comm_exposed": 0.12}
+    assert recs["COMM_EXPOSED"].saving_usd == pytest.approx(a.category("comm_exposed").recoverable_usd - 0.12)
 
 
 def test_low_mfu_suggests_a_bigger_batch_when_memory_allows_and_bf16_for_fp32():
@@ -107,7 +105,7 @@ def test_unknown_peak_gets_an_info_recommendation_without_a_price():
 
     rec = by_code(recommend(analyze(run)))["MFU_UNKNOWN"]
 
-    assert rec.severity == "info" and rec.estimated_saving_usd_per_month is None
+    assert rec.severity == "info" and rec.saving_usd is None
 
 
 def test_memory_trouble_recommends_allocator_settings_and_checkpointing():
@@ -160,8 +158,14 @@ def test_host_contention_names_the_host_and_prices_its_ranks_overhead():
     assert rec.title == "CPU contention on noisy"
     assert any("numactl" in f for f in rec.fixes)
     assert any("steal" in f for f in rec.fixes)
-    # 4 GPU-s of host_overhead at 1 cent/GPU-s, recoverable at 0.5, over 10 s of run.
-    assert rec.estimated_saving_usd_per_month == pytest.approx(0.04 * 0.5 / (10 / 3600) * 730)
+    # 4 GPU-s of host overhead at 1 cent/GPU-s; a peer with the same step and no host overhead
+    # demonstrates all of it recoverable, and the contended host's ranks claim it.
+    peer = Peer("quiet", dataclasses.replace(a.profile, host_ns_per_step=0.0, samples_per_step=1.0))
+    b = analyze(dataclasses.replace(run, steps=[dataclasses.replace(run.steps[0], samples=np.ones(10, dtype=np.int64))],
+                                    refs=References(peers=(peer,))))  # fmt: skip
+    claimed = by_code(recommend(b))["HOST_CONTENTION"]
+    assert claimed.saving_usd == 0.04 and claimed.claims == {"host_overhead": 0.04}
+    assert "HOST_OVERHEAD" not in {r.code for r in recommend(b)} or by_code(recommend(b))["HOST_OVERHEAD"].saving_usd == 0
 
 
 def test_checkpoint_phases_get_async_checkpointing():

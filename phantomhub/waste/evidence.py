@@ -1,0 +1,541 @@
+"""Recoverable dollars as measured counterfactuals (DESIGN.md §4, docs/waste-model.md).
+
+For each category, recoverable = what the run spent on it minus what it would have spent at a
+**reference that has actually been achieved**, with that evidence named:
+
+- ``own_stretch``: the run's own best sustained stretch of at least ``STRETCH_MIN_STEPS`` steps
+  per rank (from the accumulator's time windows): a loader that kept up for that long can keep up;
+- ``peers``: finished runs of the same project on the same GPU model whose step is comparable
+  (FLOPs, tokens and samples per step per rank each within ``PEER_TOLERANCE`` where both report
+  them): the better quartile of their per-step figure;
+- ``straggler``: the other ranks' measured wait for a slow rank (exposed communication only);
+- ``project_median``: the project's median start-up (or tear-down) for those idle parts;
+- ``none``: nothing demonstrated a better level; then nothing is called recoverable.
+
+Per-step categories (data stall, exposed communication, host overhead) are priced as
+``usd x max(0, 1 - reference / run_value)``, with values in ns per step: removing the excess wait
+of every step removes that share of the category's GPU time. Compute inefficiency is priced at a
+reference MFU over compute time: ``compute_usd x (1 - run_mfu / reference_mfu)``, never more than
+the inefficiency itself (the reference is capped at the target MFU, which is the high end).
+
+The range: ``low`` uses the conservative version of each reference (the run's better-quartile
+non-overlapping stretch, the peers' median), ``high`` the best single one (the best stretch, the
+best peer, the target). An organization may cap each category's recoverable share (the old
+"recoverability" factors, default 1): the cap cuts the figure and ``capped`` says so.
+
+Pure: numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phantomhub.waste.inputs import FloatArray
+from phantomhub.waste.windows import WindowSums
+
+STRETCH_MIN_STEPS = 200  # per rank: "a few hundred steps" of sustained behaviour
+PEER_TOLERANCE = 0.10  # FLOPs / tokens / samples per step within ±10% of this run's
+PEERS_MAX = 50  # most recent comparable peers considered
+NO_EVIDENCE = "none"
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    """A finished run's step signature and per-step figures (per rank), stored for its peers."""
+
+    live_steps: int  # steps with time outside phases, all ranks
+    ranks: int
+    flops_per_step: float | None
+    tokens_per_step: float | None
+    samples_per_step: float | None
+    data_ns_per_step: float | None
+    comm_ns_per_step: float | None
+    host_ns_per_step: float | None
+    gap_ns_per_step: float | None
+    mfu_compute: float | None
+    startup_s: float | None  # mean over ranks: allocation start to the first step
+    teardown_s: float | None  # mean over ranks: last step to the end
+
+    def signature_matches(self, other: RunProfile, tolerance: float = PEER_TOLERANCE) -> bool:
+        """Comparable steps: every per-step work figure both report agrees within ``tolerance``,
+        and at least one is reported by both."""
+        compared = 0
+        for name in ("flops_per_step", "tokens_per_step", "samples_per_step"):
+            a, b = getattr(self, name), getattr(other, name)
+            if a is None or b is None or a <= 0 or b <= 0:
+                continue
+            compared += 1
+            if abs(a - b) > tolerance * max(a, b):
+                return False
+        return compared > 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> RunProfile | None:
+        try:
+            return cls(**{f: data.get(f) for f in cls.__dataclass_fields__})  # type: ignore[arg-type]
+        except TypeError:
+            return None
+
+
+@dataclass(frozen=True)
+class Peer:
+    run_id: str
+    profile: RunProfile
+
+
+@dataclass(frozen=True)
+class References:
+    """What other runs demonstrate. ``peers``: candidate finished runs of the same project and GPU
+    model, most recent first (``assess`` keeps those whose step matches, ``signature_matches``).
+    ``project``: the project's finished runs of any step, for start-up and tear-down medians."""
+
+    peers: tuple[Peer, ...] = ()
+    project: tuple[Peer, ...] = ()
+
+
+NO_REFERENCES = References()
+
+
+@dataclass(frozen=True)
+class StretchWindow:
+    t_start_ns: int
+    t_end_ns: int
+    steps: float  # per rank
+
+
+@dataclass(frozen=True)
+class CategoryEvidence:
+    kind: str  # own_stretch | peers | straggler | target | project_median | none
+    summary: str
+    unit: str  # of the values below: ms/step, MFU, s
+    run_value: float | None
+    reference_value: float | None
+    low_reference: float | None
+    high_reference: float | None
+    window: StretchWindow | None = None
+    peer_run_ids: tuple[str, ...] = ()
+    capped: bool = False
+
+
+@dataclass(frozen=True)
+class Recoverable:
+    """One category's (or idle part's) recoverable cents, its range and evidence."""
+
+    cents: int
+    low_cents: int
+    high_cents: int
+    evidence: CategoryEvidence
+    formula: str = ""
+    inputs: Mapping[str, float | int | str | None] = field(default_factory=dict)
+
+
+def none_recoverable(reason: str, unit: str = "", run_value: float | None = None) -> Recoverable:
+    return Recoverable(0, 0, 0, CategoryEvidence(NO_EVIDENCE, reason, unit, run_value, None, None, None))
+
+
+# -- the run's own best sustained stretch -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stretch:
+    best: float  # best value of any stretch of at least the minimum length
+    quartile: float  # better quartile of consecutive non-overlapping stretches
+    window: StretchWindow
+
+
+def best_stretch(
+    num: FloatArray,
+    den: FloatArray,
+    length: FloatArray,
+    *,
+    need: float,
+    lower_is_better: bool,
+    start_ns: int,
+    width_ns: int,
+    ranks: int,
+) -> Stretch | None:
+    """Best ``Σnum / Σden`` over runs of consecutive windows holding at least ``need`` of
+    ``length`` (step-equivalents, all ranks), or None when the run is shorter than that."""
+    n = len(length)
+    p_len = np.concatenate(([0.0], np.cumsum(length)))
+    if n == 0 or p_len[-1] < need or need <= 0:
+        return None
+    p_num = np.concatenate(([0.0], np.cumsum(num)))
+    p_den = np.concatenate(([0.0], np.cumsum(den)))
+    lo = np.arange(n)
+    hi = np.searchsorted(p_len, p_len[:-1] + need * (1 - 1e-12), side="left")
+    ok = hi <= n
+    lo, hi = lo[ok], hi[ok]
+    d = p_den[hi] - p_den[lo]
+    ok = d > 0
+    lo, hi, d = lo[ok], hi[ok], d[ok]
+    if not len(lo):
+        return None
+    values = (p_num[hi] - p_num[lo]) / d
+    k = int(np.argmin(values) if lower_is_better else np.argmax(values))
+    blocks = []
+    b = 0
+    while True:
+        e = int(np.searchsorted(p_len, p_len[b] + need * (1 - 1e-12), side="left"))
+        if e > n:
+            break
+        if p_den[e] - p_den[b] > 0:
+            blocks.append((p_num[e] - p_num[b]) / (p_den[e] - p_den[b]))
+        b = e
+    quartile = float(np.percentile(blocks, 25 if lower_is_better else 75)) if blocks else float(values[k])
+    i, j = int(lo[k]), int(hi[k])
+    while i < j and length[i] <= 0:  # the stretch starts and ends where steps ran
+        i += 1
+    while j > i and length[j - 1] <= 0:
+        j -= 1
+    window = StretchWindow(start_ns + i * width_ns, start_ns + j * width_ns, float(p_len[j] - p_len[i]) / max(ranks, 1))
+    return Stretch(float(values[k]), quartile, window)
+
+
+# -- category figures -------------------------------------------------------------------------
+
+
+def _cents_at(usd_cents: int, fraction: float) -> int:
+    """Whole cents of ``usd_cents x fraction`` (floor, so parts never exceed the category)."""
+    if not math.isfinite(fraction) or fraction <= 0:
+        return 0
+    return min(usd_cents, math.floor(usd_cents * min(fraction, 1.0) + 1e-9))
+
+
+def _peer_values(peers: Sequence[Peer], attr: str) -> list[tuple[str, float]]:
+    out = []
+    for p in peers:
+        v = getattr(p.profile, attr)
+        if v is not None and math.isfinite(v):
+            out.append((p.run_id, float(v)))
+    return out
+
+
+def _capped(rec: Recoverable, usd_cents: int, cap: float) -> Recoverable:
+    limit = math.floor(usd_cents * cap + 1e-9)
+    if rec.cents <= limit and rec.high_cents <= limit:
+        return rec
+    ev = rec.evidence
+    capped_ev = CategoryEvidence(
+        ev.kind, ev.summary + f" Capped at {cap:.0%} of the category by the organization's settings.", ev.unit,
+        ev.run_value, ev.reference_value, ev.low_reference, ev.high_reference, ev.window, ev.peer_run_ids,
+        capped=rec.cents > limit,
+    )  # fmt: skip
+    return Recoverable(
+        min(rec.cents, limit), min(rec.low_cents, limit), min(rec.high_cents, limit), capped_ev,
+        f"min({rec.formula}, cap * usd)" if rec.formula else rec.formula, {**rec.inputs, "cap": cap},
+    )  # fmt: skip
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def per_step_recoverable(
+    *,
+    label: str,
+    usd_cents: int,
+    run_ns: float | None,
+    stretch: Stretch | None,
+    peers: Sequence[Peer],
+    attr: str,
+    cap: float,
+) -> Recoverable:
+    """A per-step wait (data stall, exposed comm, host overhead): priced at the best demonstrated
+    ns per step, ``usd x (1 - reference / run_value)``."""
+    if usd_cents <= 0 or not run_ns:
+        return none_recoverable(f"No {label} to recover.", "ms/step", _ms(run_ns))
+    pv = _peer_values(peers, attr)
+    candidates: list[tuple[float, str]] = []
+    conservative: list[float] = []
+    best: list[float] = []
+    if stretch is not None:
+        candidates.append((stretch.best, "own_stretch"))
+        conservative.append(stretch.quartile)
+        best.append(stretch.best)
+    if pv:
+        values = np.array([v for _, v in pv])
+        candidates.append((float(np.percentile(values, 25)), "peers"))
+        conservative.append(float(np.percentile(values, 50)))
+        best.append(float(values.min()))
+    if not candidates:
+        return none_recoverable(
+            f"No evidence: the run has fewer than {STRETCH_MIN_STEPS} steps per rank to compare stretches "
+            "and no comparable finished run of the project on this GPU model.",
+            "ms/step",
+            _ms(run_ns),
+        )
+    ref, kind = min(candidates)
+    low_ref, high_ref = min(conservative), min(best)
+
+    def fraction(r: float) -> float:
+        return 1.0 - r / run_ns
+
+    point = _cents_at(usd_cents, fraction(ref))
+    if kind == "own_stretch":
+        assert stretch is not None
+        summary = (
+            f"The run's best stretch of {stretch.window.steps:,.0f} steps spent {ref / 1e6:,.2f} ms per step on "
+            f"{label}; the run averaged {run_ns / 1e6:,.2f} ms."
+        )
+        peer_ids: tuple[str, ...] = ()
+    else:
+        summary = (
+            f"Comparable finished runs of this project ({len(pv)}) spent {ref / 1e6:,.2f} ms per step on {label} "
+            f"(better quartile); this run averaged {run_ns / 1e6:,.2f} ms."
+        )
+        peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: x[1]))
+    if point == 0:
+        summary += " No better level was demonstrated, so none of it is counted as recoverable."
+    ev = CategoryEvidence(
+        kind, summary, "ms/step", run_ns / 1e6, ref / 1e6, low_ref / 1e6, high_ref / 1e6,
+        stretch.window if kind == "own_stretch" and stretch else None, peer_ids,
+    )  # fmt: skip
+    rec = Recoverable(
+        point,
+        min(_cents_at(usd_cents, fraction(low_ref)), point),
+        max(_cents_at(usd_cents, fraction(high_ref)), point),
+        ev,
+        "usd * max(0, 1 - reference_ms_per_step / run_ms_per_step)",
+        {"usd": usd_cents / 100, "reference_ms_per_step": ref / 1e6, "run_ms_per_step": run_ns / 1e6},
+    )  # fmt: skip
+    return _capped(rec, usd_cents, cap)
+
+
+def compute_recoverable(
+    *,
+    compute_cents: int,
+    inefficiency_cents: int,
+    run_mfu: float | None,
+    target_mfu: float,
+    stretch: Stretch | None,
+    peers: Sequence[Peer],
+    cap: float,
+) -> Recoverable:
+    """Compute inefficiency at the best demonstrated MFU over compute time (never above target):
+    ``compute_usd x (1 - run_mfu / reference_mfu)``, at most the inefficiency."""
+    if inefficiency_cents <= 0:
+        return none_recoverable("No compute inefficiency to recover.", "MFU", run_mfu)
+    if not run_mfu:
+        return none_recoverable("No evidence: MFU is unknown (no FLOPs or no peak for this GPU and dtype).", "MFU")
+    pv = _peer_values(peers, "mfu_compute")
+    candidates: list[tuple[float, str]] = []
+    conservative: list[float] = []
+    best: list[float] = [target_mfu]
+    if stretch is not None:
+        candidates.append((stretch.best, "own_stretch"))
+        conservative.append(stretch.quartile)
+        best.append(stretch.best)
+    if pv:
+        values = np.array([v for _, v in pv])
+        candidates.append((float(np.percentile(values, 75)), "peers"))
+        conservative.append(float(np.percentile(values, 50)))
+        best.append(float(values.max()))
+    if not candidates:
+        return none_recoverable(
+            f"No evidence: fewer than {STRETCH_MIN_STEPS} steps per rank and no comparable finished run; the "
+            f"target MFU ({target_mfu:.0%}) alone is not a demonstrated level.",
+            "MFU",
+            run_mfu,
+        )
+    ref, kind = max(candidates)
+    ref = min(ref, target_mfu)
+    low_ref = min(max(conservative), ref)
+
+    def cents(r: float) -> int:
+        return min(_cents_at(compute_cents, 1.0 - run_mfu / r), inefficiency_cents) if r > 0 else 0
+
+    point = cents(ref)
+    if kind == "own_stretch":
+        assert stretch is not None
+        summary = (
+            f"The run's best stretch of {stretch.window.steps:,.0f} steps ran at {ref:.1%} MFU over compute time; "
+            f"the run averaged {run_mfu:.1%}."
+        )
+        peer_ids: tuple[str, ...] = ()
+    else:
+        summary = (
+            f"Comparable finished runs of this project ({len(pv)}) ran at {ref:.1%} MFU over compute time "
+            f"(better quartile); this run averaged {run_mfu:.1%}."
+        )
+        peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: -x[1]))
+    if point == 0:
+        summary += " No better level was demonstrated, so none of it is counted as recoverable."
+    summary += f" The high end assumes the target MFU of {target_mfu:.0%}."
+    ev = CategoryEvidence(
+        kind, summary, "MFU", run_mfu, ref, low_ref, target_mfu,
+        stretch.window if kind == "own_stretch" and stretch else None, peer_ids,
+    )  # fmt: skip
+    rec = Recoverable(
+        point,
+        min(cents(low_ref), point),
+        max(cents(target_mfu), point),
+        ev,
+        "min(compute_usd * max(0, 1 - run_mfu / reference_mfu), compute_inefficiency_usd)",
+        {"compute_usd": compute_cents / 100, "compute_inefficiency_usd": inefficiency_cents / 100,
+         "run_mfu": run_mfu, "reference_mfu": ref},
+    )  # fmt: skip
+    return _capped(rec, inefficiency_cents, cap)
+
+
+def median_recoverable(*, label: str, usd_cents: int, run_s: float | None, project: Sequence[Peer], attr: str) -> Recoverable:
+    """Start-up or tear-down idle at the project's median: ``usd x (1 - median / run_value)``."""
+    if usd_cents <= 0 or not run_s:
+        return none_recoverable(f"No {label} to recover.", "s", run_s)
+    pv = _peer_values(project, attr)
+    if not pv:
+        return none_recoverable(f"No evidence: no other finished run of the project to compare its {label} with.", "s", run_s)
+    values = np.array([v for _, v in pv])
+    median, p75, best = float(np.median(values)), float(np.percentile(values, 75)), float(values.min())
+
+    def cents(r: float) -> int:
+        return _cents_at(usd_cents, 1.0 - r / run_s)
+
+    point = cents(median)
+    summary = f"The project's finished runs ({len(pv)}) took a median {median:,.1f} s of {label}; this run took {run_s:,.1f} s."
+    if point == 0:
+        summary += " This run was no slower, so none of it is counted as recoverable."
+    ev = CategoryEvidence(
+        "project_median", summary, "s", run_s, median, p75, best, None,
+        tuple(rid for rid, _ in sorted(pv, key=lambda x: x[1])),
+    )  # fmt: skip
+    return Recoverable(
+        point, min(cents(p75), point), max(cents(best), point), ev,
+        "usd * max(0, 1 - project_median_seconds / run_seconds)",
+        {"usd": usd_cents / 100, "project_median_seconds": median, "run_seconds": run_s},
+    )  # fmt: skip
+
+
+def windows_stretch(
+    windows: WindowSums,
+    *,
+    num_fields: Sequence[str],
+    den_fields: Sequence[str] | None,
+    ranks: int,
+    start_ns: int,
+    lower_is_better: bool,
+    scale: float = 1.0,
+) -> Stretch | None:
+    """Best stretch of ``Σ num_fields / Σ den_fields`` (per step when ``den_fields`` is None)."""
+    length = windows.field("steps")
+    num = sum((windows.field(f) for f in num_fields), np.zeros_like(length)) * scale
+    den = length if den_fields is None else sum((windows.field(f) for f in den_fields), np.zeros_like(length))
+    return best_stretch(
+        num, den, length, need=STRETCH_MIN_STEPS * ranks, lower_is_better=lower_is_better,
+        start_ns=start_ns, width_ns=windows.width_ns, ranks=ranks,
+    )  # fmt: skip
+
+
+def _idle_summary(parts: Mapping[str, Recoverable]) -> Recoverable:
+    """Idle's figure: the sum of its parts, named by the part that recovers most."""
+    cents = sum(r.cents for r in parts.values())
+    low = sum(r.low_cents for r in parts.values())
+    high = sum(r.high_cents for r in parts.values())
+    named = {k: r for k, r in parts.items() if r.evidence.kind != NO_EVIDENCE}
+    if not named:
+        return Recoverable(0, 0, 0, CategoryEvidence(
+            NO_EVIDENCE, "No evidence that any of the idle time could have been avoided: " + " ".join(
+                r.evidence.summary for r in parts.values()), "s", None, None, None, None))  # fmt: skip
+    _lead_label, lead = max(named.items(), key=lambda kv: (kv[1].cents, kv[1].high_cents))
+    summary = " ".join(f"{_IDLE_WORDS.get(k, k)}: {r.evidence.summary}" for k, r in named.items())
+    ev = lead.evidence
+    return Recoverable(
+        cents, low, high,
+        CategoryEvidence(ev.kind, summary, ev.unit, ev.run_value, ev.reference_value, ev.low_reference,
+                         ev.high_reference, ev.window, ev.peer_run_ids, any(r.evidence.capped for r in parts.values())),
+        "Σ idle parts' recoverable (" + ", ".join(named) + ")",
+        {f"{k}_recoverable_usd": r.cents / 100 for k, r in parts.items()},
+    )  # fmt: skip
+
+
+_IDLE_WORDS = {"startup": "Start-up", "teardown": "Tear-down", "gap": "Gaps between steps", "no_steps": "No steps"}
+
+
+def assess(
+    *,
+    windows: WindowSums,
+    start_ns: int,
+    ranks: int,
+    peak_flops_per_rank: float | None,
+    cat_cents: Mapping[str, int],
+    idle_cents: Mapping[str, int],
+    profile: RunProfile,
+    straggler_cents: int,
+    target_mfu: float,
+    refs: References,
+    caps: Mapping[str, float],
+) -> tuple[dict[str, Recoverable], dict[str, Recoverable]]:
+    """Each category's recoverable figure, and each idle part's (their sum is idle's)."""
+    n = max(ranks, 1)
+    peers = [p for p in refs.peers if profile.signature_matches(p.profile)][:PEERS_MAX]
+
+    def stretch(fields: Sequence[str]) -> Stretch | None:
+        return windows_stretch(windows, num_fields=fields, den_fields=None, ranks=n, start_ns=start_ns, lower_is_better=True)
+
+    out: dict[str, Recoverable] = {
+        "useful_compute": none_recoverable("Useful compute is the work itself: nothing to recover."),
+    }
+    if peak_flops_per_rank:
+        mfu_stretch = windows_stretch(
+            windows, num_fields=("flops",), den_fields=("forward_ns", "backward_ns", "optimizer_ns"), ranks=n,
+            start_ns=start_ns, lower_is_better=False, scale=1e9 / peak_flops_per_rank,
+        )  # fmt: skip
+    else:
+        mfu_stretch = None
+    out["compute_inefficiency"] = compute_recoverable(
+        compute_cents=cat_cents["useful_compute"] + cat_cents["compute_inefficiency"],
+        inefficiency_cents=cat_cents["compute_inefficiency"],
+        run_mfu=profile.mfu_compute,
+        target_mfu=target_mfu,
+        stretch=mfu_stretch,
+        peers=peers,
+        cap=caps["compute_inefficiency"],
+    )
+    for cat, fld, attr, label in (
+        ("data_stall", "data_ns", "data_ns_per_step", "waiting for data"),
+        ("host_overhead", "host_ns", "host_ns_per_step", "host overhead"),
+        ("comm_exposed", "comm_ns", "comm_ns_per_step", "exposed communication"),
+    ):
+        out[cat] = per_step_recoverable(
+            label=label, usd_cents=cat_cents[cat], run_ns=getattr(profile, attr), stretch=stretch((fld,)),
+            peers=peers, attr=attr, cap=caps[cat],
+        )  # fmt: skip
+    comm = out["comm_exposed"]
+    straggler_cents = min(straggler_cents, math.floor(cat_cents["comm_exposed"] * caps["comm_exposed"] + 1e-9))
+    if straggler_cents > comm.cents:
+        out["comm_exposed"] = Recoverable(
+            straggler_cents, min(comm.low_cents, straggler_cents) if comm.low_cents else straggler_cents,
+            max(comm.high_cents, straggler_cents),
+            CategoryEvidence(
+                "straggler",
+                f"The other ranks waited ${straggler_cents / 100:,.2f} for slower ranks to reach the gradient sync "
+                "(measured arrival times).", "ms/step", comm.evidence.run_value, None, None, None,
+            ),
+            "max(stragglers caused_wait_usd, per-step evidence)",
+            {"stragglers_caused_wait_usd": straggler_cents / 100, "per_step_recoverable_usd": comm.cents / 100},
+        )  # fmt: skip
+
+    parts: dict[str, Recoverable] = {}
+    for label, cents in idle_cents.items():
+        if label in ("startup", "teardown"):
+            attr = f"{label}_s"
+            parts[label] = median_recoverable(
+                label=_IDLE_WORDS[label].lower(), usd_cents=cents, run_s=getattr(profile, attr),
+                project=refs.project, attr=attr,
+            )  # fmt: skip
+        elif label == "gap":
+            parts[label] = per_step_recoverable(
+                label="gaps between steps", usd_cents=cents, run_ns=profile.gap_ns_per_step, stretch=None,
+                peers=peers, attr="gap_ns_per_step", cap=1.0,
+            )  # fmt: skip
+        elif label.startswith("phase:"):
+            parts[label] = none_recoverable(f"'{label[6:]}' phases are work the run asked for: not counted as recoverable.")
+        else:
+            parts[label] = none_recoverable("No step telemetry: nothing to compare with.")
+    idle = _idle_summary(parts)
+    out["idle"] = _capped(idle, cat_cents["idle"], caps["idle"])
+    return out, parts
