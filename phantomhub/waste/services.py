@@ -278,7 +278,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         if run.status == RunStatus.CRASHED and run.finished_at is None:
             Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
         oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
-        reused = sum(int(getattr(r, "reused_step_rows", 0) or 0) for r in ranks.values())
+        reused = sum(r.reused_step_rows for r in ranks.values())
         analysis = analysis_from(
             acc,
             end_ns=end_ns,

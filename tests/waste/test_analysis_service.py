@@ -223,3 +223,60 @@ def test_the_analysis_api_answers_the_documented_shape(owner: Tenant, outsider: 
     assert explained["cost_usd"]["formula"] and explained["cost_usd"]["inputs"]
     assert outsider.client.get(url).status_code == 404
     assert owner.client.get(f"/api/v1/runs/{run_id}/series").json()["t_start_ns"]
+
+
+def test_a_finished_peer_run_is_the_evidence_and_savings_recur_with_the_project(owner: Tenant, price_36: None) -> None:
+    peer = make_run(owner, name="peer")
+    owner.post_steps(peer, known_steps(100, data_s=0.05))
+    finish(owner, peer, T0_NS + 105 * S)
+    services.run_analyze(run_id=uuid.UUID(peer))
+    run_id = make_run(owner, name="starved", allocation_start=_iso(T0 + timedelta(seconds=190)),
+                      started_at=_iso(T0 + timedelta(seconds=200)))  # fmt: skip
+    owner.post_steps(run_id, known_steps(100, t0_ns=T0_NS + 200 * S))
+    finish(owner, run_id, T0_NS + 305 * S)
+    services.run_analyze(run_id=uuid.UUID(run_id))
+
+    body = owner.client.get(f"/api/v1/runs/{run_id}/analysis").json()
+    data = body["categories"]["data_stall"]
+    # 20 cents of data stall at 200 ms/step; the peer waited 50 ms: 20 x (1 - 50/200) = 15 cents.
+    assert data["evidence"]["kind"] == "peers" and data["evidence"]["peer_run_ids"] == [peer]
+    assert data["recoverable_usd"] == 0.15 and data["evidence"]["reference_value"] == 50.0
+    rec = next(r for r in body["recommendations"] if r["code"] == "DATA_STALL")
+    assert rec["saving_usd"] == 0.15 and rec["claims"] == {"data_stall": 0.15}
+    # Recurring: the project ran 2 x 115 GPU-s in the 30 days, so a month saves 0.15 x 230 / 115.
+    assert rec["recurrence"]["kind"] == "recurring" and rec["recurrence"]["other_runs_30d"] == 1
+    assert rec["saving_usd_per_month"] == pytest.approx(0.15 * 230 / 115)
+    assert sum(r["saving_usd"] or 0 for r in body["recommendations"]) <= body["recoverable_usd"] + 1e-9
+    assert RunAnalysis.objects.get(run_id=run_id).recoverable_usd == Decimal(str(body["recoverable_usd"]))
+    assert sum(d.recoverable_usd for d in RunDay.objects.filter(run_id=run_id)) == Decimal(str(body["recoverable_usd"]))
+
+
+def test_a_one_off_run_has_no_monthly_saving(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(100))
+    finish(owner, run_id, T0_NS + 105 * S)
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    recs = owner.client.get(f"/api/v1/runs/{run_id}/analysis").json()["recommendations"]
+    assert recs and all(r["recurrence"]["kind"] == "one_off" and r["saving_usd_per_month"] is None for r in recs)
+
+
+def test_rows_left_out_or_refused_are_counted_and_shown(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(20))
+    # A restart whose clock went back: steps 20..29 start before step 19 did (left out by analysis)...
+    owner.post_steps(run_id, known_steps(10, first=20, t0_ns=T0_NS - 25 * S))
+    # ...and a restart that numbered steps from 0 again (refused at ingest as reused step numbers).
+    owner.post_steps(run_id, known_steps(5, t0_ns=T0_NS + 60 * S))
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    body = owner.client.get(f"/api/v1/runs/{run_id}/analysis").json()
+    assert body["dropped_rows"] == {"non_rising_start": 10, "reused_step": 5}
+    assert any("10 step row(s) were left out" in w for w in body["warnings"])
+    assert any("5 step row(s) were refused" in w for w in body["warnings"])
+
+
+def test_the_openapi_schema_documents_the_evidence_fields(client: Any) -> None:
+    schema = client.get("/api/schema/?format=json").json()
+    parts = schema["components"]["schemas"]
+    assert {"recoverable_low_usd", "recoverable_high_usd", "evidence", "cap"} <= set(parts["Category"]["properties"])
+    assert {"saving_usd", "saving_usd_per_month", "recurrence", "claims"} <= set(parts["Recommendation"]["properties"])
+    assert "dropped_rows" in parts["Analysis"]["properties"]
