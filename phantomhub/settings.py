@@ -5,6 +5,7 @@ See docs/deployment.md for the full list. A bad value raises ConfigError at star
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from phantomhub.env import (
@@ -55,6 +56,7 @@ INSTALLED_APPS = [
     "phantomhub.pricing",
     "phantomhub.waste",
     "phantomhub.portal",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -67,6 +69,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into a 429
 ]
 
 ROOT_URLCONF = "phantomhub.urls"
@@ -93,6 +96,24 @@ if DATABASE_URL is None:  # the embedded default: one SQLite file under var/
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'phantomhub.sqlite3'}"
 DATABASES = {"default": database_from_url("PHANTOMHUB_DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Sign-in lockout (django-axes; phantomhub/accounts/signin.py): after
+# PHANTOMHUB_SIGN_IN_FAILURE_LIMIT wrong passwords for one username from one client address, that
+# pair is refused with 429 + Retry-After for PHANTOMHUB_SIGN_IN_LOCKOUT_S after its last failure,
+# before any password is hashed; portal and admin sign-ins alike. Counting the pair (not the
+# username alone) keeps anyone from locking another person out from elsewhere.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PHANTOMHUB_SIGN_IN_FAILURE_LIMIT", 10, minimum=1, maximum=10_000)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("PHANTOMHUB_SIGN_IN_LOCKOUT_S", 900, minimum=1, maximum=7 * 86_400))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # so Retry-After holds: retrying does not extend it
+AXES_LOCKOUT_CALLABLE = "phantomhub.accounts.signin.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True  # no row per successful sign-in; failures are still recorded
+AXES_VERBOSE = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

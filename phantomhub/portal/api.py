@@ -82,7 +82,8 @@ class SessionApi(APIView):
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request) -> Response:
-        logout(request._request)
+        if request.auth is None:  # a session; a token has none to end (and is no user to sign out)
+            logout(request._request)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
