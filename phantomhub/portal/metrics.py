@@ -27,6 +27,17 @@ def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, f
     return lines
 
 
+# A counter past this is no count an agent could have made; one such stored value must not turn
+# every scrape into a 500 (a 400-digit integer has no float to print).
+_COUNTER_MAX = 2**53
+
+
+def _counter(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _COUNTER_MAX:
+        return 0
+    return value
+
+
 def metrics_text() -> str:
     by_status = dict(Run.objects.values_list("status").annotate(n=Count("id")))
     dirty = Run.objects.filter(Q(analysis__isnull=True) | Q(analysis__analysed_seq__lt=F("ingest_seq")))
@@ -35,7 +46,7 @@ def metrics_text() -> str:
     ranks = RunRank.objects.aggregate(rows=Sum("step_rows"))
     dropped = 0
     for counters in RunRank.objects.exclude(counters={}).values_list("counters", flat=True):
-        dropped += int(counters.get("dropped_steps", 0))
+        dropped += _counter(counters.get("dropped_steps") if isinstance(counters, dict) else None)
     money = RunAnalysis.objects.aggregate(cost=Sum("cost_usd"), recoverable=Sum("recoverable_usd"))
     lines: list[str] = []
     lines += _metric(

@@ -39,3 +39,15 @@ def test_metrics_can_require_a_token(db: None) -> None:
     assert Client().get("/metrics").status_code == 401
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_one_absurd_stored_counter_does_not_break_every_scrape(owner: Tenant) -> None:
+    run_id = owner.create_run()
+    owner.post_steps(run_id, steps_body(3))
+    other = owner.create_run()
+    owner.post_steps(other, steps_body(3))
+    RunRank.objects.filter(run_id=run_id).update(counters={"dropped_steps": 10**400})
+    RunRank.objects.filter(run_id=other).update(counters={"dropped_steps": 7})
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    assert _values(response.content.decode())["phantomhub_agent_dropped_steps_total"] == 7
