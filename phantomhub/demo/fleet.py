@@ -58,15 +58,22 @@ class DemoRun:
 
 def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: str, provider: str, region: str,
          tier: str, index: int, start: datetime, now: datetime) -> DemoRun:  # fmt: skip
-    world = int(rng.choice([1, 2, 4, 8], p=[0.2, 0.2, 0.25, 0.35]))
+    # A project trains one recipe (its world size, step, batch: runs of it are peers of each
+    # other); each run does it more or less well, so the project's better runs are evidence.
+    recipe = np.random.default_rng(hash_text(f"{team}/{project}"))
+    world = int(recipe.choice([1, 2, 4, 8], p=[0.2, 0.2, 0.25, 0.35]))
+    step_s = float(recipe.uniform(4, 40))  # coarse steps keep the demo quick to post
+    batch_size = int(recipe.choice([8, 16, 32, 64]))
     n = int(rng.integers(150, 400))
-    step_s = float(rng.uniform(4, 40))  # coarse steps keep the demo quick to post
-    compute_s = step_s * 0.7
-    mfu_target = {"low_mfu": 0.12, "healthy": 0.42}.get(pattern, 0.33)
-    data_share = {"data": 0.35}.get(pattern, 0.03)
-    comm_share = {"comm": 0.22}.get(pattern, 0.04 if world > 1 else 0.0)
-    host_share = {"host": 0.2}.get(pattern, 0.04)
+    base_mfu = {"low_mfu": 0.12, "healthy": 0.42}.get(pattern, 0.33)
     peak = DENSE_BF16[gpu]
+    flops_per_step = base_mfu * peak * step_s * 0.7
+    mfu_target = min(base_mfu * float(rng.uniform(0.75, 1.3)), 0.5)
+    compute_s = flops_per_step / (peak * mfu_target)
+    intensity = float(rng.uniform(0.35, 1.3))
+    data_share = {"data": 0.35}.get(pattern, 0.03) * intensity
+    comm_share = {"comm": 0.22}.get(pattern, 0.04 if world > 1 else 0.0) * intensity
+    host_share = {"host": 0.2}.get(pattern, 0.04) * intensity
     alloc = start - timedelta(seconds=float(rng.uniform(60, 900 if pattern == "idle" else 240)))
     t0 = int(start.timestamp()) * NS
     name = f"{project}-{start:%m%d}-{index:02d}"
@@ -74,7 +81,7 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
     body: dict[str, Any] = {"id": run_id, "name": name, "tags": [pattern, "fleet"], "gpu_model": gpu, "gpu_count": world,
             "world_size": world, "nodes": max(1, world // 8), "provider": provider, "region": region,
             "pricing_tier": tier, "dtype": "bf16", "allocation_start": alloc.isoformat(), "started_at": start.isoformat(),
-            "config": {"batch_size": int(rng.choice([8, 16, 32, 64])), "lr": float(rng.choice([1e-4, 3e-4]))},
+            "config": {"batch_size": batch_size, "lr": float(rng.choice([1e-4, 3e-4]))},
             "environment": {"torch": "2.13.0", "generator": "phantomhub demo fleet"}}  # fmt: skip
     run = DemoRun(team, project, body)
     slow_rank = int(rng.integers(0, world)) if pattern == "comm" and world > 1 else -1
@@ -129,7 +136,7 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
             "backward_ns": (stage * 0.6).astype(np.int64).tolist(),
             "optimizer_ns": (stage * (1 - 1 / 3 - 0.6)).astype(np.int64).tolist(),
             "comm_ns": (comm[rank] * NS).astype(np.int64).tolist() if world > 1 else [0] * n,
-            "flops": (mfu_target * peak * compute_s * rng.normal(1, 0.02, n)).tolist(),
+            "flops": (flops_per_step * rng.normal(1, 0.02, n)).tolist(),
             "tokens": [4096 * int(body["config"]["batch_size"])] * n,
             "samples": [int(body["config"]["batch_size"])] * n,
             "mem_allocated": (allocated * rng.uniform(0.97, 1.0, n)).astype(np.int64).tolist(),
@@ -154,6 +161,11 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
         status = "crashed" if rng.random() < 0.04 else "finished"
         run.events.append({"id": "finish", "kind": "finish", "t_ns": end_ns + int(rng.uniform(20, 120) * NS), "status": status})
     return run
+
+
+def hash_text(text: str) -> int:
+    """A stable integer from text (Python's hash() is salted per process)."""
+    return int.from_bytes(uuid.uuid5(uuid.NAMESPACE_URL, text).bytes[:8], "big")
 
 
 def fleet_runs(*, runs: int = 300, days: int = 90, seed: int = 42, now: datetime | None = None) -> Iterator[DemoRun]:

@@ -510,10 +510,11 @@ def runs_mark_crashed(*, now: datetime | None = None) -> int:
 
 
 def runs_dirty(limit: int = 500) -> list[uuid.UUID]:
-    """Runs whose stored analysis is missing or older than their telemetry."""
-    never = Run.objects.filter(analysis__isnull=True)
-    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq"))
-    return list(never.union(stale).values_list("id", flat=True)[:limit])
+    """Runs whose stored analysis is missing or older than their telemetry, oldest allocation
+    first: earlier runs finish first, so later ones find them as peers (evidence.py)."""
+    never = Run.objects.filter(analysis__isnull=True).values_list("id", "allocation_start")
+    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq")).values_list("id", "allocation_start")
+    return [run_id for run_id, _ in never.union(stale).order_by("allocation_start")[:limit]]
 
 
 def analyses_invalidate(*, gpu_key: str | None = None) -> int:
