@@ -231,6 +231,15 @@ def _capped(rec: Recoverable, usd_cents: int, cap: float) -> Recoverable:
     )  # fmt: skip
 
 
+def duration_text(ns: float) -> str:
+    """A per-step duration as people read it: 850 µs, 2.10 ms, 8.33 s."""
+    if ns >= 1e9:
+        return f"{ns / 1e9:,.2f} s"
+    if ns >= 1e6 or ns == 0:
+        return f"{ns / 1e6:,.2f} ms"
+    return f"{ns / 1e3:,.0f} µs"
+
+
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
@@ -248,7 +257,7 @@ def per_step_recoverable(
     """A per-step wait (data stall, exposed comm, host overhead): priced at the best demonstrated
     ns per step, ``usd x (1 - reference / run_value)``."""
     if usd_cents <= 0 or not run_ns:
-        return none_recoverable(f"No {label} to recover.", "ms/step", _ms(run_ns))
+        return none_recoverable(f"Nothing spent on {label}: nothing to recover.", "ms/step", _ms(run_ns))
     pv = _peer_values(peers, attr)
     candidates: list[tuple[float, str]] = []
     conservative: list[float] = []
@@ -279,14 +288,16 @@ def per_step_recoverable(
     if kind == "own_stretch":
         assert stretch is not None
         summary = (
-            f"The run's best stretch of {stretch.window.steps:,.0f} steps spent {ref / 1e6:,.2f} ms per step on "
-            f"{label}; the run averaged {run_ns / 1e6:,.2f} ms."
+            f"In its best stretch of {stretch.window.steps:,.0f} steps the run spent {duration_text(ref)} per step on "
+            f"{label}; over the whole run, {duration_text(run_ns)}."
         )
         peer_ids: tuple[str, ...] = ()
     else:
+        runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
+        quartile = "" if len(pv) == 1 else " (their better quartile)"
         summary = (
-            f"Comparable finished runs of this project ({len(pv)}) spent {ref / 1e6:,.2f} ms per step on {label} "
-            f"(better quartile); this run averaged {run_ns / 1e6:,.2f} ms."
+            f"{runs} of this project spent {duration_text(ref)} per step on {label}{quartile}; "
+            f"this run spent {duration_text(run_ns)}."
         )
         peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: x[1]))
     if point == 0:
@@ -358,10 +369,9 @@ def compute_recoverable(
         )
         peer_ids: tuple[str, ...] = ()
     else:
-        summary = (
-            f"Comparable finished runs of this project ({len(pv)}) ran at {ref:.1%} MFU over compute time "
-            f"(better quartile); this run averaged {run_mfu:.1%}."
-        )
+        runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
+        quartile = "" if len(pv) == 1 else " (their better quartile)"
+        summary = f"{runs} of this project ran at {ref:.1%} MFU over compute time{quartile}; this run averaged {run_mfu:.1%}."
         peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: -x[1]))
     if point == 0:
         summary += " No better level was demonstrated, so none of it is counted as recoverable."
@@ -385,7 +395,7 @@ def compute_recoverable(
 def median_recoverable(*, label: str, usd_cents: int, run_s: float | None, project: Sequence[Peer], attr: str) -> Recoverable:
     """Start-up or tear-down idle at the project's median: ``usd x (1 - median / run_value)``."""
     if usd_cents <= 0 or not run_s:
-        return none_recoverable(f"No {label} to recover.", "s", run_s)
+        return none_recoverable(f"No {label}: nothing to recover.", "s", run_s)
     pv = _peer_values(project, attr)
     if not pv:
         return none_recoverable(f"No evidence: no other finished run of the project to compare its {label} with.", "s", run_s)
@@ -396,7 +406,8 @@ def median_recoverable(*, label: str, usd_cents: int, run_s: float | None, proje
         return _cents_at(usd_cents, 1.0 - r / run_s)
 
     point = cents(median)
-    summary = f"The project's finished runs ({len(pv)}) took a median {median:,.1f} s of {label}; this run took {run_s:,.1f} s."
+    runs = "The project's other finished run" if len(pv) == 1 else f"The project's {len(pv)} other finished runs"
+    summary = f"{runs} took a median {median:,.1f} s of {label}; this run took {run_s:,.1f} s."
     if point == 0:
         summary += " This run was no slower, so none of it is counted as recoverable."
     ev = CategoryEvidence(
@@ -441,7 +452,7 @@ def _idle_summary(parts: Mapping[str, Recoverable]) -> Recoverable:
             NO_EVIDENCE, "No evidence that any of the idle time could have been avoided: " + " ".join(
                 r.evidence.summary for r in parts.values()), "s", None, None, None, None))  # fmt: skip
     _lead_label, lead = max(named.items(), key=lambda kv: (kv[1].cents, kv[1].high_cents))
-    summary = " ".join(f"{_IDLE_WORDS.get(k, k)}: {r.evidence.summary}" for k, r in named.items())
+    summary = " ".join(f"{_IDLE_WORDS.get(k, k)} — {r.evidence.summary}" for k, r in named.items())
     ev = lead.evidence
     return Recoverable(
         cents, low, high,
@@ -497,8 +508,8 @@ def assess(
     )
     for cat, fld, attr, label in (
         ("data_stall", "data_ns", "data_ns_per_step", "waiting for data"),
-        ("host_overhead", "host_ns", "host_ns_per_step", "host overhead"),
-        ("comm_exposed", "comm_ns", "comm_ns_per_step", "exposed communication"),
+        ("host_overhead", "host_ns", "host_ns_per_step", "time no stage measured (host overhead)"),
+        ("comm_exposed", "comm_ns", "comm_ns_per_step", "gradient sync not hidden behind compute"),
     ):
         out[cat] = per_step_recoverable(
             label=label, usd_cents=cat_cents[cat], run_ns=getattr(profile, attr), stretch=stretch((fld,)),

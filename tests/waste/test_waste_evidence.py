@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.evidence import STRETCH_MIN_STEPS
+from phantomhub.waste.evidence import STRETCH_MIN_STEPS, duration_text
 from phantomhub.waste.model import (
     Peer,
     PriceSegment,
@@ -192,3 +192,14 @@ def test_recommendations_never_claim_more_than_is_recoverable(run: RunInputs, k:
     for fig in a.categories:
         assert 0 <= fig.recoverable_low_cents <= fig.recoverable_cents <= fig.recoverable_high_cents <= fig.usd_cents
     _assert_savings_partition(a)
+
+
+def test_evidence_reads_in_plain_words_with_units():
+    assert (duration_text(8_325_830_000), duration_text(2_100_000), duration_text(850_000)) == ("8.33 s", "2.10 ms", "850 µs")
+    a = analyze(dataclasses.replace(worked_example_run(), refs=worked_example_refs()))
+    summary = a.category("data_stall").evidence.summary
+    assert summary == (
+        "2 comparable finished runs of this project spent 25.00 ms per step on waiting for data (their better "
+        "quartile); this run spent 100.00 ms."
+    )
+    assert "_" not in " ".join(f.evidence.summary for f in a.categories)  # no internal names
