@@ -6,6 +6,8 @@ import { formatPlain, formatWithUnit } from "../lib/format";
 export interface ExplainSource {
   formula: string;
   inputs?: Record<string, unknown>;
+  /** Units of the inputs by name, where the analysis gives them. */
+  input_units?: Record<string, string>;
   value?: unknown;
   unit?: string;
 }
@@ -41,6 +43,7 @@ export function Explain({ label, entry, source }: Props) {
   if (!info) return null;
   const unit = info.unit ?? "";
   const inputs = Object.entries(info.inputs ?? {});
+  const units = info.input_units ?? {};
 
   return (
     <span className="explain" ref={wrap}>
@@ -88,7 +91,7 @@ export function Explain({ label, entry, source }: Props) {
                   {inputs.map(([k, v]) => (
                     <tr key={k}>
                       <th scope="row">{k}</th>
-                      <td>{formatPlain(v)}</td>
+                      <td>{units[k] && typeof v === "number" ? formatWithUnit(v, units[k]) : formatPlain(v)}</td>
                     </tr>
                   ))}
                 </tbody>

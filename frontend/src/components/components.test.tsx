@@ -67,6 +67,15 @@ describe("Explain", () => {
     expect(button).toHaveFocus();
   });
 
+  it("shows an input in its unit where the analysis names one", async () => {
+    render(<Explain label="data stall recoverable" entry={{ value: 20.1, unit: "USD", formula: "usd * max(0, 1 - reference_ms_per_step / run_ms_per_step)", inputs: { usd: 25, reference_ms_per_step: 2.1, evidence: "own_stretch" }, input_units: { usd: "USD", reference_ms_per_step: "ms/step", evidence: "" } }} />);
+    await userEvent.click(screen.getByRole("button", { name: "How data stall recoverable is computed" }));
+    const dialog = screen.getByRole("dialog");
+    expect(within(dialog).getByText("reference_ms_per_step").closest("tr")).toHaveTextContent("2.1 ms/step");
+    expect(within(dialog).getByText("usd").closest("tr")).toHaveTextContent("$25.00");
+    expect(within(dialog).getByText("evidence").closest("tr")).toHaveTextContent("own_stretch");
+  });
+
   it("closes when clicking elsewhere", async () => {
     render(
       <div>

@@ -44,15 +44,16 @@ describe("chart data", () => {
   it("highlights a stretch of the run as a marked area beside the shaded phases", () => {
     const s = series(4);
     const phase = { name: "eval", t_start_ns: T0 + 3e9, dur_ns: 5e8, rank: null };
-    type Area = { data: [{ name?: string; xAxis: number; itemStyle?: { opacity: number } }, { xAxis: number }][] };
+    type Area = { data: [{ name?: string; xAxis: number; itemStyle?: { color: string; opacity: number; borderWidth: number } }, { xAxis: number }][] };
     const plain = stepTimeOption(s, [phase], T0, p) as { series: (S & { markArea?: Area })[] };
     expect(plain.series[0].markArea?.data).toHaveLength(1);
-    const lit = stepTimeOption(s, [phase], T0, p, { label: "Data stall: best stretch", t_start_ns: T0 + 1e9, t_end_ns: T0 + 3e9 }) as { series: (S & { markArea?: Area })[] };
+    const lit = stepTimeOption(s, [phase], T0, p, { label: "Data stall: best stretch", t_start_ns: T0 + 1e9, t_end_ns: T0 + 3e9, color: "#4a7fe0" }) as { series: (S & { markArea?: Area })[] };
     const areas = lit.series[0].markArea!.data;
     expect(areas).toHaveLength(2);
     expect(areas[1][0]).toMatchObject({ name: "Data stall: best stretch", xAxis: 1 });
     expect(areas[1][1]).toEqual({ xAxis: 3 });
-    expect(areas[1][0].itemStyle!.opacity).toBeGreaterThan(0.07);
+    // Drawn in the category's colour, translucent, and outlined (the phases are a faint wash).
+    expect(areas[1][0].itemStyle).toMatchObject({ color: "#4a7fe038", borderWidth: 1.5 });
     expect(lit.series.slice(1).every((x) => x.markArea === undefined)).toBe(true);
   });
 

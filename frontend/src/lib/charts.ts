@@ -22,7 +22,8 @@ function base(p: ChartPalette): Option {
       textStyle: { color: p.text, fontSize: 12 },
       confine: true,
     },
-    legend: { top: 0, left: 0, icon: "roundRect", itemWidth: 10, itemHeight: 10, textStyle: { color: p.muted, fontSize: 12 } },
+    // One line, paged where it does not fit (narrow screens), so it never covers the plot.
+    legend: { type: "scroll", top: 0, left: 0, icon: "roundRect", itemWidth: 10, itemHeight: 10, textStyle: { color: p.muted, fontSize: 12 } },
   };
 }
 
@@ -117,7 +118,10 @@ function markAreas(phases: Phase[], highlight: ChartHighlight | null, t0Ns: numb
       {
         name: highlight.label,
         xAxis: (highlight.t_start_ns - t0Ns) / 1e9,
-        itemStyle: { color, opacity: 0.22, borderColor: color, borderWidth: 1.5, borderType: "dashed" },
+        // A translucent fill (#rrggbbaa) under a solid outline; other colour forms fade as a whole.
+        itemStyle: /^#[0-9a-f]{6}$/i.test(color)
+          ? { color: `${color}38`, opacity: 1, borderColor: p.text, borderWidth: 1.5, borderType: "dashed" }
+          : { color, opacity: 0.22, borderColor: p.text, borderWidth: 1.5, borderType: "dashed" },
         label: { color: p.text, fontSize: 11, fontWeight: 600, position: "insideTop" },
       },
       { xAxis: (highlight.t_end_ns - t0Ns) / 1e9 },

@@ -151,5 +151,6 @@ describe("evidence figures", () => {
     expect(plainWords("Free CPU for the loader workers first: see HOST_CONTENTION.")).toBe("Free CPU for the loader workers first: see the host contention recommendation.");
     expect(plainWords("idle: phase:eval")).toBe("idle: phase · eval");
     expect(plainWords("idle: no_steps")).toBe("idle: no steps");
+    expect(plainWords("idle: startup")).toBe("idle: start-up");
   });
 });

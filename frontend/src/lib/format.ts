@@ -91,9 +91,11 @@ export function formatBytes(bytes: number | null | undefined): string {
 /** Milliseconds with sensible precision: 0.42 ms, 12.3 ms, 1.24 s. */
 export function formatMs(ms: number | null | undefined): string {
   if (!isNum(ms)) return DASH;
-  if (Math.abs(ms) >= 1000) return `${(ms / 1000).toFixed(2)} s`;
-  if (Math.abs(ms) >= 100) return `${ms.toFixed(0)} ms`;
-  if (Math.abs(ms) >= 10) return `${ms.toFixed(1)} ms`;
+  // Thresholds on the rounded value, so 9.999 reads "10.0 ms" like 10.001, not "10.00 ms".
+  const a = Math.abs(ms);
+  if (a >= 999.5) return `${(ms / 1000).toFixed(2)} s`;
+  if (a >= 99.95) return `${ms.toFixed(0)} ms`;
+  if (a >= 9.995) return `${ms.toFixed(1)} ms`;
   return `${ms.toFixed(2)} ms`;
 }
 
@@ -227,6 +229,8 @@ export function formatEvidenceValue(value: number | null | undefined, unit: stri
   }
 }
 
+const IDLE_PART_WORDS: Record<string, string> = { startup: "start-up", teardown: "tear-down", gap: "gaps between steps" };
+
 const SNAKE_RE = /\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b/g;
 const HUMAN_NAMES: Record<string, string> = {
   useful_compute: "useful compute",
@@ -270,6 +274,7 @@ export function recommendationRefs(text: string): string {
 export function plainWords(text: string): string {
   return recommendationRefs(text)
     .replace(/\bphase:(\S+)/g, "phase · $1")
+    .replace(/\bidle: (startup|teardown|gap)\b/g, (_m, part: string) => `idle: ${IDLE_PART_WORDS[part]}`)
     .split(/(`[^`]*`)/)
     .map((part) =>
       part.startsWith("`")

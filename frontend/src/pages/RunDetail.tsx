@@ -19,11 +19,14 @@ import {
   formatNumber,
   formatPct,
   formatUsd,
+  formatUsdPrice,
   formatUsdRange,
   isNum,
+  plainWords,
 } from "../lib/format";
 import { useChartPalette } from "../lib/useChartPalette";
 import { BreakdownTable } from "./run/Breakdown";
+import { evidenceLabel } from "./run/evidence";
 import { DataQualityCard, DataQualityNotice } from "./run/DataQuality";
 import { Recommendations } from "./run/Recommendations";
 
@@ -133,7 +136,7 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           testId="run-cost"
           value={formatUsd(a.cost_usd)}
           explain={<Explain label="cost" entry={ex.cost_usd} />}
-          sub={isNum(a.usd_per_month_at_run_rate) ? `${formatUsd(a.usd_per_month_at_run_rate, { compact: true })}/month at this rate` : formatGpuHours(a.gpu_hours)}
+          sub={a.gpu_hours > 0 ? `${formatUsdPrice(a.cost_usd / a.gpu_hours)} per GPU-hour` : formatGpuHours(a.gpu_hours)}
         />
         <Stat
           label="Recoverable"
@@ -172,18 +175,15 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
                 {a.idle
                   .filter((i) => i.gpu_seconds > 0)
                   .map((i) => (
-                    <li key={i.label} data-idle={i.label}>
+                    <li key={i.label} data-idle={i.label} className="kv-wrap">
                       <span>{idleLabel(i.label)}</span>
                       <span className="muted">{formatGpuHours(i.gpu_seconds / 3600)}</span>
-                      <span>
-                        {formatUsd(i.usd_cents / 100)}
-                        {i.evidence && i.evidence.kind !== "none" && isNum(i.recoverable_cents) && (
-                          <span className="muted small" title={i.evidence.summary}>
-                            {" "}
-                            · {formatUsd(i.recoverable_cents / 100)} recoverable
-                          </span>
-                        )}
-                      </span>
+                      <span>{formatUsd(i.usd_cents / 100)}</span>
+                      {i.evidence && i.evidence.kind !== "none" && isNum(i.recoverable_cents) && i.recoverable_cents > 0 && (
+                        <span className="kv-sub muted small" title={plainWords(i.evidence.summary)}>
+                          {formatUsd(i.recoverable_cents / 100)} recoverable against the {evidenceLabel(i.evidence.kind)}
+                        </span>
+                      )}
                     </li>
                   ))}
               </ul>

@@ -137,8 +137,7 @@ describe("Run page", () => {
     expect(screen.getByTestId("recoverable-range-data_stall")).toHaveTextContent("$15.00–$22.00");
     expect(screen.getByTestId("run-recoverable")).toHaveTextContent("$33.50");
     expect(screen.getByTestId("run-recoverable-range")).toHaveTextContent("range $25.20–$38.50");
-    const total = within(screen.getByTestId("breakdown")).getByRole("row", { name: /^Total/ });
-    expect(total).toHaveTextContent("$25.20–$38.50");
+    expect(screen.getByTestId("recoverable-range-total")).toHaveTextContent("$25.20–$38.50");
   });
 
   it("says \"no evidence\" for a category without any, not $0.00 as if it had been measured", async () => {
@@ -220,6 +219,9 @@ describe("Run page", () => {
     expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("$1,256.25 / month at this project's last-30-day volume (1,000 GPU-h)");
     expect(rec).toHaveTextContent("data stall share of billed GPU time");
     expect(document.body.textContent).not.toMatch(/× 730|run hours/);
+    // No cost "per month at this rate" either: a one-off run is not a monthly bill.
+    expect(screen.getByTestId("run-cost")).toHaveTextContent("$6.50 per GPU-hour");
+    expect(screen.getByTestId("run-cost")).not.toHaveTextContent(/month/);
   });
 
   it("says a one-off run has no monthly figure, and a diagnostic has no saving", async () => {
@@ -232,8 +234,18 @@ describe("Run page", () => {
     expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("one-off run: no monthly figure");
     expect(rec).not.toHaveTextContent("/ month");
     const oom = screen.getByTestId("rec-OOM");
+    expect(screen.queryAllByTestId("rec-monthly")).toHaveLength(1);
     expect(oom).toHaveTextContent("a diagnostic: no saving priced on its own");
     expect(oom).not.toHaveTextContent("$");
+  });
+
+  it("says when a recommendation has no saving left to claim, rather than \"saves $0.00\"", async () => {
+    const claimedElsewhere = recommendation({ code: "COMM_EXPOSED", category: "comm_exposed", saving_usd: 0, claims: {}, saving_usd_per_month: 0 });
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ recommendations: [claimedElsewhere] }) }) }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const rec = await screen.findByTestId("rec-COMM_EXPOSED");
+    expect(within(rec).getByTestId("rec-saving")).toHaveTextContent("no saving left to claim on this run");
+    expect(rec).not.toHaveTextContent("$0.00");
   });
 
   it("shows dropped rows and warnings in plain words, pointed at from the top of the page", async () => {

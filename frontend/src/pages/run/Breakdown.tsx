@@ -24,14 +24,14 @@ interface Props {
 export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
   const ex = a.explain ?? {};
   const showCap = CATEGORIES.some((c) => capShown(c, a.categories[c]));
-  const columns = showCap ? 7 : 6;
+  const columns = showCap ? 6 : 5;
   return (
     <table className="table table-dense breakdown" data-testid="breakdown">
       <caption className="visually-hidden">Cost by waste category, with the recoverable part and its evidence</caption>
       <thead>
         <tr>
           <th scope="col">Category</th>
-          <th scope="col" className="align-right">
+          <th scope="col" className="align-right col-gpu-hours">
             GPU-hours
           </th>
           <th scope="col" className="align-right">
@@ -40,11 +40,8 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
           <th scope="col" className="align-right">
             Share
           </th>
-          <th scope="col" className="align-right">
+          <th scope="col" className="align-right" title="Recoverable dollars, with the low–high range under them">
             Recoverable
-          </th>
-          <th scope="col" className="align-right">
-            Range
           </th>
           {showCap && (
             <th scope="col" className="align-right" title="The organization's cap on the share of a category that may be called recoverable">
@@ -61,7 +58,7 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
               <td>
                 <CategoryName name={c} />
               </td>
-              <td className="align-right nowrap">
+              <td className="align-right nowrap col-gpu-hours">
                 {formatGpuHours(f.gpu_seconds / 3600)}
                 <Explain label={`${CATEGORY_LABEL[c]} GPU time`} entry={ex[`categories.${c}.gpu_seconds`]} />
               </td>
@@ -70,7 +67,7 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
                 <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} />
               </td>
               <td className="align-right">{formatPct(f.share)}</td>
-              <RecoverableCells category={c} f={f} a={a} />
+              <RecoverableCell category={c} f={f} a={a} />
               {showCap && <CapCell category={c} f={f} />}
             </tr>
             {!isNotWaste(c) && f.usd > 0 && (
@@ -86,13 +83,15 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
       <tfoot>
         <tr>
           <th scope="row">Total</th>
-          <td className="align-right">{formatGpuHours(a.gpu_hours)}</td>
+          <td className="align-right col-gpu-hours">{formatGpuHours(a.gpu_hours)}</td>
           <td className="align-right">{formatUsd(a.cost_usd)}</td>
           <td className="align-right">100%</td>
-          <td className="align-right">
+          <td className="align-right nowrap">
             <strong>{formatUsd(a.recoverable_usd)}</strong>
+            <div className="cell-range" data-testid="recoverable-range-total">
+              {formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd)}
+            </div>
           </td>
-          <td className="align-right nowrap muted">{formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd)}</td>
           {showCap && <td />}
         </tr>
       </tfoot>
@@ -100,51 +99,42 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
   );
 }
 
-function RecoverableCells({ category: c, f, a }: { category: Category; f: CategoryFigure; a: Analysis }) {
+function RecoverableCell({ category: c, f, a }: { category: Category; f: CategoryFigure; a: Analysis }) {
   const entry = a.explain?.[`categories.${c}.recoverable_usd`];
   if (isNotWaste(c)) {
     return (
-      <>
-        <td className="align-right muted" title="Useful compute is the work itself: never recoverable">
-          not waste
-        </td>
-        <td />
-      </>
+      <td className="align-right muted" title="Useful compute is the work itself: never recoverable">
+        not waste
+      </td>
     );
   }
   if (f.usd <= 0) {
     return (
-      <>
-        <td className="align-right muted" data-testid={`recoverable-${c}`} title="Nothing was spent in this category">
-          –
-        </td>
-        <td />
-      </>
+      <td className="align-right muted" data-testid={`recoverable-${c}`} title="Nothing was spent in this category">
+        –
+      </td>
     );
   }
   if (!hasEvidence(f.evidence)) {
     return (
-      <>
-        <td className="align-right nowrap" data-testid={`recoverable-${c}`}>
-          <span className="no-evidence" title={EVIDENCE_HELP.none}>
-            no evidence
-          </span>
-          <Explain label={`${CATEGORY_LABEL[c]} recoverable`} entry={entry} />
-        </td>
-        <td />
-      </>
+      <td className="align-right nowrap" data-testid={`recoverable-${c}`}>
+        <span className="no-evidence" title={EVIDENCE_HELP.none}>
+          no evidence
+        </span>
+        <Explain label={`${CATEGORY_LABEL[c]} recoverable`} entry={entry} />
+      </td>
     );
   }
   return (
-    <>
-      <td className="align-right nowrap" data-testid={`recoverable-${c}`}>
-        {formatUsd(f.recoverable_usd)}
-        <Explain label={`${CATEGORY_LABEL[c]} recoverable`} entry={entry} />
-      </td>
-      <td className="align-right nowrap muted" data-testid={`recoverable-range-${c}`}>
-        {formatUsdRange(f.recoverable_low_usd, f.recoverable_high_usd)}
-      </td>
-    </>
+    <td className="align-right nowrap" data-testid={`recoverable-${c}`}>
+      {formatUsd(f.recoverable_usd)}
+      <Explain label={`${CATEGORY_LABEL[c]} recoverable`} entry={entry} />
+      {formatUsdRange(f.recoverable_low_usd, f.recoverable_high_usd) !== formatUsd(f.recoverable_usd) && (
+        <div className="cell-range" data-testid={`recoverable-range-${c}`} title="Low–high range: the same counterfactual at the less and the more ambitious reference">
+          {formatUsdRange(f.recoverable_low_usd, f.recoverable_high_usd)}
+        </div>
+      )}
+    </td>
   );
 }
 
@@ -176,43 +166,48 @@ function EvidenceLine({ category: c, f, t0Ns, highlighted, onHighlight }: { cate
         <span className="badge ev-badge ev-none" title={EVIDENCE_HELP.none}>
           no evidence
         </span>
-        <span className="muted">{ev?.summary ? plainWords(ev.summary) : "Nothing measured shows this could have been done better, so none of it is counted as recoverable."}</span>
+        <div className="ev-body">
+          <div className="ev-summary muted">{ev?.summary ? plainWords(ev.summary) : "Nothing measured shows this could have been done better, so none of it is counted as recoverable."}</div>
+        </div>
       </div>
     );
   }
   const refs = references(ev.unit, ev.reference_value, ev.low_reference, ev.high_reference);
   const w = ev.window;
+  const links = ev.kind === "peers" || ev.peer_run_ids.length > 0;
   return (
     <div className="evidence">
       <span className={`badge ev-badge ev-${ev.kind}`} title={EVIDENCE_HELP[ev.kind]}>
         {evidenceLabel(ev.kind)}
       </span>
-      <span className="ev-summary">{plainWords(ev.summary)}</span>
-      {refs && <span className="muted small ev-refs">{refs}</span>}
-      {(ev.kind === "peers" || ev.peer_run_ids.length > 0) && <PeerLinks kind={ev.kind} ids={ev.peer_run_ids} search={location.search} />}
-      {ev.kind === "straggler" && (
-        <a className="small" href="#ranks">
-          see Per rank
-        </a>
-      )}
-      {ev.kind === "own_stretch" && w && (
-        <span className="ev-window small">
-          <span className="muted">
-            {elapsedLabel((w.t_start_ns - t0Ns) / 1e9)}–{elapsedLabel((w.t_end_ns - t0Ns) / 1e9)} into the run{isNum(w.steps) ? `, ${formatNumber(w.steps)} steps` : ""}
-          </span>
-          {onHighlight && (
-            <button
-              type="button"
-              className={`btn btn-small${highlighted ? " btn-primary" : ""}`}
-              aria-pressed={highlighted}
-              aria-label={`Highlight the ${CATEGORY_LABEL[c].toLowerCase()} stretch on the step-time chart`}
-              onClick={() => onHighlight(highlighted ? null : c)}
-            >
-              {highlighted ? "Shown on chart" : "Show on chart"}
-            </button>
-          )}
-        </span>
-      )}
+      <div className="ev-body">
+        <div className="ev-summary">{plainWords(ev.summary)}</div>
+        {(refs || links || ev.kind === "straggler" || (ev.kind === "own_stretch" && w)) && (
+          <div className="ev-meta small">
+            {refs && <span className="muted">{refs}</span>}
+            {ev.kind === "own_stretch" && w && (
+              <span className="ev-window">
+                <span className="muted">
+                  stretch {elapsedLabel((w.t_start_ns - t0Ns) / 1e9)}–{elapsedLabel((w.t_end_ns - t0Ns) / 1e9)} into the run{isNum(w.steps) ? `, ${formatNumber(w.steps)} steps` : ""}
+                </span>
+                {onHighlight && (
+                  <button
+                    type="button"
+                    className={`btn btn-small${highlighted ? " btn-primary" : ""}`}
+                    aria-pressed={highlighted}
+                    aria-label={`Highlight the ${CATEGORY_LABEL[c].toLowerCase()} stretch on the step-time chart`}
+                    onClick={() => onHighlight(highlighted ? null : c)}
+                  >
+                    {highlighted ? "Shown on chart" : "Show on chart"}
+                  </button>
+                )}
+              </span>
+            )}
+            {links && <PeerLinks kind={ev.kind} ids={ev.peer_run_ids} search={location.search} />}
+            {ev.kind === "straggler" && <a href="#ranks">see Per rank</a>}
+          </div>
+        )}
+      </div>
     </div>
   );
 }
@@ -221,10 +216,10 @@ const PEERS_SHOWN = 6;
 
 /** Links to the runs the evidence compared with, keeping the period the page was opened with. */
 function PeerLinks({ kind, ids, search }: { kind: string; ids: string[]; search: string }) {
-  if (ids.length === 0) return <span className="ev-peers small muted">no peer run listed</span>;
+  if (ids.length === 0) return <span className="ev-links muted">no peer run listed</span>;
   const noun = kind === "peers" ? "peer run" : "compared with run";
   return (
-    <span className="ev-peers small">
+    <span className="ev-links">
       <span className="muted">{ids.length === 1 ? noun : `${noun}s`}</span>
       {ids.slice(0, PEERS_SHOWN).map((id) => (
         <Link key={id} to={runPath(id) + keptSearch(search)} className="mono ev-peer" title={`Open run ${id}`}>
@@ -239,10 +234,11 @@ function PeerLinks({ kind, ids, search }: { kind: string; ids: string[]; search:
 /** "reference 2.10 ms per step (range 1.50 ms–3.00 ms per step)", or null when nothing to add. */
 function references(unit: string, ref: number | null, low: number | null, high: number | null): string | null {
   if (!isNum(ref)) return null;
-  let text = `reference ${formatEvidenceValue(ref, unit)}`;
-  if (isNum(low) && isNum(high) && (Math.abs(low - ref) > 1e-12 || Math.abs(high - ref) > 1e-12)) {
-    const [a, b] = low <= high ? [low, high] : [high, low];
-    text += ` (range ${formatEvidenceValue(a, unit)} to ${formatEvidenceValue(b, unit)})`;
+  const shown = formatEvidenceValue(ref, unit);
+  let text = `reference ${shown}`;
+  if (isNum(low) && isNum(high)) {
+    const [a, b] = (low <= high ? [low, high] : [high, low]).map((v) => formatEvidenceValue(v, unit));
+    if (a !== shown || b !== shown) text += ` (range ${a} to ${b})`;
   }
   return text;
 }

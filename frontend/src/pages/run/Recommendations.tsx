@@ -9,6 +9,7 @@ import { formatGpuHours, formatNumber, formatPct, formatUsd, formatWithUnit, isN
 /** An observation's figure as people read it: shares as percentages, counts as numbers. */
 function observed(value: number | string | null, unit: string): string {
   if (isNum(value) && unit === "ratio") return formatPct(value);
+  if (isNum(value) && unit.startsWith("ratio ")) return `${formatPct(value)} ${unit.slice(6)}`;
   if (isNum(value) && unit === "count") return formatNumber(value);
   return formatWithUnit(value, unit);
 }
@@ -71,6 +72,13 @@ function Saving({ r }: { r: Recommendation }) {
     );
   }
   const claims = Object.entries(r.claims ?? {}).filter(([, usd]) => isNum(usd) && usd > 0);
+  if (r.saving_usd <= 0) {
+    return (
+      <div className="rec-saving" data-testid="rec-saving">
+        <span className="muted">no saving left to claim on this run: its recoverable dollars are counted under another recommendation, or none were shown to be recoverable</span>
+      </div>
+    );
+  }
   return (
     <>
       <div className="rec-saving" data-testid="rec-saving">
