@@ -106,18 +106,31 @@ class DurationResolver:
 
 
 class StepBuffer:
-    """Ended steps waiting to be sent; turned into wire columns in bulk (zip runs in C)."""
+    """Ended steps waiting to be sent; turned into wire columns in bulk (zip runs in C).
+
+    Rows numbered by the agent itself ("auto": the process's own 0, 1, 2...) come before any row
+    the user numbered explicitly, and one ``take`` never mixes the two, so that a batch of auto
+    rows can be shifted after a restart (``shift_steps``) and a batch of explicit rows never is.
+    """
 
     def __init__(self, clock_offset_ns: int) -> None:
         self.clock_offset_ns = clock_offset_ns
         self._raws: list[RawStep] = []
         self._ends: list[int] = []
+        self._auto = 0  # leading rows that are auto-numbered
         self.oldest_ns: int | None = None
 
     def __len__(self) -> int:
         return len(self._raws)
 
-    def append(self, ended: Ended, now_ns: int) -> None:
+    @property
+    def head_is_auto(self) -> bool:
+        """Whether the next ``take`` returns auto-numbered rows."""
+        return self._auto > 0
+
+    def append(self, ended: Ended, now_ns: int, auto: bool = False) -> None:
+        if auto and self._auto == len(self._raws):
+            self._auto += 1
         self._raws.append(ended[0])
         self._ends.append(ended[1])
         if self.oldest_ns is None:
@@ -131,12 +144,41 @@ class StepBuffer:
         return self.oldest_ns is not None and now_ns - self.oldest_ns >= max_age_ns
 
     def take(self, max_rows: int) -> Columns:
+        """Up to ``max_rows`` of the oldest rows: all auto-numbered or all explicit."""
+        if self._auto:
+            max_rows = min(max_rows, self._auto)
+            self._auto -= max_rows
         raws, ends = self._raws[:max_rows], self._ends[:max_rows]
         del self._raws[:max_rows]
         del self._ends[:max_rows]
         if not self._raws:
             self.oldest_ns = None
         return steps_to_columns(raws, ends, self.clock_offset_ns)
+
+
+def shift_steps(columns: Columns, base: int) -> Columns:
+    """Auto-numbered rows of a process that resumed a run: numbered after ``base - 1``."""
+    if base:
+        columns["step"] = [step + base for step in columns["step"]]
+    return columns
+
+
+def base_after(last_step: Any) -> int:
+    """The first step number a resumed rank may use, from the server's ``last_step`` (or null)."""
+    if isinstance(last_step, bool) or not isinstance(last_step, int) or last_step < 0:
+        return 0
+    return int(last_step) + 1
+
+
+def step_base_from_run(answer: Any, rank: int) -> int:
+    """The step base of ``rank`` from the answer to ``POST /api/v1/runs`` (0 for a new run)."""
+    ranks = answer.get("ranks") if isinstance(answer, dict) else None
+    if not isinstance(ranks, list):
+        return 0
+    for entry in ranks:
+        if isinstance(entry, dict) and entry.get("rank") == rank:
+            return base_after(entry.get("last_step"))
+    return 0
 
 
 def steps_to_columns(raws: list[RawStep], ends: list[int], clock_offset_ns: int) -> Columns:

@@ -54,6 +54,7 @@ class Recorder:
         "mem",
         "mem_every_ns",
         "mem_next",
+        "numbered",
         "on_error",
         "on_oom",
         "open",
@@ -83,6 +84,7 @@ class Recorder:
         self.items_max = items_max
         self.enabled = True
         self.step_no = 0
+        self.numbered = False  # the user gave a step number (see Run.step)
         self.start = 0
         self.open = False
         self.acc: list[int | None] = [None, None, None, None, None]

@@ -26,7 +26,7 @@ from ._identity import Identity, detect_identity, resolve_run_id
 from ._log import AgentError, OnceLogger, logger
 from ._spool import token_fingerprint
 from ._version import __version__
-from ._worker import MARK_BOUNDARY, MARK_END, Worker, WorkerContext
+from ._worker import MARK_BOUNDARY, MARK_END, MARK_NUMBERED, Worker, WorkerContext
 
 T = TypeVar("T")
 FINISH_STATUSES = ("finished", "failed", "crashed")
@@ -37,10 +37,26 @@ _current: Run | None = None
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 _previous_excepthook: Callable[..., Any] | None = None
+# When the latest run of this process finished (epoch ns): the next run's allocation starts there.
+_last_finish_ns: int | None = None
+_finish_lock = threading.Lock()
 
 
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).isoformat()
+
+
+def _iso_ns(t_ns: int) -> str:
+    """Epoch ns as ISO 8601, exact to the microsecond (no float rounding)."""
+    moment = dt.datetime.fromtimestamp(t_ns // 10**9, tz=dt.timezone.utc)
+    return (moment + dt.timedelta(microseconds=t_ns % 10**9 // 1000)).isoformat()
+
+
+def _run_finished_at(t_ns: int) -> None:
+    global _last_finish_ns
+    with _finish_lock:
+        if _last_finish_ns is None or t_ns > _last_finish_ns:
+            _last_finish_ns = t_ns
 
 
 def _process_start_time() -> float | None:
@@ -251,8 +267,13 @@ class Run:
             gpu_count = ident.world_size  # one device per rank (a CPU rank counts as one)
         allocation = given["allocation_start"]
         allocation_iso: str | None
+        previous_finish_ns = _last_finish_ns
         if allocation is not None:
             allocation_iso = allocation.isoformat() if isinstance(allocation, dt.datetime) else str(allocation)
+        elif previous_finish_ns is not None:
+            # A later run of this process (a notebook, a sweep loop): the GPU time until the
+            # previous run finished was billed to that run, so this one is billed from there.
+            allocation_iso = _iso_ns(previous_finish_ns)
         elif os.environ.get("PHANTOMHUB_ALLOCATION_START"):
             allocation_iso = os.environ["PHANTOMHUB_ALLOCATION_START"]
         else:
@@ -373,8 +394,20 @@ class Run:
         rec.samples = samples
         rec.flops = flops
         if step is not None:
+            if not rec.numbered:
+                self._numbering_begins()
             rec.step_no = step
         return self._step_ctx
+
+    def _numbering_begins(self) -> None:
+        """From the first explicit step number on, steps keep the numbers the user gives (they are
+        never shifted after the steps an earlier process stored, as the agent's own numbers are)."""
+        rec = self._rec
+        rec.numbered = True
+        try:
+            rec.mark(MARK_NUMBERED, 0)
+        except Exception as exc:
+            self._error(exc)
 
     def stage(self, name: str) -> Any:
         """Context manager timing one stage: data, forward, backward, optimizer or comm."""
@@ -520,7 +553,9 @@ class Run:
                 rec.end(None)
             rec.mark(MARK_END, time.perf_counter_ns())
             if not self._forked_child:
-                self._event("finish", status=status)
+                finished_ns = time.time_ns() // 1000 * 1000  # microseconds: what the server keeps
+                self._event("finish", status=status, t_ns=finished_ns)
+                _run_finished_at(finished_ns)
             if rec.enabled:
                 self._worker.finish(self.settings.finish_timeout_s if timeout is None else timeout)
         except Exception as exc:

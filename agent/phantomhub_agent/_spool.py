@@ -6,6 +6,12 @@ header followed by the request body exactly as it would have been sent (usually 
 written to a temporary name, fsynced and renamed, so a file either exists whole or not at all,
 even after SIGKILL or power loss.
 
+Step numbers: while a run's registration has not been answered, a process cannot know where its
+own step numbering must start (after the steps stored by an earlier process of the same run and
+rank), so its auto-numbered step files carry ``"rebase": true``. Whoever delivers the registration
+learns the base from the answer and shifts those files in place (``Spool.rebase_after``) before
+the registration file is removed: a crash in between repeats it with the same answer.
+
 Ownership: a process replays its own files in order (FIFO, so a run's metadata always precedes
 its steps). Files of processes that are no longer alive are adopted by whoever finds them, claimed
 by an atomic rename to ``*.claimed-<pid>`` so two processes never replay the same file at once.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -27,6 +34,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ._batcher import encode_json, gzip_bytes, shift_steps
 
 SUFFIX = ".phk"
 CLAIM_MARK = ".claimed-"
@@ -54,6 +63,8 @@ class SpooledRequest:
     token_fp: str = ""
     server: str = ""
     created_ns: int = 0
+    # Auto-numbered steps whose base (the run's stored steps of this rank) is not known yet.
+    rebase: bool = False
 
 
 @dataclasses.dataclass
@@ -113,6 +124,8 @@ def encode_file(request: SpooledRequest) -> bytes:
         "server": request.server,
         "created_ns": request.created_ns,
     }
+    if request.rebase:
+        header["rebase"] = True
     return json.dumps(header, separators=(",", ":")).encode("utf-8") + b"\n" + request.body
 
 
@@ -131,7 +144,28 @@ def decode_file(data: bytes) -> SpooledRequest:
         token_fp=str(header.get("token_fp", "")),
         server=str(header.get("server", "")),
         created_ns=int(header.get("created_ns", 0)),
+        rebase=bool(header.get("rebase", False)),
     )
+
+
+def writer_of(name: str) -> tuple[int, int] | None:
+    """(pid, rank) of the process that wrote a spool file, from its name."""
+    parts = _base_name(name).split("-")
+    if len(parts) < 5 or not parts[2].startswith("r") or not parts[3].startswith("p"):
+        return None
+    try:
+        return int(parts[3][1:]), int(parts[2][1:])
+    except ValueError:
+        return None
+
+
+def shift_request(request: SpooledRequest, base: int) -> SpooledRequest:
+    """A rebase-marked steps request with its step numbers shifted by ``base``."""
+    body = gzip.decompress(request.body) if request.gzipped else request.body
+    payload = json.loads(body.decode("utf-8"))
+    payload["steps"] = shift_steps(payload["steps"], base)
+    raw = encode_json(payload)
+    return dataclasses.replace(request, body=gzip_bytes(raw) if request.gzipped else raw, rebase=False)
 
 
 def read_entry(entry: SpoolEntry) -> SpooledRequest:
@@ -194,22 +228,59 @@ class Spool:
             kind = KIND_RUN if request.kind == "run" else KIND_DATA
             name = f"{time.time_ns():020d}-{kind}-r{self.rank}-p{self.pid}-{self._seq:08d}{SUFFIX}"
             final = run_dir / name
-            tmp = run_dir / (TMP_PREFIX + name)
-            fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(str(tmp), str(final))
-            _fsync_dir(run_dir)
+            _write_atomic(final, data)
             if self._known_bytes is not None:
                 self._known_bytes += len(data)
             self.written_batches += 1
             return final
+
+    def rebase_after(self, run_entry: SpoolEntry, base: int) -> int:
+        """The registration ``run_entry`` was delivered, and its answer gave its process's step
+        base: shift the rebase-marked step files that process spooled after it, in place.
+
+        Stops at that process's next registration (a later run with its own base). A file another
+        live process is sending right now is left alone. Returns the files rewritten.
+        """
+        origin = _base_name(run_entry.name)
+        writer = writer_of(origin)
+        if writer is None:
+            return 0
+        rewritten = 0
+        for path in sorted(_list_files(run_entry.path.parent), key=lambda p: _base_name(p.name)):
+            name = _base_name(path.name)
+            if name <= origin or writer_of(name) != writer:
+                continue
+            if _kind_of(name) == KIND_RUN:
+                break
+            if self._rebase_file(path, base):
+                rewritten += 1
+        return rewritten
+
+    def _rebase_file(self, path: Path, base: int) -> bool:
+        claimed: Path | None = None
+        if CLAIM_MARK in path.name:
+            if _owner_of(path.name) != self.pid:
+                return False
+        elif _owner_of(path.name) != self.pid:
+            # Another process's file: hold it while rewriting, so nobody sends it half-way.
+            claimed = path.with_name(path.name + CLAIM_MARK + str(self.pid))
+            try:
+                os.rename(str(path), str(claimed))
+            except OSError:
+                return False
+        current = claimed or path
+        try:
+            request = decode_file(current.read_bytes())
+            if request.kind != "steps" or not request.rebase:
+                return False
+            _write_atomic(current, encode_file(shift_request(request, base)), stale_tmp=True)
+            return True
+        except (OSError, ValueError, KeyError):
+            return False
+        finally:
+            if claimed is not None:
+                with contextlib.suppress(OSError):
+                    os.rename(str(claimed), str(path))
 
     def _make_room(self, incoming: int) -> bool:
         if self._known_bytes is not None and self._known_bytes + incoming <= self.max_bytes:
@@ -326,6 +397,29 @@ class Spool:
                         path.unlink()
                 except OSError:
                     continue
+
+
+def _write_atomic(final: Path, data: bytes, *, stale_tmp: bool = False) -> None:
+    """Written to a temporary name, fsynced, renamed over ``final``: whole or not at all.
+
+    ``stale_tmp``: a rewrite of an existing file may find the temporary file of a rewrite that
+    was killed half-way; new files have fresh names and never do.
+    """
+    tmp = final.with_name(TMP_PREFIX + final.name)
+    if stale_tmp:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(str(tmp), str(final))
+    _fsync_dir(final.parent)
 
 
 def _base_name(name: str) -> str:

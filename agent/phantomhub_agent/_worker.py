@@ -8,6 +8,13 @@ sampling) happens here.
 Delivery order is FIFO per process: while this process has spooled requests of its run, new ones
 are appended to the spool too, and the replay drains it in order. So the run's metadata always
 reaches the server before its steps, whatever failed in between.
+
+Step numbers stay unique across restarts of a run: the answer to the run's registration gives,
+per rank, the last step an earlier process stored, and the steps this process numbered itself are
+sent shifted after it. Until that answer is in (the first pass, normally) ended steps wait in the
+buffer; if the registration had to be spooled, its steps are spooled marked for a shift, applied
+when the registration is finally delivered (see ``_spool``). Steps the user numbered are never
+shifted.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any, Callable
 from . import _batcher as b
 from ._config import Settings
 from ._log import OnceLogger, logger
-from ._spool import Spool, SpooledRequest, read_entry
+from ._spool import Spool, SpooledRequest, read_entry, writer_of
 from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Response, Transport, backoff_delay, classify
 from ._transport import parse_retry_after as _parse_retry_after
 
@@ -37,6 +44,7 @@ ORPHAN_SCAN_EVERY_S = 60.0
 # Markers the training thread puts in the step deque, as (kind, perf_counter_ns).
 MARK_BOUNDARY = "B"  # a phase began: the held step ends here
 MARK_END = "E"  # the run ends: the held step ends at its own end
+MARK_NUMBERED = "N"  # the user numbers steps from here on: later rows are never shifted
 
 
 @dataclasses.dataclass
@@ -98,6 +106,11 @@ class Worker:
         self._fail_streak = 0
         self._next_probe = 0.0
         self._skip_runs: set[str] = set()
+        # Shift of this process's auto-numbered steps (None: not known, the registration was
+        # spooled); while the registration's answer is awaited, steps are held back.
+        self._step_base: int | None = 0
+        self._base_pending = False
+        self._registration_ns: int | None = None
         self._init_state()
 
     def _init_state(self) -> None:
@@ -128,6 +141,10 @@ class Worker:
         self._last_counters: dict[str, int] | None = None
         self._own_backlog = False
         self._next_orphan_scan = 0.0
+        self._auto_until: int | None = None  # rows pushed before MARK_NUMBERED (None: not seen)
+        self._pushed = 0
+        self._emitted = 0
+        self._steps_held = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -163,12 +180,17 @@ class Worker:
 
     def after_fork_in_child(self) -> None:
         """The parent's data and thread stay with the parent; the child starts clean."""
+        numbered = self._auto_until is not None
         self.steps.clear()
         self.items.clear()
         self.transport.drop_connection()
         self.spool.after_fork()
         self.once.reset()
         self._init_state()
+        if numbered:
+            self._auto_until = 0
+        if self._base_pending:  # the parent awaits the answer; the child will never see it
+            self._base_pending = False
         self._sampler_failed = True  # the parent samples the node; a forked child would only repeat it
 
     def _loop(self) -> None:
@@ -209,6 +231,10 @@ class Worker:
             if final or now_mono >= self._next_counters:
                 self._queue_counters(force=final)
         self._deliver_outbox()
+        if self._steps_held and not self._base_pending:  # the registration was answered just now
+            with self._buf_lock:
+                self._cut(force=final or flush)
+            self._deliver_outbox()
         if not final or self._deadline is None or time.monotonic() < self._deadline:
             self._replay(final=final)
 
@@ -237,9 +263,13 @@ class Worker:
             if len(item) == 2:
                 pending.popleft()
                 kind, t_pc = item
+                if kind == MARK_NUMBERED:
+                    if self._auto_until is None:
+                        self._auto_until = self._pushed
+                    continue
                 row = self._resolver.boundary(t_pc) if kind == MARK_BOUNDARY else self._resolver.close()
                 if row is not None:
-                    self._step_cols.append(row, now_ns)
+                    self._emit(row, now_ns)
                 continue
             marks = item[b.R_MARKS]
             if marks:
@@ -257,8 +287,15 @@ class Worker:
                     break  # rows stay in order: wait for this step's events
             pending.popleft()
             row = self._resolver.push(item)
+            self._pushed += 1
             if row is not None:
-                self._step_cols.append(row, now_ns)
+                self._emit(row, now_ns)
+
+    def _emit(self, row: b.Ended, now_ns: int) -> None:
+        # Rows leave the resolver in the order they were pushed: the k-th emitted is the k-th pushed.
+        auto = self._auto_until is None or self._emitted < self._auto_until
+        self._emitted += 1
+        self._step_cols.append(row, now_ns, auto)
 
     def _cut(self, *, force: bool) -> None:
         s = self.settings
@@ -266,10 +303,20 @@ class Worker:
         max_age = int(s.flush_interval_s * 1e9)
         extra = {"rank": self.ctx.rank, "host": self.ctx.host}
         run_path = f"/api/v1/runs/{self.ctx.run_id}"
+        self._steps_held = False
         while len(self._step_cols) and (force or self._step_cols.due(now_ns, s.batch_max_rows, max_age)):
-            cols = b.compact_columns(self._step_cols.take(s.batch_max_rows), b.REQUIRED_STEP_COLUMNS)
+            if self._base_pending:
+                self._steps_held = True  # cut again once the registration is answered
+                break
+            auto = self._step_cols.head_is_auto
+            cols = self._step_cols.take(s.batch_max_rows)
+            base = self._step_base
+            if auto and base:
+                cols = b.shift_steps(cols, base)
+            cols = b.compact_columns(cols, b.REQUIRED_STEP_COLUMNS)
+            rebase = auto and base is None
             for _payload, body, rows in b.fit_columns("steps", cols, extra, s.batch_max_bytes):
-                self._outbox.append(self._request("steps", run_path + "/steps", body, rows))
+                self._outbox.append(self._request("steps", run_path + "/steps", body, rows, rebase=rebase))
         while len(self._sample_cols) and (force or self._sample_cols.due(now_ns, s.batch_max_rows, max_age)):
             cols = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
             for _payload, body, rows in b.fit_columns("samples", cols, extra, s.batch_max_bytes):
@@ -283,7 +330,7 @@ class Worker:
                 body = b.encode_json({"events": chunk})
                 self._outbox.append(self._request("events", run_path + "/events", body, len(chunk)))
 
-    def _request(self, kind: str, path: str, body: bytes, rows: int) -> SpooledRequest:
+    def _request(self, kind: str, path: str, body: bytes, rows: int, *, rebase: bool = False) -> SpooledRequest:
         gzipped = len(body) >= self.settings.gzip_min_bytes
         return SpooledRequest(
             path=path,
@@ -295,10 +342,26 @@ class Worker:
             token_fp=self.ctx.token_fp,
             server=self.settings.server,
             created_ns=time.time_ns(),
+            rebase=rebase,
         )
 
     def make_request(self, kind: str, path: str, payload: Any) -> SpooledRequest:
-        return self._request(kind, path, b.encode_json(payload), 1)
+        request = self._request(kind, path, b.encode_json(payload), 1)
+        if kind == "run":  # this process's registration: its answer sets the step base
+            self._registration_ns = request.created_ns
+            self._step_base = None
+            self._base_pending = True
+        return request
+
+    def _is_registration(self, request: SpooledRequest) -> bool:
+        return request.kind == "run" and request.run_id == self.ctx.run_id and request.created_ns == self._registration_ns
+
+    def _registered(self, request: SpooledRequest, response: Response | None) -> None:
+        """A registration was delivered: the step base of its process comes with the answer."""
+        base = b.step_base_from_run(response.json() if response is not None else None, self.ctx.rank)
+        if self._is_registration(request):
+            self._step_base = base
+            self._base_pending = False
 
     # -- system samples and counters ---------------------------------------------------------------
 
@@ -360,6 +423,8 @@ class Worker:
             while self._outbox and not self._is_abandoned():
                 request = self._outbox[0]
                 self._deliver(request)
+                if self._base_pending and self._is_registration(request):
+                    self._base_pending = False  # spooled, or refused: the base stays unknown
                 if self._is_abandoned():
                     return  # finish() spooled the outbox itself after its deadline
                 self._outbox.popleft()
@@ -391,6 +456,8 @@ class Worker:
             if outcome == OK:
                 self._mark_healthy()
                 self.counters.sent_batches += 1
+                if request.kind == "run":
+                    self._registered(request, response)
                 return
             if outcome == RETRY:
                 retry_after = _retry_after(response)
@@ -566,6 +633,15 @@ class Worker:
                 if not self._replay_one(claimed, own=False):
                     return
 
+    def _replayed_registration(self, entry: Any, request: SpooledRequest, response: Response | None) -> None:
+        """Shifts the steps its process spooled after it, before the registration file goes."""
+        writer = writer_of(entry.name)
+        rank = writer[1] if writer is not None else self.ctx.rank
+        base = b.step_base_from_run(response.json() if response is not None else None, rank)
+        self.spool.rebase_after(entry, base)
+        if self._is_registration(request):
+            self._step_base = base
+
     def _out_of_time(self, started: float, budget: float) -> bool:
         remaining = self._remaining()
         return time.monotonic() - started > budget or (remaining is not None and remaining < 0.1)
@@ -586,6 +662,8 @@ class Worker:
         timeout = self.settings.request_timeout_s if remaining is None else min(self.settings.request_timeout_s, remaining)
         outcome, response = self._send(request, timeout)
         if outcome == OK:
+            if request.kind == "run":
+                self._replayed_registration(entry, request, response)
             self.spool.remove(entry)
             self.counters.replayed_batches += 1
             self._mark_healthy()
@@ -675,6 +753,7 @@ class Worker:
     def _emergency_spool(self) -> None:
         """The deadline passed with the sender stuck: spool whatever is left (duplicates are harmless)."""
         self._abandoned = True
+        self._base_pending = False  # the registration is spooled below, with everything else
         try:
             acquired = self._buf_lock.acquire(timeout=0.5)
             try:

@@ -4,7 +4,9 @@
     phantomhub-agent ls [DIR]
 
 DIR is a spool root (default: PHANTOMHUB_SPOOL_DIR or ~/.cache/phantomhub/spool) or one run's
-directory inside it. Each delivered file is deleted; a file the server rejects as invalid (400)
+directory inside it. A run's files go in the order they were written, so each process's
+registration precedes its steps (and its answer renumbers the steps that process numbered itself,
+after those an earlier process of the run stored). Each delivered file is deleted; a file the server rejects as invalid (400)
 is renamed ``*.rejected`` and kept for inspection. A file of a run the server does not know or
 refuses (401/403/404) stays for a later attempt. Exit status 0 when everything was delivered.
 """
@@ -17,22 +19,22 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from ._batcher import step_base_from_run
 from ._config import default_spool_dir
 from ._spool import (
     CLAIM_MARK,
-    KIND_RUN,
     Spool,
     SpooledRequest,
     SpoolEntry,
     _base_name,
-    _kind_of,
     _owner_of,
     iter_spool_files,
     pid_alive,
     read_entry,
     token_fingerprint,
+    writer_of,
 )
 from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Transport, backoff_delay, classify, parse_retry_after
 from ._version import __version__
@@ -83,7 +85,7 @@ def _human(n: float) -> str:
 
 
 def _collect(root: Path) -> dict[str, list[Path]]:
-    """Spool files per run directory, run metadata first, then in write order.
+    """Spool files per run directory, in write order (each process wrote its registration first).
 
     Files claimed by a live process (an agent replaying right now) are left alone.
     """
@@ -93,12 +95,13 @@ def _collect(root: Path) -> dict[str, list[Path]]:
             continue
         runs.setdefault(run_dir, []).append(path)
     for paths in runs.values():
-        paths.sort(key=lambda p: (_kind_of(_base_name(p.name)) != KIND_RUN, _base_name(p.name)))
+        paths.sort(key=lambda p: _base_name(p.name))
     return runs
 
 
-def _post(transport: Transport, request: SpooledRequest, out: IO[str]) -> tuple[str, int, str]:
-    """Sends with retries on 5xx/429/network; returns (outcome, status, error text)."""
+def _post(transport: Transport, request: SpooledRequest, out: IO[str]) -> tuple[str, int, str, Any]:
+    """Sends with retries on 5xx/429/network; returns (outcome, status, error text, JSON answer)."""
+    answer: Any = None
     for attempt in range(MAX_ATTEMPTS):
         try:
             response = transport.request("POST", request.path, request.body, gzipped=request.gzipped)
@@ -109,11 +112,12 @@ def _post(transport: Transport, request: SpooledRequest, out: IO[str]) -> tuple[
             status, text = response.status, response.error_text()
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             outcome = classify(status)
+            answer = response.json() if outcome == OK else None
         if outcome != RETRY:
-            return outcome, status, text
+            return outcome, status, text, answer
         if attempt + 1 < MAX_ATTEMPTS:
             time.sleep(backoff_delay(attempt, base_s=0.5, max_s=10.0, retry_after_s=retry_after))
-    return RETRY, status, text
+    return RETRY, status, text, answer
 
 
 def sync(root: Path, server: str, token: str | None, out: IO[str] | None = None) -> int:
@@ -143,12 +147,15 @@ def sync(root: Path, server: str, token: str | None, out: IO[str] | None = None)
                 if request.token_fp and fingerprint and request.token_fp != fingerprint and not warned_fp:
                     out.write("\nnote: these files were written with a different token; sending with the given one\n")
                     warned_fp = True
-                outcome, status, text = _post(transport, request, out)
+                outcome, status, text, answer = _post(transport, request, out)
                 if outcome == TOO_LARGE:
                     halves = split_request(request)
-                    results = [_post(transport, half, out) for half in halves] if halves else [(outcome, status, text)]
+                    results = [_post(transport, half, out) for half in halves] if halves else [(outcome, status, text, None)]
                     outcome = OK if all(r[0] == OK for r in results) else results[-1][0]
                     status, text = results[-1][1], results[-1][2]
+                if outcome == OK and request.kind == "run":
+                    writer = writer_of(path.name)
+                    spool.rebase_after(entry, step_base_from_run(answer, writer[1] if writer else 0))
                 if outcome == OK:
                     sent_bytes += len(request.body)
                     delivered += 1
