@@ -132,6 +132,127 @@ def test_a_run_opened_from_the_leaderboard_shows_its_breakdown(signed_in: Any, a
     page.get_by_test_id("breakdown").wait_for()
 
 
+EVIDENCE_WORDS = {
+    "own_stretch": "best stretch",
+    "peers": "peer runs",
+    "target": "target",
+    "straggler": "stragglers",
+    "project_median": "project median",
+    "none": "no evidence",
+}
+CATEGORY_WORDS = {
+    "compute_inefficiency": "compute inefficiency",
+    "data_stall": "data stall",
+    "comm_exposed": "exposed communication",
+    "host_overhead": "host overhead",
+    "idle": "idle",
+}
+SNAKE_CASE = re.compile(r"\b[a-z]+_[a-z_]+\b")
+Analysis = dict[str, Any]
+
+
+def words(locator: Any) -> str:
+    """A locator's text with whitespace collapsed (flex items come back line by line from inner_text)."""
+    return " ".join(str(locator.text_content()).split())
+
+
+def _analyses(api: Api, server: Server) -> dict[str, Analysis]:
+    out = {run_id: api.get_json(f"/api/v1/portal/runs/{run_id}")["analysis"] for run_id in server.run_ids}
+    return {run_id: a for run_id, a in out.items() if a is not None}
+
+
+def _category_where(analyses: dict[str, Analysis], kind: str, *, peers: bool = False, window: bool = False) -> tuple[str, str]:
+    """A (run id, waste category) with money spent whose evidence is of ``kind``."""
+    for run_id, a in analyses.items():
+        for c in CATEGORY_WORDS:
+            fig = a["categories"][c]
+            ev = fig["evidence"]
+            if fig["usd"] > 0 and ev["kind"] == kind and (not peers or ev["peer_run_ids"]) and (not window or ev["window"]):
+                return run_id, c
+    raise AssertionError(f"the seed has no run with {kind} evidence for a category")
+
+
+def _recommendation_where(analyses: dict[str, Analysis], recurrence: str) -> tuple[str, dict[str, Any]]:
+    for run_id, a in analyses.items():
+        for rec in a["recommendations"]:
+            if (rec["saving_usd"] or 0) > 0 and rec["recurrence"]["kind"] == recurrence:
+                return run_id, rec
+    raise AssertionError(f"the seed has no {recurrence} run with a priced recommendation")
+
+
+def test_the_run_page_shows_each_recoverable_figure_with_its_range_and_evidence(signed_in: Any, api: Api, server: Server) -> None:
+    page = signed_in
+    analyses = _analyses(api, server)
+    # A run where some waste category has no evidence: the page says so instead of "$0.00".
+    run_id, category = _category_where(analyses, "none")
+    a = analyses[run_id]
+    page.goto(f"/runs/{run_id}")
+    breakdown = page.get_by_test_id("breakdown")
+    breakdown.wait_for()
+    cell = page.get_by_test_id(f"recoverable-{category}").inner_text()
+    assert cell.startswith("no evidence") and "$" not in cell
+    expected_range = f"{usd(a['recoverable_low_usd'])}–{usd(a['recoverable_high_usd'])}"
+    if a["recoverable_low_usd"] == a["recoverable_high_usd"]:
+        expected_range = usd(a["recoverable_low_usd"])
+    assert page.get_by_test_id("run-recoverable-range").inner_text().startswith(f"range {expected_range}")
+    for c in CATEGORY_WORDS:
+        fig = a["categories"][c]
+        if fig["usd"] <= 0:
+            continue
+        line = breakdown.locator(f'tr[data-evidence-for="{c}"]')
+        assert line.locator(".ev-badge").inner_text() == EVIDENCE_WORDS[fig["evidence"]["kind"]]
+        if fig["evidence"]["kind"] != "none":
+            assert usd(fig["recoverable_usd"]) in page.get_by_test_id(f"recoverable-{c}").inner_text()
+    # No internal names in what the table and the headline say (the ƒ popovers, closed here, show formulas).
+    assert not SNAKE_CASE.search(breakdown.inner_text())
+    assert not SNAKE_CASE.search(page.get_by_test_id("run-stats").inner_text())
+
+
+def test_a_peer_run_is_one_click_away_and_a_best_stretch_lights_up_on_the_chart(signed_in: Any, api: Api, server: Server) -> None:
+    page = signed_in
+    analyses = _analyses(api, server)
+    run_id, category = _category_where(analyses, "peers", peers=True)
+    peer = analyses[run_id]["categories"][category]["evidence"]["peer_run_ids"][0]
+    page.goto(f"/runs/{run_id}?period=7d")
+    line = page.get_by_test_id("breakdown").locator(f'tr[data-evidence-for="{category}"]')
+    line.get_by_role("link", name=peer[:8]).click()
+    page.wait_for_url(f"**/runs/{peer}?period=7d")
+    page.get_by_test_id("breakdown").wait_for()
+
+    run_id, category = _category_where(analyses, "own_stretch", window=True)
+    page.goto(f"/runs/{run_id}")
+    words = CATEGORY_WORDS[category]
+    control = page.get_by_role("button", name=f"Highlight the {words} stretch on the step-time chart")
+    assert control.get_attribute("aria-pressed") == "false"
+    control.click()
+    assert control.get_attribute("aria-pressed") == "true"
+    assert words in page.get_by_test_id("chart-highlight").inner_text()
+    # ECharts drew the marked area: its label is in the chart's SVG.
+    page.locator("#step-time svg text", has_text="best stretch").first.wait_for()
+
+
+def test_recommendations_save_on_the_run_and_per_month_only_when_the_work_recurs(
+    signed_in: Any, api: Api, server: Server
+) -> None:
+    page = signed_in
+    analyses = _analyses(api, server)
+    for recurrence in ("recurring", "one_off"):
+        run_id, rec = _recommendation_where(analyses, recurrence)
+        page.goto(f"/runs/{run_id}")
+        card = page.get_by_test_id(f"rec-{rec['code']}").first
+        assert f"saves {usd(rec['saving_usd'])} on this run" in words(card.get_by_test_id("rec-saving"))
+        monthly = words(card.get_by_test_id("rec-monthly"))
+        if recurrence == "recurring":
+            assert f"{usd(rec['saving_usd_per_month'])} / month at this project's last-30-day volume" in monthly
+        else:
+            assert rec["saving_usd_per_month"] is None
+            assert monthly == "one-off run: no monthly figure"
+    # What the recommendations claim never adds up to more than the run's recoverable dollars.
+    for a in analyses.values():
+        claimed = sum(r["saving_usd"] or 0 for r in a["recommendations"])
+        assert claimed <= a["recoverable_usd"] + 0.005 * max(1, len(a["recommendations"]))
+
+
 def test_a_runs_filter_survives_a_reload(signed_in: Any, api: Api) -> None:
     page = signed_in
     page.get_by_role("link", name="Runs").click()
