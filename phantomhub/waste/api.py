@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.telemetry.selectors import run_get_visible
-from phantomhub.waste.selectors import analysis_series, analysis_view
+from phantomhub.waste.selectors import analysis_failure, analysis_series, analysis_view
 
 PENDING = {"status": "pending", "analysed_at": None, "complete": False}
 
@@ -97,6 +97,9 @@ class AnalysisSerializer(serializers.Serializer[dict]):
     dropped_rows = DroppedRowsSerializer()
     warnings = serializers.ListField(child=serializers.CharField())
     analysed_at = serializers.DateTimeField()
+    analysis_error = serializers.DictField(
+        allow_null=True, help_text="the last re-analysis failed: {message, failures, retry_at}; the figures are older"
+    )
     complete = serializers.BooleanField()
     explain = serializers.DictField(required=False, help_text="with ?explain=1: formula and inputs of each figure")
 
@@ -105,13 +108,16 @@ class RunAnalysisApi(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("explain", OpenApiTypes.BOOL, description="add formula and inputs of each figure")],
         responses={200: AnalysisSerializer, 202: OpenApiTypes.OBJECT},
-        summary="The run's waste analysis (202 while the first analysis is pending)",
+        summary="The run's waste analysis (202 while the first analysis is pending, or failed: status and error say so)",
     )
     def get(self, request: Request, run_id: uuid.UUID) -> Response:
         run = run_get_visible(principal=request.user, run_id=run_id)
         explain = request.query_params.get("explain", "").lower() in ("1", "true", "yes")
         view = analysis_view(run=run, explain=explain)
         if view is None:
+            failure = analysis_failure(run=run)
+            if failure is not None:  # not analysed yet because it failed: say why, and when it retries
+                return Response({**PENDING, "status": "failed", "error": failure}, status=status.HTTP_202_ACCEPTED)
             return Response(PENDING, status=status.HTTP_202_ACCEPTED)
         return Response(view)
 

@@ -81,6 +81,13 @@ class RunAnalysis(models.Model):
     state = models.BinaryField(null=True)
     rank_rows = models.JSONField(default=dict)
     rank_last_step = models.JSONField(default=dict)
+    # A failed analysis: the error, how often it failed at this run's ingest_seq, when to retry.
+    # Failures back off and stop after MAX_ANALYSIS_FAILURES until new telemetry arrives; they
+    # never hold up other runs (waste/services.py run_analyze_isolated).
+    error = models.TextField(blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    failed_seq = models.BigIntegerField(default=-1)
+    retry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -20,6 +20,19 @@ def analysis_row(*, run: Run) -> RunAnalysis | None:
     return row if row is not None and row.analysed_at is not None else None
 
 
+def analysis_failure(*, run: Run, row: RunAnalysis | None = None) -> dict[str, Any] | None:
+    """The last failed analysis of the run's current telemetry, if any: {message, failures, retry_at}."""
+    if row is None:
+        row = RunAnalysis.objects.filter(run=run).only("error", "failures", "failed_seq", "retry_at").first()
+    if row is None or not row.error or row.failed_seq != run.ingest_seq:
+        return None
+    return {
+        "message": row.error,
+        "failures": row.failures,
+        "retry_at": row.retry_at.isoformat() if row.retry_at else None,
+    }
+
+
 def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) -> dict[str, Any] | None:
     row = row or analysis_row(run=run)
     if row is None:
@@ -65,6 +78,7 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
         "recommendations": recommendations_with_recurrence(run=run, row=row),
         "warnings": result["warnings"],
         "analysed_at": row.analysed_at.isoformat(),
+        "analysis_error": analysis_failure(run=run, row=row),
         "complete": row.complete and row.analysed_seq >= run.ingest_seq,
     }
     if explain:

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import orjson
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
@@ -216,12 +216,34 @@ def _state_load(row: RunAnalysis) -> dict[str, Any] | None:
     return None if row.state is None else dict(orjson.loads(bytes(row.state)))
 
 
+# Bounds of a run's billed span the model accepts; telemetry outside them is refused at ingest,
+# and a stored run beyond them fails its analysis (recorded, isolated) instead of looping for ever.
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+MAX_SPAN = timedelta(days=400)
+
+
+class AnalysisRefused(ValueError):
+    """The run's stored data cannot be analysed (out-of-range times); the message says why."""
+
+
+def _span_check(run: Run, end_ns: int | None = None) -> None:
+    if not EARLIEST <= run.allocation_start < LATEST:
+        raise AnalysisRefused(f"allocation_start {run.allocation_start.isoformat()} is outside 2000-01-01..2100-01-01")
+    if end_ns is not None and end_ns - _ns(run.allocation_start) > MAX_SPAN.total_seconds() * NS:
+        raise AnalysisRefused(
+            f"the run's telemetry spans more than {MAX_SPAN.days} days from allocation_start "
+            f"({run.allocation_start.isoformat()} to {_moment(min(end_ns, _ns(LATEST))).isoformat()})"
+        )
+
+
 def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
     """Analyse one run and store the result, its recommendations and its per-day costs."""
     with transaction.atomic():
         run = Run.objects.select_related("project", "project__team").filter(pk=run_id).first()
         if run is None:
             return None
+        _span_check(run)
         row = _analysis_lock(run)
         run.refresh_from_db()  # the seq read after taking the lock is the one we analyse up to
         seq = run.ingest_seq
@@ -275,6 +297,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             acc.add_samples(batch)
 
         end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns)
+        _span_check(run, end_ns)
         if run.status == RunStatus.CRASHED and run.finished_at is None:
             Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
         oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
@@ -304,6 +327,41 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         row.save()
         _days_store(run, row, analysis, config, price_rows)
     return row
+
+
+# A run whose analysis keeps failing is retried with backoff (30 s, 1 min, 2 min, ...) at most
+# this many times, then left alone until new telemetry (a higher ingest_seq) or a re-queue.
+MAX_ANALYSIS_FAILURES = 5
+RETRY_BASE_S = 30
+
+
+def run_analyze_isolated(*, run_id: uuid.UUID) -> RunAnalysis | None:
+    """``run_analyze``, except that a failure is recorded on the run (visible on its page and in
+    /metrics) and backed off instead of raised: one tenant's bad data never stops the others.
+    Database outages are not the run's fault and propagate (the caller retries them)."""
+    try:
+        return run_analyze(run_id=run_id)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        log.exception("analysis of run %s failed", run_id)
+        analysis_failure_record(run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def analysis_failure_record(*, run_id: uuid.UUID, error: str) -> None:
+    run = Run.objects.select_related("project").filter(pk=run_id).first()
+    if run is None:
+        return
+    with transaction.atomic():
+        row, _ = RunAnalysis.objects.select_for_update().get_or_create(
+            run=run, defaults={"project_id": run.project_id, "team_id": run.project.team_id}
+        )
+        row.failures = row.failures + 1 if row.failed_seq == run.ingest_seq else 1
+        row.failed_seq = run.ingest_seq
+        row.error = error[:2000]
+        row.retry_at = timezone.now() + timedelta(seconds=RETRY_BASE_S * 2 ** (row.failures - 1))
+        row.save(update_fields=["failures", "failed_seq", "error", "retry_at"])
 
 
 def _fetch_new_rows(
@@ -351,6 +409,7 @@ def _store(row: RunAnalysis, run: Run, analysis: Analysis, seq: int) -> None:
     result = analysis.to_json()
     recs = [r.to_json() for r in recommend(analysis)]
     row.project_id, row.team_id = run.project_id, run.project.team_id
+    row.error, row.failures, row.failed_seq, row.retry_at = "", 0, -1, None
     row.analysed_seq = seq
     row.analysed_at = timezone.now()
     row.complete = run.status != RunStatus.RUNNING
@@ -513,14 +572,20 @@ def runs_dirty(limit: int = 500) -> list[uuid.UUID]:
     """Runs whose stored analysis is missing or older than their telemetry, oldest allocation
     first: earlier runs finish first, so later ones find them as peers (evidence.py)."""
     never = Run.objects.filter(analysis__isnull=True).values_list("id", "allocation_start")
-    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq")).values_list("id", "allocation_start")
+    # A run whose analysis failed at its current telemetry waits for its retry time, and after
+    # MAX_ANALYSIS_FAILURES for new telemetry.
+    held = Q(analysis__failed_seq=F("ingest_seq")) & (
+        Q(analysis__failures__gte=MAX_ANALYSIS_FAILURES) | Q(analysis__retry_at__gt=timezone.now())
+    )
+    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq")).exclude(held).values_list("id", "allocation_start")
     return [run_id for run_id, _ in never.union(stale).order_by("allocation_start")[:limit]]
 
 
 def analyses_invalidate(*, gpu_key: str | None = None) -> int:
-    """Mark analyses for re-computation (after a price or policy change)."""
+    """Mark analyses for re-computation (after a price or policy change); failed ones get a fresh
+    set of retries."""
     rows = RunAnalysis.objects.all() if gpu_key is None else RunAnalysis.objects.filter(gpu_key=gpu_key)
-    return rows.update(analysed_seq=-1)
+    return rows.update(analysed_seq=-1, failures=0, retry_at=None)
 
 
 def analysis_request(run_id: uuid.UUID) -> None:
@@ -557,8 +622,8 @@ def analysis_sweep(*, inline: bool) -> SweepResult:
     analysed = enqueued = 0
     if inline:
         for run_id in dirty:
-            run_analyze(run_id=run_id)
-            analysed += 1
+            if run_analyze_isolated(run_id=run_id) is not None:
+                analysed += 1
     else:
         from phantomhub.waste.tasks import analyze_run
 

@@ -26,7 +26,7 @@ def redis_client() -> redis.Redis:
     max_retries=5,
 )
 def analyze_run(run_id: str) -> str | None:
-    row = services.run_analyze(run_id=uuid.UUID(run_id))
+    row = services.run_analyze_isolated(run_id=uuid.UUID(run_id))
     return None if row is None else row.analysed_at.isoformat() if row.analysed_at else None
 
 
