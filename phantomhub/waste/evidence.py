@@ -231,6 +231,11 @@ def _capped(rec: Recoverable, usd_cents: int, cap: float) -> Recoverable:
     )  # fmt: skip
 
 
+def percent_text(ratio: float) -> str:
+    """A share as people read it: 39.5%, 0.0075% (never a bare 0.0% for a small non-zero)."""
+    return f"{ratio:.1%}" if ratio >= 0.01 or ratio == 0 else f"{ratio * 100:.2g}%"
+
+
 def duration_text(ns: float) -> str:
     """A per-step duration as people read it: 850 µs, 2.10 ms, 8.33 s."""
     if ns >= 1e9:
@@ -364,14 +369,14 @@ def compute_recoverable(
     if kind == "own_stretch":
         assert stretch is not None
         summary = (
-            f"The run's best stretch of {stretch.window.steps:,.0f} steps ran at {ref:.1%} MFU over compute time; "
-            f"the run averaged {run_mfu:.1%}."
+            f"The run's best stretch of {stretch.window.steps:,.0f} steps ran at {percent_text(ref)} MFU over compute time; "
+            f"the run averaged {percent_text(run_mfu)}."
         )
         peer_ids: tuple[str, ...] = ()
     else:
         runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
         quartile = "" if len(pv) == 1 else " (their better quartile)"
-        summary = f"{runs} of this project ran at {ref:.1%} MFU over compute time{quartile}; this run averaged {run_mfu:.1%}."
+        summary = f"{runs} of this project ran at {percent_text(ref)} MFU over compute time{quartile}; this run averaged {percent_text(run_mfu)}."
         peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: -x[1]))
     if point == 0:
         summary += " No better level was demonstrated, so none of it is counted as recoverable."

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.evidence import STRETCH_MIN_STEPS, duration_text
+from phantomhub.waste.evidence import STRETCH_MIN_STEPS, duration_text, percent_text
 from phantomhub.waste.model import (
     Peer,
     PriceSegment,
@@ -203,3 +203,7 @@ def test_evidence_reads_in_plain_words_with_units():
         "quartile); this run spent 100.00 ms."
     )
     assert "_" not in " ".join(f.evidence.summary for f in a.categories)  # no internal names
+
+
+def test_small_shares_keep_their_digits():
+    assert (percent_text(0.395), percent_text(0.000075), percent_text(0.0)) == ("39.5%", "0.0075%", "0.0%")
