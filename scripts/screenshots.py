@@ -4,13 +4,15 @@
 
 Runs against a running PhantomHub (default http://127.0.0.1:8000, e.g. `make run`), signs in,
 and uses headless Chromium from the system (never a downloaded browser). Every page is light,
-the overview and the run page also dark.
+the overview and the run page also dark; the run page also at 800 px wide (run-detail-narrow)
+and with a category's best stretch highlighted on the step-time chart (run-evidence).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import urllib.request
@@ -60,6 +62,33 @@ def pick_run(page: Page) -> str | None:
         if detail and (detail.get("analysis") or {}).get("stragglers"):
             return run_id
     return ids[0] if ids else None
+
+
+def pick_stretch_run(page: Page) -> str | None:
+    """The costliest run whose recoverable dollars rest on its own best stretch somewhere."""
+    runs = api_json(page, "/api/v1/portal/runs?sort=-recoverable_usd&page_size=40") or {"results": []}
+    for row in runs["results"]:
+        if not row.get("analysed"):
+            continue
+        analysis = (api_json(page, f"/api/v1/portal/runs/{row['id']}") or {}).get("analysis") or {}
+        for fig in (analysis.get("categories") or {}).values():
+            if fig["usd"] > 0 and fig["evidence"]["kind"] == "own_stretch" and fig["evidence"]["window"]:
+                return str(row["id"])
+    return None
+
+
+def shoot_evidence(page: Page, out: Path, run_id: str) -> None:
+    """The breakdown's evidence and the step-time chart with the first best stretch highlighted."""
+    page.goto(f"/runs/{run_id}")
+    settle(page)
+    control = page.get_by_role("button", name=re.compile(r"^Highlight the .* stretch on the step-time chart$")).first
+    if control.count() == 0:
+        return
+    control.click()
+    page.wait_for_timeout(800)  # the smooth scroll, then ECharts redraws
+    page.locator("#breakdown").screenshot(path=str(out / "run-evidence.png"))
+    page.locator("#step-time").screenshot(path=str(out / "run-stretch.png"))
+    print(f"  run-evidence.png, run-stretch.png  ←  /runs/{run_id} (best stretch highlighted)")
 
 
 def busiest_month(page: Page) -> str:
@@ -135,6 +164,10 @@ def main() -> int:
                 page.wait_for_timeout(200)
                 page.screenshot(path=str(args.out / "run-explain.png"), clip={"x": 0, "y": 0, "width": args.width, "height": 720})
                 print(f"  run-explain.png  ←  /runs/{run_id} (ƒ open)")
+                shoot_evidence(page, args.out, pick_stretch_run(page) or run_id)
+                page.set_viewport_size({"width": 800, "height": 900})
+                shoot(page, args.out, "run-detail-narrow", f"/runs/{run_id}")
+                page.set_viewport_size({"width": args.width, "height": 900})
             board = api_json(page, "/api/v1/portal/leaderboards/teams?period=30d") or {"rows": []}
             if board["rows"]:
                 team = board["rows"][0]["key"]

@@ -19,7 +19,6 @@ import {
   formatNumber,
   formatPct,
   formatUsd,
-  formatUsdPrice,
   formatUsdRange,
   isNum,
   plainWords,
@@ -136,7 +135,7 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           testId="run-cost"
           value={formatUsd(a.cost_usd)}
           explain={<Explain label="cost" entry={ex.cost_usd} />}
-          sub={a.gpu_hours > 0 ? `${formatUsdPrice(a.cost_usd / a.gpu_hours)} per GPU-hour` : formatGpuHours(a.gpu_hours)}
+          sub={a.gpu_hours > 0 ? `${formatUsd(a.cost_usd / a.gpu_hours)} per GPU-hour` : formatGpuHours(a.gpu_hours)}
         />
         <Stat
           label="Recoverable"

@@ -88,9 +88,11 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
           <td className="align-right">100%</td>
           <td className="align-right nowrap">
             <strong>{formatUsd(a.recoverable_usd)}</strong>
-            <div className="cell-range" data-testid="recoverable-range-total">
-              {formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd)}
-            </div>
+            {formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd) !== formatUsd(a.recoverable_usd) && (
+              <div className="cell-range" data-testid="recoverable-range-total">
+                {formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd)}
+              </div>
+            )}
           </td>
           {showCap && <td />}
         </tr>

@@ -75,7 +75,9 @@ function Saving({ r }: { r: Recommendation }) {
   if (r.saving_usd <= 0) {
     return (
       <div className="rec-saving" data-testid="rec-saving">
-        <span className="muted">no saving left to claim on this run: its recoverable dollars are counted under another recommendation, or none were shown to be recoverable</span>
+        <span className="muted" title="Its recoverable dollars are counted under another recommendation, or none were shown to be recoverable">
+          no saving left to claim on this run
+        </span>
       </div>
     );
   }
