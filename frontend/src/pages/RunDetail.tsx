@@ -206,7 +206,7 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           </span>
         }
       >
-        {a.recommendations.length ? <Recommendations items={a.recommendations} /> : <Empty title="Nothing to fix">No rule found recoverable waste worth acting on.</Empty>}
+        {a.recommendations.length ? <Recommendations items={a.recommendations} recoverable={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].recoverable_usd]))} /> : <Empty title="Nothing to fix">No rule found recoverable waste worth acting on.</Empty>}
       </Card>
 
       <SeriesCharts run={run} analysis={a} series={series} phases={phases} highlight={highlight} onClearHighlight={() => setHighlighted(null)} />

@@ -239,13 +239,16 @@ describe("Run page", () => {
     expect(oom).not.toHaveTextContent("$");
   });
 
-  it("says when a recommendation has no saving left to claim, rather than \"saves $0.00\"", async () => {
-    const claimedElsewhere = recommendation({ code: "COMM_EXPOSED", category: "comm_exposed", saving_usd: 0, claims: {}, saving_usd_per_month: 0 });
-    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ recommendations: [claimedElsewhere] }) }) }).fn);
+  it("says why a recommendation saves nothing, rather than \"saves $0.00\"", async () => {
+    // Exposed communication has no recoverable dollars (no evidence); host overhead has $1.50, all claimed by another rule.
+    const nothingShown = recommendation({ code: "COMM_EXPOSED", category: "comm_exposed", saving_usd: 0, claims: {}, saving_usd_per_month: 0 });
+    const claimedElsewhere = recommendation({ code: "HOST_OVERHEAD", category: "host_overhead", saving_usd: 0, claims: {}, saving_usd_per_month: 0 });
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ recommendations: [nothingShown, claimedElsewhere] }) }) }).fn);
     renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
-    const rec = await screen.findByTestId("rec-COMM_EXPOSED");
-    expect(within(rec).getByTestId("rec-saving")).toHaveTextContent("no saving left to claim on this run");
-    expect(rec).not.toHaveTextContent("$0.00");
+    const comm = await screen.findByTestId("rec-COMM_EXPOSED");
+    expect(within(comm).getByTestId("rec-saving")).toHaveTextContent("no saving shown on this run: the evidence found no better level to reach");
+    expect(comm).not.toHaveTextContent("$0.00");
+    expect(within(screen.getByTestId("rec-HOST_OVERHEAD")).getByTestId("rec-saving")).toHaveTextContent("no saving left to claim on this run: another recommendation claims these dollars");
   });
 
   it("shows dropped rows and warnings in plain words, pointed at from the top of the page", async () => {

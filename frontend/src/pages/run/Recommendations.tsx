@@ -27,7 +27,8 @@ function FixText({ text }: { text: string }) {
   );
 }
 
-export function Recommendations({ items }: { items: Recommendation[] }) {
+/** ``recoverable``: each category's recoverable dollars, to say why a saving is nil. */
+export function Recommendations({ items, recoverable = {} }: { items: Recommendation[]; recoverable?: Record<string, number> }) {
   return (
     <ol className="recs recs-grid">
       {items.map((r) => (
@@ -37,7 +38,7 @@ export function Recommendations({ items }: { items: Recommendation[] }) {
             <span className="rec-title">{r.title}</span>
             <SeverityBadge severity={r.severity} />
           </div>
-          <Saving r={r} />
+          <Saving r={r} categoryRecoverable={recoverable[r.category]} />
           <ul className="rec-evidence">
             {r.evidence.map((e) => (
               <li key={e.observation}>
@@ -63,7 +64,7 @@ export function Recommendations({ items }: { items: Recommendation[] }) {
   );
 }
 
-function Saving({ r }: { r: Recommendation }) {
+function Saving({ r, categoryRecoverable }: { r: Recommendation; categoryRecoverable?: number }) {
   if (!isNum(r.saving_usd)) {
     return (
       <div className="rec-saving">
@@ -73,10 +74,11 @@ function Saving({ r }: { r: Recommendation }) {
   }
   const claims = Object.entries(r.claims ?? {}).filter(([, usd]) => isNum(usd) && usd > 0);
   if (r.saving_usd <= 0) {
+    const claimedElsewhere = isNum(categoryRecoverable) && categoryRecoverable > 0;
     return (
       <div className="rec-saving" data-testid="rec-saving">
-        <span className="muted" title="Its recoverable dollars are counted under another recommendation, or none were shown to be recoverable">
-          no saving left to claim on this run
+        <span className="muted">
+          {claimedElsewhere ? "no saving left to claim on this run: another recommendation claims these dollars" : "no saving shown on this run: the evidence found no better level to reach"}
         </span>
       </div>
     );
