@@ -8,7 +8,7 @@ import type { ApiTokenRow, GpuSpec, OrgSettings } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
-import { CATEGORIES, CATEGORY_LABEL } from "../lib/categories";
+import { CATEGORIES, CATEGORY_LABEL, isCategory } from "../lib/categories";
 import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
 import { PricesCard } from "./SettingsPrices";
 
@@ -44,6 +44,14 @@ export function SettingsPage() {
       {tab === "gpus" && <GpuCard />}
     </div>
   );
+}
+
+/** The API's field names (target_mfu, recoverability.data_stall) as the form labels them. */
+export function settingName(field: string): string {
+  if (field === "target_mfu") return "Target MFU";
+  const cap = /^recoverability\.(.+)$/.exec(field);
+  if (cap) return `Cap on ${isCategory(cap[1]) ? CATEGORY_LABEL[cap[1]].toLowerCase() : cap[1].replace(/_/g, " ")}`;
+  return field.replace(/_/g, " ");
 }
 
 function OrgSettingsCard() {
@@ -143,7 +151,15 @@ function OrgSettingsCard() {
               </tbody>
             </table>
             <p className="muted small">A run silent for {Math.round(d.crash_after_s / 60)} minutes is marked crashed.</p>
-            <FieldErrors error={error} />
+            {error && Object.keys(error.fields).length > 0 ? (
+              <div className="form-error" role="alert">
+                {Object.entries(error.fields)
+                  .map(([field, message]) => `${settingName(field)}: ${message}`)
+                  .join(" ")}
+              </div>
+            ) : (
+              <FieldErrors error={error} />
+            )}
             {admin && (
               <div className="form-actions">
                 <button className="btn btn-primary" type="submit" disabled={busy}>

@@ -311,6 +311,23 @@ describe("Settings: waste model", () => {
     const body = JSON.parse(String(api.calls.find((c) => c.init?.method === "PUT")!.init!.body));
     expect(body.recoverability).toEqual({ ...caps, data_stall: 0.8 });
   });
+
+  it("names a refused cap as the form does, not by its API field", async () => {
+    const caps = { useful_compute: 0, compute_inefficiency: 1, data_stall: 1, comm_exposed: 1, host_overhead: 1, idle: 1 };
+    const refusal = { error: { code: "invalid", message: "recoverability.idle: Ensure this value is less than or equal to 1.", fields: { "recoverability.idle": "Ensure this value is less than or equal to 1." } } };
+    vi.stubGlobal("fetch", mockFetch({
+      "/api/v1/portal/session": signedIn,
+      "/api/v1/portal/settings": (_url: string, init?: RequestInit) =>
+        init?.method === "PUT" ? new Response(JSON.stringify(refusal), { status: 400 }) : { target_mfu: 0.5, recoverability: caps, crash_after_s: 900, defaults: { target_mfu: 0.5, recoverability: caps } },
+    }).fn);
+    renderAt("/settings", <SettingsPage />, "/settings");
+    const input = await screen.findByLabelText("Cap on the recoverable share of idle");
+    await waitFor(() => expect(input).toHaveValue(1));
+    await userEvent.click(screen.getByRole("button", { name: "Save" }));
+    expect(await screen.findByRole("alert")).toHaveTextContent("Cap on idle: Ensure this value is less than or equal to 1.");
+    expect(screen.getByRole("alert")).not.toHaveTextContent("recoverability");
+    expect(input).toHaveClass("is-invalid");
+  });
 });
 
 describe("signing in", () => {
