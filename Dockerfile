@@ -7,6 +7,7 @@ COPY pyproject.toml README.md ./
 COPY phantomhub ./phantomhub
 RUN pip install .
 COPY manage.py ./
+COPY deploy ./deploy
 COPY deploy/entrypoint.sh /usr/local/bin/phantomhub-entrypoint
 # collectstatic needs settings; a throwaway key is fine at build time (no DB access).
 RUN PHANTOMHUB_SECRET_KEY=build-only-key-build-only-key-build-only python manage.py collectstatic --no-input -v 0 \

@@ -5,8 +5,9 @@ role="${1:-web}"
 case "$role" in
   web)
     python manage.py migrate --no-input
-    exec gunicorn phantomhub.wsgi --bind "0.0.0.0:${PHANTOMHUB_PORT:-8000}" \
-      --workers "${PHANTOMHUB_WEB_WORKERS:-4}" --access-logfile - --forwarded-allow-ips '*'
+    # Port (PHANTOMHUB_PORT, default 8000), workers and the proxies whose forwarded headers are
+    # trusted (PHANTOMHUB_TRUSTED_PROXIES, none by default) come from deploy/gunicorn.py.
+    exec gunicorn phantomhub.wsgi --config /app/deploy/gunicorn.py
     ;;
   worker)
     exec celery -A phantomhub worker --loglevel INFO --concurrency "${PHANTOMHUB_WORKER_CONCURRENCY:-2}"

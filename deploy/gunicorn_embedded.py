@@ -1,7 +1,17 @@
-"""gunicorn settings for the embedded default (`make run`): start the in-process sweeper."""
+"""gunicorn settings for the embedded default (`make run`): those of deploy/gunicorn.py.
 
+Its post_worker_init starts the in-process sweeper when no broker is configured, and forwarded
+headers are trusted only from PHANTOMHUB_TRUSTED_PROXIES; the Makefile binds 127.0.0.1 and picks
+the worker count on the command line.
+"""
 
-def post_worker_init(worker):
-    from phantomhub.waste.embedded import sweeper_start
+import runpy
+from pathlib import Path
 
-    sweeper_start()
+globals().update(
+    {
+        name: value
+        for name, value in runpy.run_path(str(Path(__file__).with_name("gunicorn.py"))).items()
+        if not name.startswith("_") and name != "annotations"
+    }
+)

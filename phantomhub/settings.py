@@ -10,11 +10,15 @@ from pathlib import Path
 
 from phantomhub.env import (
     ConfigError,
+    cache_from_url,
     database_from_url,
     env_bool,
     env_float,
     env_int,
     env_list,
+    env_networks,
+    env_origins,
+    env_rate,
     env_str,
 )
 
@@ -38,8 +42,32 @@ elif len(_secret) < 32 and not DEBUG:
 SECRET_KEY = _secret
 
 ALLOWED_HOSTS = env_list("PHANTOMHUB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
-CSRF_TRUSTED_ORIGINS = env_list("PHANTOMHUB_CSRF_TRUSTED_ORIGINS", [])
+CSRF_TRUSTED_ORIGINS = env_origins("PHANTOMHUB_CSRF_TRUSTED_ORIGINS")
 PORT = env_int("PHANTOMHUB_PORT", 8000, minimum=1, maximum=65535)
+
+# HTTPS. The defaults suit plain http on 127.0.0.1 (`make run`, compose); docs/deployment.md gives
+# the production environment, with which `manage.py check --deploy` has nothing to say.
+SESSION_COOKIE_SECURE = env_bool("PHANTOMHUB_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env_bool("PHANTOMHUB_SSL_REDIRECT", False)
+# The liveness check answers on plain http too: container and load-balancer probes talk to the
+# server directly, not through the TLS proxy (deploy/healthcheck.py).
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health$"]
+SECURE_HSTS_SECONDS = env_int("PHANTOMHUB_HSTS_SECONDS", 0, minimum=0, maximum=2 * 365 * 86_400)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PHANTOMHUB_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("PHANTOMHUB_HSTS_PRELOAD", False)
+if (SECURE_HSTS_INCLUDE_SUBDOMAINS or SECURE_HSTS_PRELOAD) and not SECURE_HSTS_SECONDS:
+    raise ConfigError("PHANTOMHUB_HSTS_INCLUDE_SUBDOMAINS and PHANTOMHUB_HSTS_PRELOAD need PHANTOMHUB_HSTS_SECONDS > 0")
+# The browsers' preload list takes only max-age >= 1 year with includeSubDomains (hstspreload.org).
+if SECURE_HSTS_PRELOAD and not (SECURE_HSTS_INCLUDE_SUBDOMAINS and SECURE_HSTS_SECONDS >= 365 * 86_400):
+    raise ConfigError(
+        "PHANTOMHUB_HSTS_PRELOAD needs PHANTOMHUB_HSTS_INCLUDE_SUBDOMAINS=1 and PHANTOMHUB_HSTS_SECONDS >= 31536000"
+    )
+# Forwarded headers are believed only from these proxies: gunicorn (deploy/gunicorn.py) reads the
+# same variable, sets the scheme from X-Forwarded-Proto only for them and drops X-Forwarded-* /
+# Forwarded from anyone else, so Django may read X-Forwarded-Proto once proxies are configured.
+TRUSTED_PROXIES = env_networks("PHANTOMHUB_TRUSTED_PROXIES")
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if TRUSTED_PROXIES else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -97,6 +125,11 @@ if DATABASE_URL is None:  # the embedded default: one SQLite file under var/
 DATABASES = {"default": database_from_url("PHANTOMHUB_DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Redis when configured (shared by every web process: the ingest rate limit counts there), else
+# each process's local memory (the embedded default is one machine).
+REDIS_URL = env_str("PHANTOMHUB_REDIS_URL")
+CACHES = cache_from_url("PHANTOMHUB_REDIS_URL", REDIS_URL)
+
 # Sign-in lockout (django-axes; phantomhub/accounts/signin.py): after
 # PHANTOMHUB_SIGN_IN_FAILURE_LIMIT wrong passwords for one username from one client address, that
 # pair is refused with 429 + Retry-After for PHANTOMHUB_SIGN_IN_LOCKOUT_S after its last failure,
@@ -145,6 +178,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "phantomhub.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # Counts only the ingest POSTs, per token, at INGEST_RATE (phantomhub/accounts/throttles.py).
+    "DEFAULT_THROTTLE_CLASSES": ["phantomhub.accounts.throttles.IngestRateThrottle"],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -172,8 +207,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_INFLATED_BYTES
 # A token's last_used_at is written at most this often, so ingest is not one extra write a batch.
 TOKEN_TOUCH_INTERVAL_S = env_int("PHANTOMHUB_TOKEN_TOUCH_INTERVAL_S", 60, minimum=0)
 
+# Ingest requests (run registration, steps, samples, events) per token: (requests, window in
+# seconds), or None for no limit. The agent posts about one batch a second per rank, so the
+# default leaves a project token room for ~100 ranks at once; a throttled agent waits Retry-After.
+INGEST_RATE = env_rate("PHANTOMHUB_INGEST_RATE", "6000/min")
+
 # Celery. Without a broker URL the tasks run in-process (the embedded single-machine default).
-REDIS_URL = env_str("PHANTOMHUB_REDIS_URL")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_ALWAYS_EAGER = REDIS_URL is None
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -195,9 +234,15 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# When set, GET /metrics needs `Authorization: Bearer <this>`; otherwise it is open (restrict it
-# at the proxy, as usual for Prometheus endpoints).
+# GET /metrics publishes org-wide spend. With a token it needs `Authorization: Bearer <token>`;
+# without one it is open only when debugging or when explicitly opened (PHANTOMHUB_METRICS_PUBLIC=1,
+# e.g. behind a proxy that restricts the path), and closed (403) otherwise.
 METRICS_TOKEN = env_str("PHANTOMHUB_METRICS_TOKEN")
+METRICS_PUBLIC = env_bool("PHANTOMHUB_METRICS_PUBLIC", DEBUG and METRICS_TOKEN is None)
+if METRICS_TOKEN is not None and METRICS_PUBLIC:
+    raise ConfigError("PHANTOMHUB_METRICS_PUBLIC=1 and PHANTOMHUB_METRICS_TOKEN contradict each other: set one")
+if METRICS_TOKEN is not None and len(METRICS_TOKEN) < 16 and not DEBUG:
+    raise ConfigError("PHANTOMHUB_METRICS_TOKEN must be at least 16 characters")
 
 TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)
 
@@ -209,7 +254,3 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("PHANTOMHUB_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
-
-if not DEBUG:
-    SESSION_COOKIE_SECURE = env_bool("PHANTOMHUB_SECURE_COOKIES", True)
-    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

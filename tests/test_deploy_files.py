@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import runpy
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
+import pytest
 import yaml
+from django.test import Client, override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -21,7 +26,17 @@ def _settings_env_names() -> set[str]:
         if "demo" in path.parts:  # the demo sets the agent's variables for its training runs
             continue
         names |= set(re.findall(r'"(PHANTOMHUB_[A-Z_]+)"', path.read_text()))
+    for path in (ROOT / "deploy").iterdir():  # gunicorn's config, the healthcheck, the entrypoint
+        names |= set(re.findall(r"\b(PHANTOMHUB_[A-Z_]+)\b", path.read_text()))
     return names
+
+
+def _healthcheck() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("healthcheck", ROOT / "deploy" / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_compose_runs_web_worker_and_beat_from_one_image_beside_postgres_and_redis() -> None:
@@ -46,12 +61,40 @@ def test_compose_environment_uses_only_settings_that_exist() -> None:
     assert env["PHANTOMHUB_REDIS_URL"].startswith("redis://redis:6379/")
 
 
-def test_compose_healthcheck_and_port_match_the_server() -> None:
+def test_compose_healthcheck_and_port_match_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     web = COMPOSE["services"]["web"]
-    assert "/api/v1/health" in " ".join(web["healthcheck"]["test"])
+    assert web["healthcheck"]["test"] == ["CMD", "python", "/app/deploy/healthcheck.py"]
+    assert re.search(r"^WORKDIR /app$", DOCKERFILE, re.M) and re.search(r"^COPY deploy \./deploy$", DOCKERFILE, re.M)
+    assert _healthcheck().PATH == "/api/v1/health"
     assert web["ports"] == ["8000:8000"]
     assert "EXPOSE 8000" in DOCKERFILE
-    assert "${PHANTOMHUB_PORT:-8000}" in ENTRYPOINT
+    assert "gunicorn phantomhub.wsgi --config /app/deploy/gunicorn.py" in ENTRYPOINT
+    assert "forwarded-allow-ips" not in ENTRYPOINT  # it comes from PHANTOMHUB_TRUSTED_PROXIES
+    for name in list(os.environ):
+        if name.startswith("PHANTOMHUB_"):
+            monkeypatch.delenv(name)
+    assert runpy.run_path(str(ROOT / "deploy" / "gunicorn.py"))["bind"] == "0.0.0.0:8000"
+
+
+@pytest.mark.parametrize(
+    ("allowed_hosts", "host"),
+    [
+        ("phantomhub.example.com", "phantomhub.example.com"),
+        ("phantomhub.example.com,10.0.0.5", "phantomhub.example.com"),
+        (".example.com", "example.com"),
+        ("*", "localhost"),
+        (None, "localhost"),
+    ],
+)
+@pytest.mark.django_db
+def test_the_healthcheck_host_is_one_a_production_allowed_hosts_accepts(allowed_hosts: str | None, host: str) -> None:
+    assert _healthcheck().health_host(allowed_hosts) == host
+    allowed = (allowed_hosts or "localhost").split(",")
+    with override_settings(ALLOWED_HOSTS=allowed, SECURE_SSL_REDIRECT=True, DEBUG=False):
+        answer = Client().get("/api/v1/health", HTTP_HOST=host)
+        assert answer.status_code == 200, answer.content  # neither refused nor redirected to https
+        if allowed_hosts and "*" not in allowed_hosts:
+            assert Client().get("/api/v1/health", HTTP_HOST="127.0.0.1:8000").status_code == 400  # the old probe
 
 
 def test_dockerfile_copies_files_that_exist_and_installs_the_server_without_torch() -> None:

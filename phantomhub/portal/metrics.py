@@ -70,11 +70,26 @@ def metrics_text() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bearer(request: HttpRequest) -> str:
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    return credentials.strip() if scheme == "Bearer" else ""
+
+
+def _refusal(message: str, status: int) -> HttpResponse:
+    response = HttpResponse(message, status=status, content_type=CONTENT_TYPE)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
 def metrics(request: HttpRequest) -> HttpResponse:
-    token = settings.METRICS_TOKEN
+    """The exposition, behind the metrics token; open without one only when settings.METRICS_PUBLIC."""
+    token: str | None = settings.METRICS_TOKEN
     if token:
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            return HttpResponse("metrics need 'Authorization: Bearer <PHANTOMHUB_METRICS_TOKEN>'\n", status=401,
-                                content_type=CONTENT_TYPE)  # fmt: skip
+        if not hmac.compare_digest(_bearer(request).encode(), token.encode()):
+            return _refusal("metrics need 'Authorization: Bearer <PHANTOMHUB_METRICS_TOKEN>'\n", 401)
+    elif not settings.METRICS_PUBLIC:
+        # Org-wide spend is no public figure: closed until a token is set or it is opened on purpose.
+        return _refusal("metrics are closed: set PHANTOMHUB_METRICS_TOKEN (then scrape with that bearer token) "
+                        "or PHANTOMHUB_METRICS_PUBLIC=1\n", 403)  # fmt: skip
     return HttpResponse(metrics_text(), content_type=CONTENT_TYPE)

@@ -1,0 +1,54 @@
+"""gunicorn settings for PhantomHub's web processes (the container, systemd, `make run`).
+
+`gunicorn phantomhub.wsgi --config deploy/gunicorn.py`; options given on the command line win.
+
+Forwarded headers are trusted only from PHANTOMHUB_TRUSTED_PROXIES (none by default): gunicorn
+takes the scheme from X-Forwarded-Proto only when the peer is one of them, and `pre_request`
+drops every X-Forwarded-* and Forwarded header that comes from anyone else, so that Django
+(whose SECURE_PROXY_SSL_HEADER is set once proxies are configured) never sees a client's claim.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from phantomhub.env import env_int, env_networks
+
+bind = f"0.0.0.0:{env_int('PHANTOMHUB_PORT', 8000, minimum=1, maximum=65535)}"
+workers = env_int("PHANTOMHUB_WEB_WORKERS", 4, minimum=1, maximum=512)
+accesslog = "-"
+
+_trusted = env_networks("PHANTOMHUB_TRUSTED_PROXIES")
+forwarded_allow_ips = ",".join(_trusted)  # "" trusts no one (gunicorn's own default is 127.0.0.1)
+_networks = [ipaddress.ip_network(entry) for entry in _trusted if entry != "*"]
+
+
+def peer_is_trusted(peer_addr: Any) -> bool:
+    """The rule gunicorn applies to forwarded_allow_ips: a Unix socket's peer is the local proxy."""
+    if not isinstance(peer_addr, tuple):
+        return True
+    if "*" in _trusted:
+        return True
+    try:
+        address = ipaddress.ip_address(peer_addr[0])
+    except ValueError:
+        return False
+    return any(address in network for network in _networks)
+
+
+def _forwarded(name: str) -> bool:
+    return name.startswith("X-FORWARDED-") or name == "FORWARDED"  # gunicorn upper-cases names
+
+
+def pre_request(worker: Any, req: Any) -> None:
+    worker.log.debug("%s %s", req.method, req.path)
+    if not peer_is_trusted(req.peer_addr):
+        req.headers = [(name, value) for name, value in req.headers if not _forwarded(name)]
+
+
+def post_worker_init(worker: Any) -> None:
+    # Without a broker (no PHANTOMHUB_REDIS_URL) one web worker sweeps in-process; otherwise a no-op.
+    from phantomhub.waste.embedded import sweeper_start
+
+    sweeper_start()
