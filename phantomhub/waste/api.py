@@ -37,6 +37,7 @@ class EvidenceSerializer(serializers.Serializer[dict]):
     high_reference = serializers.FloatField(allow_null=True, help_text="the best reference (recoverable_high_usd)")
     window = StretchWindowSerializer(allow_null=True, help_text="own_stretch: the stretch of the run used")
     peer_run_ids = serializers.ListField(child=serializers.UUIDField(), help_text="peers: the runs compared")
+    peer_runs = serializers.ListField(child=serializers.DictField(), help_text="the same runs as {id, name}")
     capped = serializers.BooleanField(help_text="the organization's cap cut the figure")
 
 

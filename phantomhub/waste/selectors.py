@@ -39,7 +39,10 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
         return None
     assert row.analysed_at is not None
     result = row.result
-    categories = {fig["category"]: fig for fig in result["categories"]}
+    categories = {fig["category"]: _with_peer_names(fig) for fig in result["categories"]}
+    names = _run_names({pid for fig in categories.values() for pid in fig["evidence"]["peer_run_ids"]})
+    for fig in categories.values():
+        fig["evidence"]["peer_runs"] = [{"id": pid, "name": names.get(pid, "")} for pid in fig["evidence"]["peer_run_ids"]]
     view: dict[str, Any] = {
         "run_id": str(run.pk),
         "cost_usd": float(row.cost_usd),
@@ -89,6 +92,17 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
 def analysis_series(*, run: Run, row: RunAnalysis | None = None) -> dict[str, Any] | None:
     row = row or analysis_row(run=run)
     return None if row is None else dict(row.result["windows"])
+
+
+def _with_peer_names(fig: dict[str, Any]) -> dict[str, Any]:
+    return {**fig, "evidence": dict(fig["evidence"])}  # a copy: the stored result stays as it is
+
+
+def _run_names(ids: set[str]) -> dict[str, str]:
+    """Names of the peer runs an analysis cites (same project as the run: visible to its readers)."""
+    if not ids:
+        return {}
+    return {str(pk): name for pk, name in Run.objects.filter(pk__in=ids).values_list("pk", "name")}
 
 
 def recurrence(*, run: Run, row: RunAnalysis) -> dict[str, Any]:

@@ -240,6 +240,7 @@ def test_a_finished_peer_run_is_the_evidence_and_savings_recur_with_the_project(
     data = body["categories"]["data_stall"]
     # 20 cents of data stall at 200 ms/step; the peer waited 50 ms: 20 x (1 - 50/200) = 15 cents.
     assert data["evidence"]["kind"] == "peers" and data["evidence"]["peer_run_ids"] == [peer]
+    assert data["evidence"]["peer_runs"] == [{"id": peer, "name": "peer"}]
     assert data["recoverable_usd"] == 0.15 and data["evidence"]["reference_value"] == 50.0
     rec = next(r for r in body["recommendations"] if r["code"] == "DATA_STALL")
     assert rec["saving_usd"] == 0.15 and rec["claims"] == {"data_stall": 0.15}
