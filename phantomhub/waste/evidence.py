@@ -376,7 +376,10 @@ def compute_recoverable(
     else:
         runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
         quartile = "" if len(pv) == 1 else " (their better quartile)"
-        summary = f"{runs} of this project ran at {percent_text(ref)} MFU over compute time{quartile}; this run averaged {percent_text(run_mfu)}."
+        summary = (
+            f"{runs} of this project ran at {percent_text(ref)} MFU over compute time{quartile}; "
+            f"this run averaged {percent_text(run_mfu)}."
+        )
         peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: -x[1]))
     if point == 0:
         summary += " No better level was demonstrated, so none of it is counted as recoverable."
