@@ -210,7 +210,7 @@ TOKEN_TOUCH_INTERVAL_S = env_int("PHANTOMHUB_TOKEN_TOUCH_INTERVAL_S", 60, minimu
 # Ingest requests (run registration, steps, samples, events) per token: (requests, window in
 # seconds), or None for no limit. The agent posts about one batch a second per rank, so the
 # default leaves a project token room for ~100 ranks at once; a throttled agent waits Retry-After.
-INGEST_RATE = env_rate("PHANTOMHUB_INGEST_RATE", "6000/min")
+INGEST_RATE = env_rate("PHANTOMHUB_INGEST_RATE", "60000/min")
 
 # Celery. Without a broker URL the tasks run in-process (the embedded single-machine default).
 CELERY_BROKER_URL = REDIS_URL or "memory://"

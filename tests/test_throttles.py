@@ -51,11 +51,11 @@ def redis_cache() -> Iterator[str]:
 def _rate(monkeypatch: pytest.MonkeyPatch, value: str) -> Any:
     """INGEST_RATE as the settings read it from PHANTOMHUB_INGEST_RATE."""
     monkeypatch.setenv("PHANTOMHUB_INGEST_RATE", value)
-    return override_settings(INGEST_RATE=env_rate("PHANTOMHUB_INGEST_RATE", "6000/min"))
+    return override_settings(INGEST_RATE=env_rate("PHANTOMHUB_INGEST_RATE", "60000/min"))
 
 
 def test_the_default_rate_is_generous_for_training_jobs() -> None:
-    assert settings.INGEST_RATE == (6000, 60)  # ~100 ranks of one token posting a batch a second
+    assert settings.INGEST_RATE == (60000, 60)  # ~1,000 ranks of one token posting a batch a second
     assert env_rate("PHANTOMHUB_INGEST_RATE", "off") is None
 
 
@@ -119,4 +119,4 @@ def test_off_means_no_limit(owner: Tenant, redis_cache: str, monkeypatch: pytest
 )
 def test_rates_read_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str, expected: Any) -> None:
     monkeypatch.setenv("PHANTOMHUB_INGEST_RATE", value)
-    assert env_rate("PHANTOMHUB_INGEST_RATE", "6000/min") == expected
+    assert env_rate("PHANTOMHUB_INGEST_RATE", "60000/min") == expected
