@@ -60,6 +60,10 @@ def metrics_text() -> str:
     lines += _metric("phantomhub_analysis_lag_seconds", "gauge",
                      "Since the last telemetry of the longest-waiting dirty run (0 when none).",
                      [("", lag_s)])  # fmt: skip
+    failed = RunAnalysis.objects.filter(failed_seq=F("run__ingest_seq")).exclude(error="").count()
+    lines += _metric("phantomhub_analysis_failed_runs", "gauge",
+                     "Runs whose analysis of their current telemetry failed (see the run's analysis error).",
+                     [("", failed)])  # fmt: skip
     lines += _metric("phantomhub_rollup_days_pending", "gauge", "Days whose daily rollups wait for the sweep.",
                      [("", RollupPending.objects.count())])  # fmt: skip
     lines += _metric("phantomhub_step_rows_total", "counter", "Step rows stored.", [("", ranks["rows"] or 0)])

@@ -43,6 +43,10 @@ def test_a_run_that_cannot_be_analysed_does_not_stop_the_sweep(owner: Tenant) ->
     body = owner.client.get(f"/api/v1/runs/{bad}/analysis").json()
     assert body["status"] == "failed" and "allocation_start" in body["error"]["message"]
     assert body["error"]["failures"] == 1 and body["error"]["retry_at"]
+    # And /metrics counts it, so an operator's alert sees it.
+    from phantomhub.portal.metrics import metrics_text
+
+    assert "phantomhub_analysis_failed_runs 1" in metrics_text()
 
 
 def test_failures_back_off_stop_after_a_few_and_start_over_with_new_telemetry(owner: Tenant) -> None:
