@@ -82,6 +82,7 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/analysis.py
 	$(PY) bench/waste_model.py
 	$(PY) bench/agent_overhead.py
+	$(PY) bench/savings.py
 	$(PY) bench/portal.py --browser
 
 screenshots: frontend ## render docs/screenshots/*.png from a running server (make run first)

@@ -1,0 +1,126 @@
+"""Predicted vs realized savings: does the saving PhantomHub predicts for a fix come true?
+
+Three cases of real CPU PyTorch training through the agent (bench/savings_cases.py): a starved
+input pipeline, a host sync every step, a slow start-up. Per case, against PhantomHub under
+gunicorn on a fresh PostgreSQL database: two healthy peer runs, run A with the waste (analysed),
+then run B with the fix. predicted = the matching recommendation's ``saving_usd`` in A's analysis;
+realized = cost(A) - cost(B). They should agree within ±20%. Prints the table (and, with
+--details, A's and B's category figures, evidence and claims) and writes bench/results/savings.json.
+
+    .venv/bin/python bench/savings.py [--cases data sync startup] [--launch forkserver|exec] [--details]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench import savings_cases as sc  # noqa: E402
+from bench.common import database_recreate, gunicorn  # noqa: E402
+
+BAND = 0.20
+USD_PER_GPU_HOUR = Decimal("36000")  # $10 a second: a second of waste is 1,000 cents
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", choices=sorted(sc.CASES), default=list(sc.CASES))
+    parser.add_argument("--launch", choices=sc.LAUNCHES, default="forkserver")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument("--details", action="store_true", help="print A's and B's figures, evidence and claims")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench_savings"),
+    )
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "savings.json"))
+    args = parser.parse_args()
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PHANTOMHUB_REDIS_URL"},  # no broker: analysis runs here
+        "PHANTOMHUB_DATABASE_URL": args.database_url,
+        "PHANTOMHUB_SECRET_KEY": "s" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+    }
+    os.environ.pop("PHANTOMHUB_REDIS_URL", None)
+    os.environ.update(env)
+    database_recreate(args.database_url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+    import django
+
+    django.setup()
+    from phantomhub.pricing.services import price_set
+
+    # In force from an hour ago: it closes the example L4 price the migrations seed for the runs' span.
+    price_set(gpu=sc.GPU_MODEL, usd_per_gpu_hour=USD_PER_GPU_HOUR, effective_from=datetime.now(UTC) - timedelta(hours=1))
+    results = []
+    started = time.perf_counter()
+    with gunicorn(env, args.workers) as port, tempfile.TemporaryDirectory(prefix="phantomhub-savings-") as tmp:
+        for case in args.cases:
+            print(f"[{case}] {sc.PEERS} peers, A ({sc.CASES[case].waste}), B ({sc.CASES[case].fix}) …", flush=True)
+            r = sc.case_prove(case, server=f"http://127.0.0.1:{port}", team="bench", workdir=Path(tmp) / case, launch=args.launch)
+            results.append(r)
+            if args.details:
+                print(sc.details(r), flush=True)
+    elapsed = time.perf_counter() - started
+
+    def within(r: sc.CaseResult) -> bool:
+        return r.ratio is not None and abs(r.ratio - 1) <= BAND
+
+    print()
+    print(sc.table(results))
+    for r in results:
+        print(f"{r.case}: {'within' if within(r) else 'OUTSIDE'} ±{BAND:.0%}")
+    out = {
+        "benchmark": "savings",
+        "band": BAND,
+        "all_within_band": all(within(r) for r in results),
+        "cases": [
+            {
+                **r.to_json(),
+                "within_band": within(r),
+                "category": sc.CASES[r.case].category,
+                "category_recoverable_usd": sc.category_claims(r)[0],
+                "category_claimed_by": sc.category_claims(r)[1],
+            }
+            for r in results
+        ],
+        "settings": {
+            "launch": args.launch,
+            "steps": sc.STEPS,
+            "peers": sc.PEERS,
+            "batch": sc.BATCH,
+            "tokens_per_step": sc.BATCH * sc.SEQ,
+            "device_s_per_step": sc.DEVICE_S,
+            "load_s_per_sample": sc.LOAD_S_PER_SAMPLE,
+            "sync_s": sc.SYNC_S,
+            "log_every": sc.LOG_EVERY,
+            "stage_s": sc.STAGE_S,
+            "gpu_model": sc.GPU_MODEL,
+            "dtype": sc.DTYPE,
+            "usd_per_gpu_hour": float(USD_PER_GPU_HOUR),
+            "gunicorn_workers": args.workers,
+        },
+        "elapsed_s": round(elapsed, 1),
+        "command": " ".join([".venv/bin/python", "bench/savings.py", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": metadata.version("torch")},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(f"wrote {args.out} ({elapsed:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
