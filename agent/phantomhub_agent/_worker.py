@@ -378,7 +378,10 @@ class Worker:
             except Exception as exc:
                 self._sampler_failed = True
                 self.once.warning("sampler", "phantomhub: system sampling disabled: %s", exc)
-                return
+            # The sampler has just primed its CPU counters: a sample now would span a few ms, and
+            # counters that tick every 10 ms would read 0%, 50% or 100%. The first comes an
+            # interval later.
+            return
         now_ns = time.monotonic_ns()
         cap = self.settings.batch_max_rows * 4
         for row in self._sampler.sample(time.time_ns()):

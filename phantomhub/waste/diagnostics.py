@@ -23,6 +23,9 @@ from phantomhub.waste.windows import FIELDS
 CONTENDED_OTHER_MEAN_PCT = 25.0
 CONTENDED_OTHER_P95_PCT = 50.0
 CONTENDED_STEAL_MEAN_PCT = 5.0
+# A host is only called contended over enough samples: the 95th percentile of a handful is just
+# its largest, and one odd sample must not flag a calm host.
+CONTENDED_MIN_SAMPLES = 10
 # A rank is only called a straggler over enough aligned steps to be more than bad luck.
 STRAGGLER_MIN_ALIGNED_STEPS = 3
 
@@ -74,10 +77,11 @@ def host_diagnostics(ranks: Sequence[RankState], hosts: dict[str, HostSamples]) 
         other_mean = _mean(hs.other_sum, hs.other_n)
         other_p95 = _p95(hs.other_hist)
         steal_mean = _mean(hs.steal_sum, hs.steal_n)
+        enough_other, enough_steal = hs.other_n >= CONTENDED_MIN_SAMPLES, hs.steal_n >= CONTENDED_MIN_SAMPLES
         contended = (
-            (other_mean is not None and other_mean >= CONTENDED_OTHER_MEAN_PCT)
-            or (other_p95 is not None and other_p95 >= CONTENDED_OTHER_P95_PCT)
-            or (steal_mean is not None and steal_mean >= CONTENDED_STEAL_MEAN_PCT)
+            (enough_other and other_mean is not None and other_mean >= CONTENDED_OTHER_MEAN_PCT)
+            or (enough_other and other_p95 is not None and other_p95 >= CONTENDED_OTHER_P95_PCT)
+            or (enough_steal and steal_mean is not None and steal_mean >= CONTENDED_STEAL_MEAN_PCT)
         )
         figures.append(
             HostFigure(

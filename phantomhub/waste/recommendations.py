@@ -5,9 +5,11 @@ Pure (no framework imports). The recommendations **partition** the run's recover
 claimed by at most one recommendation, so their ``saving_usd`` never add up to more than the
 run's ``recoverable_usd``. Who claims what:
 
-- data stall and host overhead: ``HOST_CONTENTION`` of a contended host claims the share of the
-  category's recoverable cents that the ranks on that host spent; ``DATA_STALL`` /
-  ``HOST_OVERHEAD`` claim the rest;
+- data stall and host overhead: ``HOST_CONTENTION`` of a contended host claims only what the
+  contention demonstrably costs: its ranks' share of the category's recoverable cents, times the
+  excess of that host's per-step share over the run's uncontended hosts (nothing when every host
+  is contended, or there is one: then no comparison shows the contention caused the wait);
+  ``DATA_STALL`` / ``HOST_OVERHEAD`` claim the rest;
 - exposed communication: each ``STRAGGLER`` claims the others' measured wait for it (up to what is
   left); ``COMM_EXPOSED`` claims the rest;
 - compute inefficiency: ``LOW_MFU``; idle: ``IDLE``.
@@ -99,18 +101,33 @@ def claims_partition(a: Analysis) -> Claims:
             out.setdefault(key, {})[cat] = out.get(key, {}).get(cat, 0) + take
             cents[cat] -= take
 
-    for h in _contended(a):
+    calm = [h for h in a.host.hosts if not h.contended and h.ranks]
+    for h in _contended(a) if calm else ():
         mine = [r for r in a.ranks if r.host == h.host]
-        for cat in ("data_stall", "host_overhead"):
+        for cat, attr in (("data_stall", "data_stall_share"), ("host_overhead", "host_overhead_share")):
             total = sum(r.usd[cat] for r in a.ranks)
             share = sum(r.usd[cat] for r in mine) / total if total > 0 else 0.0
-            give(f"HOST_CONTENTION:{h.host}", cat, math.floor(a.category(cat).recoverable_cents * share + 1e-9))
+            give(
+                f"HOST_CONTENTION:{h.host}",
+                cat,
+                math.floor(a.category(cat).recoverable_cents * share * _excess(h, calm, attr) + 1e-9),
+            )
     for st in a.stragglers:
         give(f"STRAGGLER:{st.rank}", "comm_exposed", math.floor(st.caused_wait_usd * 100 + 1e-9))
     for key, cat in (("DATA_STALL", "data_stall"), ("HOST_OVERHEAD", "host_overhead"), ("COMM_EXPOSED", "comm_exposed"),
                      ("LOW_MFU", "compute_inefficiency"), ("IDLE", "idle")):  # fmt: skip
         give(key, cat, cents[cat])
     return out
+
+
+def _excess(h: HostFigure, calm: list[HostFigure], attr: str) -> float:
+    """Share of a contended host's per-step data stall (or host overhead) beyond what the run's
+    uncontended hosts show: the part the contention demonstrably costs."""
+    mine = getattr(h, attr)
+    others = [getattr(x, attr) for x in calm if getattr(x, attr) is not None]
+    if not mine or not others:
+        return 0.0
+    return max(0.0, 1.0 - (sum(others) / len(others)) / mine)
 
 
 def _claimed(a: Analysis, claims: Claims, key: str) -> tuple[float, Explained, dict[str, float]]:
@@ -395,7 +412,14 @@ def _host_contention(a: Analysis, t: Thresholds, claims: Claims) -> list[Recomme
                 "bare-metal instances, or a larger instance size."
             )
         share = h.host_overhead_share or 0.0
-        saving, explain, claimed = _claimed(a, claims, f"HOST_CONTENTION:{h.host}")
+        if any(not x.contended and x.ranks for x in a.host.hosts):
+            saving, explain, claimed = _claimed(a, claims, f"HOST_CONTENTION:{h.host}")
+        else:
+            saving, claimed = None, {}
+            explain = _unpriced(
+                "no uncontended host in the run shows what its ranks would do without the contention, so "
+                "their data-stall and host-overhead dollars stay with DATA_STALL and HOST_OVERHEAD"
+            )
         out.append(
             Recommendation(
                 code="HOST_CONTENTION",

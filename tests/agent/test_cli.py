@@ -96,3 +96,18 @@ def test_system_samples_reach_the_server(fake_server: FakeServer, agent_kwargs: 
     assert {"t_ns", "cpu_process_pct", "cpu_other_pct", "rss_bytes"} <= set(cols)
     assert "device" not in cols  # host rows only (device null) on a CPU-only machine
     assert all(r > 0 for r in cols["rss_bytes"])
+
+
+def test_the_first_system_sample_spans_a_whole_interval(fake_server: FakeServer, agent_kwargs: dict[str, Any]) -> None:
+    # A sample taken right after priming spans milliseconds: CPU counters ticking every 10 ms
+    # would read it as 0%, 50% or 100% of "other processes" and flag a calm host as contended.
+    agent_kwargs["system_interval_s"] = 0.2
+    started_ns = time.time_ns()
+    run = pa.init(server=fake_server.url, token="t", **agent_kwargs)
+    for i in range(3):
+        with run.step(step=i):
+            time.sleep(0.05)
+    time.sleep(0.6)
+    run.finish()
+    t_ns = sorted(t for r in fake_server.of("/samples") for t in r.body["samples"]["t_ns"])
+    assert t_ns and t_ns[0] - started_ns >= 0.2 * 1e9 * 0.9

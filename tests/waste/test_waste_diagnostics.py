@@ -181,3 +181,13 @@ def test_cutting_steps_at_a_price_change_keeps_row_and_piece_totals(rows, data):
         for v, x in zip(row, p, strict=True):
             exact = Fraction(v * b, t) if t else Fraction(0)
             assert math.floor(exact) <= x <= math.ceil(exact)
+
+
+def test_a_handful_of_samples_with_one_odd_reading_does_not_make_a_host_contended():
+    config = RunConfig(gpu_count=1, world_size=1, allocation_start_ns=0)
+    batch = steps(host="calm", starts_ns=[i * S for i in range(10)], dur_ns=S, forward_ns=900 * MS)
+    odd_first = np.array([100.0, 2.0, 3.0, 1.0, 2.0])  # a first sample spanning a few milliseconds
+    few = SystemSamples(host="calm", t_ns=np.arange(5) * S, cpu_other_pct=odd_first)
+    assert not analyze(RunInputs(config=config, end_ns=10 * S, steps=[batch], samples=[few])).host.hosts[0].contended
+    many = SystemSamples(host="calm", t_ns=np.arange(10) * S, cpu_other_pct=np.full(10, 60.0))
+    assert analyze(RunInputs(config=config, end_ns=10 * S, steps=[batch], samples=[many])).host.hosts[0].contended

@@ -176,7 +176,8 @@ def test_savings_of_a_contended_host_with_a_straggler_do_not_overlap():
     a = analyze(dataclasses.replace(_contended_busy_run(), refs=_peers_better_everywhere(first.profile, 0.2)))
     recs = {r.code: r for r in recommend(a)}
     assert {"HOST_CONTENTION", "STRAGGLER", "COMM_EXPOSED", "IDLE"} <= set(recs)
-    assert "data_stall" in recs["HOST_CONTENTION"].claims  # its ranks' share, not also DATA_STALL's
+    # node-0's ranks wait no longer than the calm hosts' ranks: the contention is not shown to cost.
+    assert recs["HOST_CONTENTION"].claims == {}
     assert a.recoverable_usd > 0
     _assert_savings_partition(a)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -159,13 +160,35 @@ def test_host_contention_names_the_host_and_prices_its_ranks_overhead():
     assert any("numactl" in f for f in rec.fixes)
     assert any("steal" in f for f in rec.fixes)
     # 4 GPU-s of host overhead at 1 cent/GPU-s; a peer with the same step and no host overhead
-    # demonstrates all of it recoverable, and the contended host's ranks claim it.
+    # demonstrates all of it recoverable. With one host nothing shows the contention caused it,
+    # so HOST_CONTENTION names it without a price and HOST_OVERHEAD keeps the dollars.
     peer = Peer("quiet", dataclasses.replace(a.profile, host_ns_per_step=0.0, samples_per_step=1.0))
     b = analyze(dataclasses.replace(run, steps=[dataclasses.replace(run.steps[0], samples=np.ones(10, dtype=np.int64))],
                                     refs=References(peers=(peer,))))  # fmt: skip
-    claimed = by_code(recommend(b))["HOST_CONTENTION"]
-    assert claimed.saving_usd == 0.04 and claimed.claims == {"host_overhead": 0.04}
-    assert "HOST_OVERHEAD" not in {r.code for r in recommend(b)} or by_code(recommend(b))["HOST_OVERHEAD"].saving_usd == 0
+    recs = by_code(recommend(b))
+    assert recs["HOST_CONTENTION"].saving_usd is None and recs["HOST_CONTENTION"].claims == {}
+    assert recs["HOST_OVERHEAD"].saving_usd == 0.04
+
+
+def test_host_contention_claims_only_the_excess_over_calm_hosts():
+    # Rank 0 on a busy host waits 30 ms per 100 ms step for data, rank 1 on a calm host 10 ms.
+    config = RunConfig(gpu_count=2, world_size=2, allocation_start_ns=0, price_segments=(PriceSegment(0, 1000 * S, 36),))
+    batches = [
+        steps(rank=r, host=h, starts_ns=[i * 100 * MS for i in range(100)], dur_ns=100 * MS, data_ns=d * MS,
+              forward_ns=(100 - d) * MS, samples=8)
+        for r, h, d in ((0, "busy", 30), (1, "calm", 10))
+    ]  # fmt: skip
+    hot = SystemSamples(host="busy", t_ns=np.arange(10) * S, cpu_other_pct=np.full(10, 80.0))
+    run = RunInputs(config=config, end_ns=10 * S, steps=batches, samples=[hot])
+    first = analyze(run)
+    peer = Peer("fast-loader", dataclasses.replace(first.profile, data_ns_per_step=0.0))
+    a = analyze(dataclasses.replace(run, refs=References(peers=(peer,))))
+    recs = by_code(recommend(a))
+    recoverable = a.category("data_stall").recoverable_cents
+    # Its share of the data-stall dollars (30 of 40 ms) times the excess over the calm host (1 - 10/30).
+    expected = math.floor(recoverable * 0.75 * (1 - 10 / 30) + 1e-9)
+    assert round(recs["HOST_CONTENTION"].claims["data_stall"] * 100) == expected
+    assert round(recs["DATA_STALL"].saving_usd * 100) == recoverable - expected
 
 
 def test_checkpoint_phases_get_async_checkpointing():
