@@ -93,3 +93,55 @@ def steps_arrays(*, run_id: uuid.UUID, rank: int, after_step: int = -1) -> dict[
         else:
             out[name] = np.array(column, dtype=np.int64)
     return out
+
+
+def steps_arrays_after(*, run_id: uuid.UUID, after: dict[int, int]) -> dict[int, dict[str, npt.NDArray[Any]]]:
+    """Several ranks' steps in one read: for each rank of ``after``, its rows after its own step,
+    ordered by step (nulls: -1 / NaN). One query however many ranks (a 1,024-rank run's
+    incremental analysis must not cost 1,024 round trips)."""
+    if not after:
+        return {}
+    ranks = sorted(after)
+    floor = min(after.values())
+    select = ", ".join("COALESCE(flops, 'NaN'::float8)" if c == "flops" else f"COALESCE({c}, -1)" for c in ANALYSIS_COLUMNS)
+    if connection.vendor == "postgresql":
+        sql = (
+            f"COPY (SELECT rank, {select} FROM telemetry_step WHERE run_id = %s AND rank = ANY(%s) AND step > %s "
+            "ORDER BY rank, step) TO STDOUT (FORMAT BINARY)"
+        )
+        connection.ensure_connection()
+        raw = connection.connection
+        assert raw is not None
+        buf = bytearray()
+        with raw.cursor() as cur, cur.copy(sql, (run_id, ranks, floor)) as copy:
+            for chunk in copy:
+                buf += chunk
+        dtype = np.dtype([("nf", ">i2"), ("l_rank", ">i4"), ("rank", ">i4"), *_copy_dtype().descr[1:]])
+        rows = np.frombuffer(bytes(buf[19:-2]), dtype=dtype)
+        rank_col = rows["rank"].astype(np.int64)
+        columns = {name: rows[name].astype(np.float64 if name == "flops" else np.int64) for name in ANALYSIS_COLUMNS}
+    else:
+        placeholders = ", ".join(["%s"] * len(ranks))
+        select = select.replace("'NaN'::float8", "NULL")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT rank, {select} FROM telemetry_step WHERE run_id = %s AND rank IN ({placeholders}) AND step > %s "
+                "ORDER BY rank, step",
+                [run_id.hex, *ranks, floor],
+            )
+            fetched = cursor.fetchall()
+        rank_col = np.array([row[0] for row in fetched], dtype=np.int64)
+        columns = {}
+        for i, name in enumerate(ANALYSIS_COLUMNS, start=1):
+            values = [row[i] for row in fetched]
+            if name == "flops":
+                columns[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            else:
+                columns[name] = np.array(values, dtype=np.int64)
+    out: dict[int, dict[str, npt.NDArray[Any]]] = {}
+    bounds = np.searchsorted(rank_col, [*ranks, ranks[-1] + 1])
+    for i, rank in enumerate(ranks):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        keep = columns["step"][lo:hi] > after[rank]
+        out[rank] = {name: values[lo:hi][keep] for name, values in columns.items()}
+    return out

@@ -316,6 +316,11 @@ class RunAccumulator:
         rs.mem_reserved_max = max(rs.mem_reserved_max, int(reserved.max(initial=-1)))
         rs.mem_allocated_max = max(rs.mem_allocated_max, int(alloc.max(initial=-1)))
 
+    def align_known(self) -> None:
+        """Align what the live path would have aligned by now (after rows were added with
+        ``align=False``): the same counters, and a state without the tail of every row."""
+        self._align(final=False)
+
     def _align(self, *, final: bool) -> None:
         """Fold into the straggler counters every step no known rank can still report."""
         if not self.ranks:

@@ -30,7 +30,7 @@ from phantomhub.pricing.catalog import gpu_resolve, peak_flops
 from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus, SystemSample
-from phantomhub.telemetry.selectors import steps_arrays
+from phantomhub.telemetry.selectors import steps_arrays_after
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.model import (
     CATEGORIES,
@@ -286,6 +286,10 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             for cols, _, _, _ in fresh:
                 acc.add_steps(cols, align=False)
             samples_since, steps_end_ns, dropped = 0, 0, 0
+        if full:
+            # Fold every step all ranks have passed into the straggler counters now, as the live
+            # path does batch by batch: the stored state stays small (no tail of every row).
+            acc.align_known()
         for cols, fetched_rows, fetched_last, fetched_dropped in fresh:
             rank_rows[cols.rank] = rank_rows.get(cols.rank, 0) + fetched_rows
             last_step[cols.rank] = fetched_last
@@ -373,18 +377,22 @@ def _fetch_new_rows(
     hosts: dict[int, str],
 ) -> list[tuple[StepColumns, int, int, int]] | None:
     """New rows per rank (columns, rows fetched, last step fetched, rows left out), or None when a
-    rank's count shows rows we cannot append."""
+    rank's count shows rows we cannot append.
+
+    One read for all ranks, and only of ranks whose stored row count moved: a live 1,024-rank run
+    whose new telemetry is a sample, an event or one step per rank costs one query, not 1,024."""
+    if full:
+        after = {rank: -1 for rank in ranks}
+    else:
+        after = {rank: last_step.get(rank, -1) for rank, rr in ranks.items() if rr.step_rows != rank_rows.get(rank, 0)}
+    fetched = steps_arrays_after(run_id=run_id, after=after)
     out: list[tuple[StepColumns, int, int, int]] = []
-    for rank in sorted(ranks):
-        after = -1 if full else last_step.get(rank, -1)
-        arrays = steps_arrays(run_id=run_id, rank=rank, after_step=after)
+    for rank in sorted(after):
+        arrays = fetched[rank]
         seen = 0 if full else rank_rows.get(rank, 0)
-        if seen + len(arrays["step"]) != ranks[rank].step_rows:
-            if full:
-                # Rows committed between the count and the read: the read is the truth.
-                pass
-            else:
-                return None
+        # On a full read, rows committed between the count and the read are fine: the read is the truth.
+        if not full and seen + len(arrays["step"]) != ranks[rank].step_rows:
+            return None
         if len(arrays["step"]):
             cols, dropped = _step_columns(rank, hosts[rank], arrays)
             out.append((cols, len(arrays["step"]), int(arrays["step"][-1]), dropped))
