@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from django.db import connection
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
@@ -17,10 +18,16 @@ from rest_framework.views import APIView
 from phantomhub.accounts.auth import ProjectPrincipal
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.telemetry import selectors, services
-from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
+from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
+from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS
 from phantomhub.telemetry.models import EventKind, PricingTier, Run, RunStatus
 
 MAX_EVENTS = 1000
+# Whole-body caps of the small endpoints, far above any real body (config and environment are
+# at most 64 KiB each; 1,000 events), checked while reading and inflating: a compressed body
+# holding millions of values is refused before it is parsed, not after.
+MAX_RUN_BODY_BYTES = 1024 * 1024
+MAX_EVENTS_BODY_BYTES = 4 * 1024 * 1024
 
 
 class ErrorSerializer(serializers.Serializer[Any]):
@@ -109,6 +116,35 @@ class StrictSerializer(serializers.Serializer[Any]):
         return super().to_internal_value(data)
 
 
+def _bounds_error(exc: BoundsError) -> serializers.ValidationError:
+    return serializers.ValidationError({exc.path: exc.message} if exc.path else exc.message)
+
+
+class BoundedJSONObjectField(serializers.DictField):
+    """A JSON object of bounded size, value count, numbers (finite, 64-bit integers)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            self.fail("not_a_dict", input_type=type(data).__name__)
+        try:
+            json_check(data)
+        except BoundsError as exc:
+            raise _bounds_error(exc) from None
+        return super().to_internal_value(data)
+
+
+class BoundedDateTimeField(serializers.DateTimeField):
+    """A moment within the range of stored telemetry (2000-01-01 to 2100-01-01)."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        moment = super().to_internal_value(value)
+        try:
+            moment_check(moment)
+        except BoundsError as exc:
+            raise _bounds_error(exc) from None
+        return moment
+
+
 class RunInputSerializer(StrictSerializer):
     id = serializers.UUIDField()
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
@@ -123,15 +159,25 @@ class RunInputSerializer(StrictSerializer):
     region = serializers.CharField(max_length=64, required=False, allow_blank=True)
     pricing_tier = serializers.ChoiceField(choices=PricingTier.choices, required=False)
     dtype = serializers.CharField(max_length=16, required=False, allow_blank=True)
-    allocation_start = serializers.DateTimeField(required=False)
-    started_at = serializers.DateTimeField(required=False)
-    config = serializers.DictField(required=False)
-    environment = serializers.DictField(required=False)
+    allocation_start = BoundedDateTimeField(required=False)
+    started_at = BoundedDateTimeField(required=False)
+    config = BoundedJSONObjectField(required=False)
+    environment = BoundedJSONObjectField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        start, alloc = attrs.get("started_at"), attrs.get("allocation_start")
-        if start and alloc and alloc > start:
-            raise serializers.ValidationError({"allocation_start": "must not be after started_at"})
+        alloc = attrs.get("allocation_start")
+        if alloc is None:
+            return attrs
+        start = attrs.get("started_at")
+        named = start is not None
+        start = start or timezone.now()  # what the run will get
+        after = "started_at" if named else "now (started_at defaults to now)"
+        if alloc > start:
+            raise serializers.ValidationError({"allocation_start": f"must not be after {after}"})
+        if start - alloc > MAX_SPAN:
+            raise serializers.ValidationError(
+                {"allocation_start": f"must be at most {MAX_SPAN.days} days before {after} (the longest run analysed)"}
+            )
         return attrs
 
 
@@ -175,6 +221,8 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
 
 
 class RunCreateApi(APIView):
+    max_body_bytes = MAX_RUN_BODY_BYTES
+
     @extend_schema(
         request=RunInputSerializer,
         responses={201: RunOutputSerializer, 200: RunOutputSerializer, **_ERRORS, 409: ErrorSerializer},
@@ -281,16 +329,20 @@ class RunSamplesApi(APIView):
         return Response(result.as_dict())
 
 
+def _field(name: str, path: str) -> str:
+    return f"{name}.{path}" if path else name
+
+
 class EventSerializer(StrictSerializer):
     id = serializers.CharField(max_length=64)
     kind = serializers.ChoiceField(choices=EventKind.choices)
     rank = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, default=0)
-    t_ns = serializers.IntegerField(min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9)
+    t_ns = serializers.IntegerField(min_value=EPOCH_NS_MIN, max_value=EPOCH_NS_MAX)
     name = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    t_start_ns = serializers.IntegerField(min_value=946_684_800 * 10**9, max_value=4_102_444_800 * 10**9, required=False)
+    t_start_ns = serializers.IntegerField(min_value=EPOCH_NS_MIN, max_value=EPOCH_NS_MAX, required=False)
     dur_ns = serializers.IntegerField(min_value=0, max_value=365 * 86_400 * 10**9, required=False)
     status = serializers.ChoiceField(choices=[RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CRASHED], required=False)
-    data = serializers.DictField(required=False)  # type: ignore[assignment]  # the wire name
+    data = BoundedJSONObjectField(required=False)  # type: ignore[assignment]  # the wire name
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         kind = attrs["kind"]
@@ -300,11 +352,13 @@ class EventSerializer(StrictSerializer):
                     raise serializers.ValidationError({name: "required for a phase event"})
         if kind == EventKind.FINISH and "status" not in attrs:
             raise serializers.ValidationError({"status": "required for a finish event"})
+        if "t_start_ns" in attrs and attrs["t_start_ns"] + attrs.get("dur_ns", 0) > EPOCH_NS_MAX:
+            raise serializers.ValidationError({"dur_ns": "the phase must end before 2100-01-01"})
         if kind == EventKind.COUNTERS:
-            data = attrs.get("data", {})
-            for key, value in data.items():
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise serializers.ValidationError({f"data.{key}": "counters are non-negative integers"})
+            try:
+                counters_check(attrs.get("data", {}))
+            except BoundsError as exc:
+                raise serializers.ValidationError({_field("data", exc.path): exc.message}) from None
         return attrs
 
 
@@ -319,6 +373,8 @@ class EventBatchSerializer(StrictSerializer):
 
 
 class RunEventsApi(APIView):
+    max_body_bytes = MAX_EVENTS_BODY_BYTES
+
     @extend_schema(
         request=EventBatchSerializer,
         responses={200: IngestResultSerializer, **_ERRORS},

@@ -1,5 +1,6 @@
-"""Request parsing with hard caps: body size (413), gzip inflation (413), fast JSON, nesting depth
-and NUL characters (400), for every endpoint; NUL characters in query strings (400)."""
+"""Request parsing with hard caps: body size (413), gzip inflation (413), both lowered by a view's
+`max_body_bytes`, fast JSON, nesting depth and NUL characters (400), for every endpoint; NUL
+characters in query strings (400)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ _CHUNK = 256 * 1024
 
 
 def _too_large(what: str, limit: int) -> ApiError:
-    return ApiError("payload_too_large", f"{what} is over the limit of {limit} bytes", status_code=413)
+    message = f"{what} is over the limit of {limit} bytes"
+    return ApiError("payload_too_large", message, fields={"body": message}, status_code=413)
 
 
 def _read_capped(stream: IO[bytes], limit: int) -> bytes:
@@ -130,18 +132,24 @@ class CappedJSONParser(BaseParser):
     def parse(
         self, stream: IO[bytes] | None, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> Any:
-        request = (parser_context or {}).get("request")
+        context = parser_context or {}
+        request = context.get("request")
         meta = request.META if request is not None else {}
+        # A view may cap its bodies below the global limits (`max_body_bytes`, compressed or not).
+        view_cap = getattr(context.get("view"), "max_body_bytes", None)
+        body_limit, inflated_limit = settings.MAX_BODY_BYTES, settings.MAX_INFLATED_BYTES
+        if isinstance(view_cap, int):
+            body_limit, inflated_limit = min(body_limit, view_cap), min(inflated_limit, view_cap)
         try:
             declared = int(meta.get("CONTENT_LENGTH") or 0)
         except ValueError:
             declared = 0
-        if declared > settings.MAX_BODY_BYTES:
-            raise _too_large("request body", settings.MAX_BODY_BYTES)
-        raw = _read_capped(stream, settings.MAX_BODY_BYTES) if stream is not None else b""
+        if declared > body_limit:
+            raise _too_large("request body", body_limit)
+        raw = _read_capped(stream, body_limit) if stream is not None else b""
         encoding = meta.get("HTTP_CONTENT_ENCODING", "").strip().lower()
         if encoding == "gzip":
-            raw = _inflate_capped(raw, settings.MAX_INFLATED_BYTES)
+            raw = _inflate_capped(raw, inflated_limit)
         elif encoding not in ("", "identity"):
             raise ApiError(
                 "unsupported_encoding",

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
@@ -14,6 +16,7 @@ from django.utils import timezone
 
 from phantomhub.accounts.models import Project
 from phantomhub.errors import ApiError
+from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
 from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, Table, batch_insert
@@ -173,20 +176,42 @@ def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table:
     return result
 
 
+def _too_late(run: Run, field: str, what: str) -> ApiError:
+    start = run.allocation_start.isoformat()
+    message = f"{what} is more than {MAX_SPAN.days} days after the run's allocation_start ({start})"
+    return ApiError("invalid", f"{field}: {message}", fields={field: message})
+
+
+def _span_check(run: Run, batch: Batch, field: str, key: str, ends: npt.NDArray[np.int64]) -> None:
+    """Refuse rows the analysis could never use: it refuses runs spanning more than MAX_SPAN."""
+    late = np.flatnonzero(ends > span_end_ns(run.allocation_start))
+    if len(late):
+        raise _too_late(run, field, f"the row with {key} {int(batch.values[key][late[0]])}")
+
+
 def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> StepIngestResult:
     batch = _columns(steps, STEP_COLUMNS, "steps", ("step",), rising="t_start_ns")
+    dur = batch.values.get("dur_ns")
+    ends = batch.values["t_start_ns"] if dur is None else batch.values["t_start_ns"] + dur  # null dur is 0 here
+    _span_check(run, batch, "steps.t_start_ns", "step", ends)
     result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=STEP_TABLE)
     return StepIngestResult(result.accepted, result.duplicates, result.reused)
 
 
 def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> IngestResult:
     batch = _columns(samples, SAMPLE_COLUMNS, "samples", ("device", "t_ns"), {"device": -1})
+    _span_check(run, batch, "samples.t_ns", "t_ns", batch.values["t_ns"])
     result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=SAMPLE_TABLE)
     return IngestResult(result.accepted, result.duplicates + result.reused)
 
 
 def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
     """Store new events (deduplicated by their client id) and apply finish and counters."""
+    latest = span_end_ns(run.allocation_start)
+    for i, event in enumerate(events):
+        end = max(event["t_ns"], event.get("t_start_ns", 0) + event.get("dur_ns", 0))
+        if end > latest:
+            raise _too_late(run, f"events[{i}].t_ns", "the event")
     with transaction.atomic():
         # One writer of a run's events at a time keeps accepted/duplicate counts exact.
         locked = Run.objects.select_for_update().get(pk=run.pk)
@@ -213,8 +238,9 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
                 for event in fresh
             ]
         )
+        index = {event["id"]: i for i, event in enumerate(events)}
         for event in fresh:
-            _event_apply(locked, event)
+            _event_apply(locked, event, f"events[{index[event['id']]}]")
         locked.last_seen_at = max(locked.last_seen_at, timezone.now())
         if fresh:
             locked.ingest_seq += 1
@@ -223,7 +249,7 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
     return IngestResult(len(fresh), len(events) - len(fresh))
 
 
-def _event_apply(run: Run, event: dict[str, Any]) -> None:
+def _event_apply(run: Run, event: dict[str, Any], where: str) -> None:
     kind = event["kind"]
     if kind == EventKind.FINISH:
         finished_at = _moment(event["t_ns"])
@@ -238,6 +264,9 @@ def _event_apply(run: Run, event: dict[str, Any]) -> None:
         merged = dict(rank.counters)
         for key, value in event.get("data", {}).items():
             merged[key] = max(value, merged.get(key, value))  # counters are cumulative
+        if len(merged) > MAX_RANK_COUNTERS:  # raised inside the batch's transaction: nothing is kept
+            message = f"rank {rank.rank} would keep more than {MAX_RANK_COUNTERS} counters"
+            raise ApiError("invalid", f"{where}.data: {message}", fields={f"{where}.data": message})
         rank.counters = merged
         rank.save(update_fields=["counters"])
 
