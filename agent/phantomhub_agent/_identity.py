@@ -6,14 +6,21 @@ Run id, in order of precedence:
    UUID (uuid5), so ``PHANTOMHUB_RUN_ID=exp-42`` is stable across restarts.
 2. A torchrun job (``TORCHELASTIC_RUN_ID`` set and not ``none``): uuid5 of the rendezvous id, so
    every rank of every node derives the same id without talking to the others, and an elastic
-   restart of the workers resumes the same run.
+   restart of the workers resumes the same run. When the agent is told its team or project
+   (``team=``/``project=`` or ``PHANTOMHUB_TEAM``/``PHANTOMHUB_PROJECT``), they are hashed in
+   too, so two teams reusing a rendezvous id derive different ids.
 3. ``torch.distributed`` initialised with more than one rank: rank 0 makes a uuid4 and publishes
    it in the process group's key-value store; the other ranks read it (not a collective, so it
    cannot disturb NCCL ordering).
 4. All ranks on one node without a rendezvous id (static ``torchrun``/launcher): uuid5 of
-   MASTER_ADDR, MASTER_PORT and the start time of the common parent process.
+   MASTER_ADDR, MASTER_PORT and the start time of the common parent process (and the team and
+   project, as in 2).
 5. Otherwise a fresh uuid4 (a warning is logged when the world size is above one: set
    PHANTOMHUB_RUN_ID so that the ranks agree).
+
+The server keys runs by (project, this id), so an id another project uses never blocks or
+reaches this one's run; the scope in 2 and 4 only keeps accidental collisions rare, so that the
+run's server-wide id usually equals the id derived here.
 """
 
 from __future__ import annotations
@@ -108,8 +115,26 @@ def _parent_start_token(env: Mapping[str, str]) -> str | None:
         return None
 
 
-def resolve_run_id(explicit: str | None, ident: Identity, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """The run id and how it was found (for the run's environment record)."""
+def run_id_scope(team: str | None, project: str | None) -> str | None:
+    """What derived run ids are scoped to: the team and project the agent was told, if any.
+
+    Every rank of a job reads the same arguments and environment, so they agree on it."""
+    if not team and not project:
+        return None
+    return f"team={team or ''}/project={project or ''}"
+
+
+def _derived(key: str, scope: str | None) -> str:
+    # Unscoped keys are the ones agents always derived, so a run started by an older agent and
+    # resumed by this one (without team or project) keeps its id.
+    return str(uuid.uuid5(NAMESPACE, f"{scope}/{key}" if scope else key))
+
+
+def resolve_run_id(
+    explicit: str | None, ident: Identity, env: Mapping[str, str] | None = None, *, scope: str | None = None
+) -> tuple[str, str]:
+    """The run id and how it was found (for the run's environment record); `scope` (from
+    run_id_scope) goes into the ids derived from the launcher."""
     global _init_count
     env = os.environ if env is None else env
     n = _init_count
@@ -119,7 +144,7 @@ def resolve_run_id(explicit: str | None, ident: Identity, env: Mapping[str, str]
         return normalize_run_id(chosen), "explicit"
     elastic = env.get("TORCHELASTIC_RUN_ID")
     if elastic and elastic.lower() != "none" and ident.world_size > 1:
-        return str(uuid.uuid5(NAMESPACE, f"torchelastic/{elastic}/{n}")), "torchelastic"
+        return _derived(f"torchelastic/{elastic}/{n}", scope), "torchelastic"
     if ident.world_size > 1:
         from_store = _run_id_from_store(ident, n)
         if from_store is not None:
@@ -127,7 +152,7 @@ def resolve_run_id(explicit: str | None, ident: Identity, env: Mapping[str, str]
         parent = _parent_start_token(env)
         if ident.local_world_size == ident.world_size and parent is not None and env.get("MASTER_PORT"):
             key = f"single-node/{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT')}/{os.getppid()}/{parent}/{n}"
-            return str(uuid.uuid5(NAMESPACE, key)), "parent_process"
+            return _derived(key, scope), "parent_process"
         logger.warning(
             "phantomhub: rank %d of %d cannot agree on a run id with the other ranks; set PHANTOMHUB_RUN_ID "
             "or call init() after torch.distributed.init_process_group()",

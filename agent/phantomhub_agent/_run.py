@@ -22,7 +22,7 @@ from typing import Any, Callable, TypeVar
 from . import _hotpath as hp
 from ._batcher import encode_json
 from ._config import DTYPES, PRICING_TIERS, Settings, settings_from
-from ._identity import Identity, detect_identity, resolve_run_id
+from ._identity import Identity, detect_identity, resolve_run_id, run_id_scope
 from ._log import AgentError, OnceLogger, logger
 from ._spool import token_fingerprint
 from ._version import __version__
@@ -165,7 +165,9 @@ class Run:
         self._forked_child = False
         self._lock = threading.Lock()
         self.identity = identity or detect_identity()
-        self.id, self.run_id_source = resolve_run_id(run_id, self.identity)
+        project = project or os.environ.get("PHANTOMHUB_PROJECT")
+        team = team or os.environ.get("PHANTOMHUB_TEAM")
+        self.id, self.run_id_source = resolve_run_id(run_id, self.identity, scope=run_id_scope(team, project))
         self.rank = self.identity.rank
         self.world_size = self.identity.world_size
         self._clock_offset_ns = time.time_ns() - time.perf_counter_ns()
@@ -211,8 +213,8 @@ class Run:
         self._stages: dict[str, Any] = {}
         self.metadata = self._metadata(
             name=name,
-            project=project or os.environ.get("PHANTOMHUB_PROJECT"),
-            team=team or os.environ.get("PHANTOMHUB_TEAM"),
+            project=project,
+            team=team,
             tags=tags,
             config=config,
             gpu_model=gpu_model,

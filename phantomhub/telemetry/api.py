@@ -63,7 +63,7 @@ def _writer_project(request: Request) -> Any:
 
 def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
     project = _writer_project(request)
-    run = Run.objects.filter(pk=run_id, project=project).first()
+    run = selectors.run_find(Run.objects.filter(project=project), run_id)
     if run is None:
         raise ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
     return run
@@ -146,7 +146,7 @@ class BoundedDateTimeField(serializers.DateTimeField):
 
 
 class RunInputSerializer(StrictSerializer):
-    id = serializers.UUIDField()
+    id = serializers.UUIDField(help_text="the client's id for the run, unique within the project (the run's client_id)")
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     project = serializers.SlugField(required=False)
     team = serializers.SlugField(required=False)
@@ -184,15 +184,22 @@ class RunInputSerializer(StrictSerializer):
 class RunOutputSerializer(serializers.ModelSerializer[Run]):
     project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.CharField(source="project.team.slug", read_only=True)
+    client_id = serializers.SerializerMethodField()
     ranks = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
         fields = [
-            "id", "name", "project", "team", "tags", "status", "gpu_model", "gpu_count", "world_size",
+            "id", "client_id", "name", "project", "team", "tags", "status", "gpu_model", "gpu_count", "world_size",
             "nodes", "provider", "region", "pricing_tier", "dtype", "allocation_start", "started_at",
             "finished_at", "last_seen_at", "config", "environment", "ranks",
         ]  # fmt: skip
+
+    @extend_schema_field(
+        serializers.UUIDField(help_text="the id the run was registered by (its `id`, unless another project had it)")
+    )
+    def get_client_id(self, run: Run) -> str:
+        return str(run.client_id or run.pk)
 
     @extend_schema_field(
         inline_serializer(
@@ -225,7 +232,7 @@ class RunCreateApi(APIView):
 
     @extend_schema(
         request=RunInputSerializer,
-        responses={201: RunOutputSerializer, 200: RunOutputSerializer, **_ERRORS, 409: ErrorSerializer},
+        responses={201: RunOutputSerializer, 200: RunOutputSerializer, **_ERRORS},
         summary="Create a run, or resume it by id (201 created, 200 resumed)",
     )
     def post(self, request: Request) -> Response:

@@ -28,8 +28,15 @@ class PricingTier(models.TextChoices):
 
 
 class Run(models.Model):
+    """A training run. Its `id` is unique server-wide; `client_id` is the id its agent chose,
+    unique within the project only: runs are keyed by (project, client id), so no project can
+    take, probe or collide with an id another project's agents derive. The id is the client id
+    when no other run has it, else a fresh UUID (docs/api.md, "Run ids")."""
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="runs")
+    # Null for runs made outside the API (fixtures, benchmarks): the run answers to its id.
+    client_id = models.UUIDField(null=True, blank=True)
     name = models.CharField(max_length=200, blank=True)
     tags = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
@@ -56,6 +63,7 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "client_id"], name="run_project_client_unique")]
         indexes = [
             models.Index(fields=["project", "-started_at"], name="run_project_started"),
             models.Index(fields=["status", "last_seen_at"], name="run_status_seen"),

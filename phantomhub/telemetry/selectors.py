@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError
@@ -16,10 +16,22 @@ from phantomhub.telemetry.columns import STEP_COLUMNS
 from phantomhub.telemetry.models import Run, Step
 
 
+def run_find(runs: QuerySet[Run], run_id: uuid.UUID) -> Run | None:
+    """The run of `runs` (already narrowed to the caller's projects) that `run_id` names: its id,
+    else the id its client registered it by, when one run has it. Runs of other projects are
+    never looked at, so they answer exactly as a missing run does."""
+    by_id = runs.filter(pk=run_id).first()
+    if by_id is not None:
+        return by_id
+    by_client_id = list(runs.filter(client_id=run_id)[:2])
+    return by_client_id[0] if len(by_client_id) == 1 else None
+
+
 def run_get_visible(*, principal: Any, run_id: uuid.UUID) -> Run:
     """The run, if the principal may see it; otherwise 404 (never reveal another project's run)."""
-    run = Run.objects.select_related("project", "project__team").filter(pk=run_id).first()
-    if run is None or not projects_visible(principal).filter(pk=run.project_id).exists():
+    runs = Run.objects.select_related("project", "project__team").filter(project__in=projects_visible(principal))
+    run = run_find(runs, run_id)
+    if run is None:
         raise ApiError("not_found", "run not found", status_code=404)
     return run
 

@@ -19,6 +19,7 @@ from phantomhub.errors import ApiError
 from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
+from phantomhub.telemetry.selectors import run_find
 from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, Table, batch_insert
 
 RUN_FIELDS = (
@@ -55,25 +56,34 @@ class StepIngestResult(IngestResult):
 
 
 def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str, Any]) -> tuple[Run, bool]:
-    """Create the run, or resume it (a restarted agent, or another rank): returns (run, created).
+    """Create the project's run that its client calls `run_id`, or resume it (a restarted agent,
+    or another rank): returns (run, created).
 
-    An upsert: every rank of a job registers the same id at once, and exactly one creates it. A
-    resume updates the metadata but never the status: a replayed registration must not reopen a
-    run its ranks finished (a run the server marked crashed is reopened by its telemetry).
+    Runs are keyed by (project, client id): an id another project uses never blocks this one,
+    and the answer does not depend on runs of other projects beyond the server-wide id, which is
+    the client's id when free and a fresh UUID otherwise. An upsert: every rank of a job
+    registers the same id at once, and exactly one creates it. A resume updates the metadata but
+    never the status: a replayed registration must not reopen a run its ranks finished (a run
+    the server marked crashed is reopened by its telemetry).
     """
     now = timezone.now()
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        run = _run_locked(project, run_id)
         if run is None:
-            try:
-                with transaction.atomic():  # a savepoint: a concurrent creator may win the insert
-                    return _run_create(project=project, run_id=run_id, data=data, now=now), True
-            except IntegrityError:
-                run = Run.objects.select_for_update().filter(pk=run_id).first()
-                if run is None:  # not a lost race on the id: a genuine integrity error
-                    raise
-        if run.project_id != project.pk:
-            raise ApiError("conflict", "id: this run id is taken", fields={"id": "already used"}, status_code=409)
+            # The client's id as the run's id when no run has it; else (another project's run
+            # has it) a fresh one. A failed insert is a concurrent rank of the same job that won
+            # (then resume its run), or the id taken meanwhile (then the next candidate).
+            for candidate in (run_id, uuid.uuid4()):
+                try:
+                    with transaction.atomic():  # a savepoint: the insert may lose a race
+                        created = _run_create(project=project, run_id=candidate, client_id=run_id, data=data, now=now)
+                    return created, True
+                except IntegrityError:
+                    run = _run_locked(project, run_id)
+                    if run is not None:
+                        break
+            if run is None:  # neither a lost race nor a taken id: a genuine integrity error
+                raise IntegrityError(f"run {run_id} of project {project.pk} could not be created")
         for field in RUN_FIELDS:
             if field in data:
                 setattr(run, field, data[field])
@@ -82,11 +92,16 @@ def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str,
         return run, False
 
 
-def _run_create(*, project: Project, run_id: uuid.UUID, data: dict[str, Any], now: datetime) -> Run:
+def _run_locked(project: Project, run_id: uuid.UUID) -> Run | None:
+    return run_find(Run.objects.select_for_update().filter(project=project), run_id)
+
+
+def _run_create(*, project: Project, run_id: uuid.UUID, client_id: uuid.UUID, data: dict[str, Any], now: datetime) -> Run:
     started_at: datetime = data.get("started_at") or now
     fields = {field: data[field] for field in RUN_FIELDS if field in data}
     return Run.objects.create(
         id=run_id,
+        client_id=client_id,
         project=project,
         allocation_start=data.get("allocation_start") or started_at,
         started_at=started_at,

@@ -65,3 +65,41 @@ def test_cpu_figures_are_shares_of_the_node() -> None:
     assert other is not None and 0 <= other <= 100
     assert steal is not None and 0 <= steal <= 100
     assert rss is not None and rss > 10 * 2**20
+
+
+def _torchrun_id(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, scope: str | None) -> str:
+    monkeypatch.setattr(ident, "_init_count", 0)
+    return ident.resolve_run_id(None, ident.detect_identity(env), env, scope=scope)[0]
+
+
+def test_two_teams_reusing_a_rendezvous_id_derive_different_run_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"TORCHELASTIC_RUN_ID": "job-1", "RANK": "0", "WORLD_SIZE": "8"}
+    nlp = _torchrun_id(env, monkeypatch, ident.run_id_scope("nlp", "llm-pretrain"))
+    vision = _torchrun_id(env, monkeypatch, ident.run_id_scope("vision", "detector"))
+    assert nlp != vision
+    assert _torchrun_id({**env, "RANK": "7"}, monkeypatch, ident.run_id_scope("nlp", "llm-pretrain")) == nlp
+    assert ident.run_id_scope("nlp", None) != ident.run_id_scope(None, "nlp")
+
+
+def test_without_team_or_project_the_run_id_is_the_one_older_agents_derived(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"TORCHELASTIC_RUN_ID": "job-1", "RANK": "0", "WORLD_SIZE": "8"}
+    assert ident.run_id_scope(None, "") is None
+    legacy = str(uuid.uuid5(ident.NAMESPACE, "torchelastic/job-1/0"))
+    assert _torchrun_id(env, monkeypatch, None) == legacy
+
+
+def test_the_run_takes_its_scope_from_the_team_and_project_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from phantomhub_agent import Run
+    from phantomhub_agent._config import settings_from
+
+    env = {"TORCHELASTIC_RUN_ID": "job-1", "RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PHANTOMHUB_TEAM", "nlp")
+    settings = settings_from({"mode": "disabled"})
+    monkeypatch.setattr(ident, "_init_count", 0)
+    run = Run(settings, project="llm-pretrain")
+    run.finish()
+    expected = _torchrun_id(env, monkeypatch, ident.run_id_scope("nlp", "llm-pretrain"))
+    assert run.id == expected and run.run_id_source == "torchelastic"
+    assert run.metadata["team"] == "nlp" and run.metadata["project"] == "llm-pretrain"
