@@ -89,7 +89,43 @@ def _jsonable(value: Any) -> Any:
         data = {"value": value}
     import json
 
-    return json.loads(encode_json(data).decode("utf-8"))
+    return _config_fit(json.loads(encode_json(data).decode("utf-8")))
+
+
+# The server refuses a config over 64 KiB or 10,000 values (and then takes no telemetry for the
+# run): keep under both, with room to spare.
+CONFIG_MAX_BYTES = 48 * 1024
+CONFIG_MAX_VALUES = 8_000
+_CONFIG_ITEM_MAX_BYTES = 2 * 1024
+
+
+def _values(node: Any) -> int:
+    if isinstance(node, dict):
+        return len(node) + sum(_values(v) for v in node.values())
+    if isinstance(node, list):
+        return len(node) + sum(_values(v) for v in node)
+    return 0
+
+
+def _config_fit(data: dict[str, Any]) -> dict[str, Any]:
+    """A config the server accepts: as it is when small; else its top-level entries that are
+    small themselves, and a note of what was left out (a run must never be refused for it)."""
+    size = len(encode_json(data))
+    if size <= CONFIG_MAX_BYTES and _values(data) <= CONFIG_MAX_VALUES:
+        return data
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    used = 0
+    for key, value in data.items():
+        item = len(encode_json({key: value}))
+        if item <= _CONFIG_ITEM_MAX_BYTES and used + item <= CONFIG_MAX_BYTES - 4096 and _values(value) <= 200:
+            kept[key] = value
+            used += item
+        else:
+            dropped.append(str(key))
+    logger.warning("phantomhub: config is %d bytes; sent without its large entries %s", size, dropped[:10])
+    kept["phantomhub_truncated"] = {"bytes": size, "dropped_keys": dropped[:100], "dropped_count": len(dropped)}
+    return kept
 
 
 class _CudaResolver:
