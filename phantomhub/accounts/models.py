@@ -10,6 +10,9 @@ from django.db import models
 class Team(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
+    # What people read (set in Settings); blank shows the slug. `name` is what registration or the
+    # demo wrote (often a naive title-case of the slug), kept but not shown.
+    display_name = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -18,11 +21,16 @@ class Team(models.Model):
     def __str__(self) -> str:
         return self.slug
 
+    @property
+    def label(self) -> str:
+        return self.display_name or self.slug
+
 
 class Project(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="projects")
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
+    display_name = models.CharField(max_length=100, blank=True)  # as Team.display_name
     # None: use the organization default (PHANTOMHUB_TARGET_MFU / org settings).
     target_mfu = models.FloatField(
         null=True,
@@ -36,6 +44,10 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.slug
 
 
 class Role(models.TextChoices):

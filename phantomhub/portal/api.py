@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth.models import User
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
@@ -27,7 +27,7 @@ from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admi
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
 from phantomhub.errors import ApiError, invalid, query_int
-from phantomhub.portal import selectors, services
+from phantomhub.portal import exports, finance, selectors, services
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
 from phantomhub.telemetry.api import RunOutputSerializer
@@ -35,7 +35,7 @@ from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.telemetry.selectors import run_get_visible
 from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
-from phantomhub.waste.selectors import analysis_row, analysis_series, analysis_view
+from phantomhub.waste.selectors import analysis_failure, analysis_row, analysis_series, analysis_view
 
 OBJ = OpenApiTypes.OBJECT
 
@@ -49,7 +49,7 @@ def _user_view(user: Any) -> dict[str, Any] | None:
         "username": user.get_username(),
         "is_finance": bool(profile and profile.is_finance),
         "is_org_admin": is_org_admin(user),
-        "teams": [{"slug": m.team.slug, "name": m.team.name, "role": m.role} for m in memberships],
+        "teams": [{"slug": m.team.slug, "name": m.team.label, "role": m.role} for m in memberships],
     }
 
 
@@ -92,16 +92,27 @@ def _page_params(request: Request) -> tuple[int, int]:
     return query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 50, 1, 200)
 
 
+def _run_filters(request: Request) -> dict[str, str]:
+    filters = {k: request.query_params.get(k, "").strip() for k in ("team", "project", "status", "gpu", "tag", "from", "to", "q")}
+    for name in ("from", "to"):
+        if filters[name] and not _is_date(filters[name]):
+            raise invalid(name, "must be a date (YYYY-MM-DD)")
+    if filters["from"] and filters["to"] and filters["to"] < filters["from"]:
+        raise invalid("to", "must not be before from")
+    return filters
+
+
+def _csv_response(rows: Any, filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(rows, content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
 class RunListApi(APIView):
     @extend_schema(responses=OBJ, summary="Runs, filtered, sorted and paged", operation_id="portal_runs_list")
     def get(self, request: Request) -> Response:
         page, page_size = _page_params(request)
-        filters = {
-            k: request.query_params.get(k, "").strip() for k in ("team", "project", "status", "gpu", "tag", "from", "to", "q")
-        }
-        for name in ("from", "to"):
-            if filters[name] and not _is_date(filters[name]):
-                raise invalid(name, "must be a date (YYYY-MM-DD)")
+        filters = _run_filters(request)
         return Response(
             selectors.runs_list(
                 principal=request.user,
@@ -111,6 +122,14 @@ class RunListApi(APIView):
                 page_size=page_size,
             )
         )
+
+
+class RunListCsvApi(APIView):
+    @extend_schema(responses={(200, "text/csv"): str}, summary="Every run of the filtered list, as CSV")
+    def get(self, request: Request) -> StreamingHttpResponse:
+        filters = _run_filters(request)
+        rows = selectors.runs_all(principal=request.user, filters=filters, sort=request.query_params.get("sort"))
+        return _csv_response(exports.runs_csv(rows), "phantomhub-runs.csv")
 
 
 def _is_date(text: str) -> bool:
@@ -128,11 +147,29 @@ class RunPageApi(APIView):
         run = run_get_visible(principal=request.user, run_id=run_id)
         phases = RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns")
         row = analysis_row(run=run)
+        analysis = analysis_view(run=run, explain=True, row=row)
+        failure = analysis_failure(run=run)
+        if analysis is not None:
+            state = "analysed"
+        else:
+            state = "failed" if failure is not None else "pending"
+        project = run.project
         return Response(
             {
                 "run": RunOutputSerializer(run).data
-                | {"gpu_key": getattr(getattr(run, "analysis", None), "gpu_key", run.gpu_model)},
-                "analysis": analysis_view(run=run, explain=True, row=row),
+                | {
+                    "gpu_key": getattr(getattr(run, "analysis", None), "gpu_key", run.gpu_model),
+                    "team_name": project.team.label,
+                    "project_name": project.label,
+                    # The run's time as every page uses it: its billed span (selectors.run_row).
+                    "billed_from": run.allocation_start.isoformat(),
+                    "billed_to": selectors.run_billed_end(run, getattr(run, "analysis", None)).isoformat(),
+                },
+                # As the analysis API says it: analysed, pending, or failed with the error (also
+                # beside older figures when only the latest re-analysis failed).
+                "analysis_status": state,
+                "analysis_error": failure,
+                "analysis": analysis,
                 "series": analysis_series(run=run, row=row),
                 "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
             }
@@ -146,6 +183,16 @@ class LeaderboardApi(APIView):
         return Response(
             selectors.leaderboard(principal=request.user, kind=kind, period=period, sort=request.query_params.get("sort"))
         )
+
+
+class LeaderboardCsvApi(APIView):
+    @extend_schema(responses={(200, "text/csv"): str}, summary="Every row of a leaderboard, as CSV")
+    def get(self, request: Request, kind: str) -> StreamingHttpResponse:
+        period = period_parse(request.query_params.get("period"))
+        board = selectors.leaderboard(
+            principal=request.user, kind=kind, period=period, sort=request.query_params.get("sort"), limit=None
+        )
+        return _csv_response(exports.leaderboard_csv(kind, board), f"phantomhub-{kind}-{period.label}.csv")
 
 
 class OverviewApi(APIView):
@@ -162,34 +209,72 @@ class TeamListApi(APIView):
         return Response(selectors.teams_visible(principal=request.user))
 
 
+class DisplayNameInput(serializers.Serializer[Any]):
+    display_name = serializers.CharField(max_length=100, allow_blank=True, trim_whitespace=True)
+
+
+def _team_visible(request: Request, slug: str) -> Team:
+    team = Team.objects.filter(slug=slug, projects__in=projects_visible(request.user)).distinct().first()
+    if team is None:
+        raise ApiError("not_found", "team not found", status_code=404)
+    return team
+
+
+def _project_visible(request: Request, slug: str) -> Project:
+    project = projects_visible(request.user).filter(slug=slug).select_related("team").first()
+    if project is None:
+        raise ApiError("not_found", "project not found", status_code=404)
+    return project
+
+
+def _may_rename(user: Any, team: Team) -> None:
+    if isinstance(user, ProjectPrincipal) or not services.user_may_rename(user=user, team=team):
+        raise ApiError("forbidden", "display names are set by organization admins and the team's admins", status_code=403)
+
+
 class TeamPageApi(APIView):
     @extend_schema(responses=OBJ)
     def get(self, request: Request, slug: str) -> Response:
-        team = Team.objects.filter(slug=slug, projects__in=projects_visible(request.user)).distinct().first()
-        if team is None:
-            raise ApiError("not_found", "team not found", status_code=404)
+        team = _team_visible(request, slug)
         period = period_parse(request.query_params.get("period"))
         summary = selectors.scope_summary(principal=request.user, period=period, team=team)
-        return Response({"team": {"slug": team.slug, "name": team.name}, **summary})
+        return Response({"team": {"slug": team.slug, "name": team.label, "display_name": team.display_name}, **summary})
+
+    @extend_schema(request=DisplayNameInput, responses=OBJ, summary="Set the team's display name (blank: its slug)")
+    def patch(self, request: Request, slug: str) -> Response:
+        team = _team_visible(request, slug)
+        _may_rename(request.user, team)
+        data = DisplayNameInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.display_name_set(entity=team, display_name=data.validated_data["display_name"])
+        return Response({"slug": team.slug, "name": team.label, "display_name": team.display_name})
 
 
 class ProjectPageApi(APIView):
     @extend_schema(responses=OBJ)
     def get(self, request: Request, slug: str) -> Response:
-        project = projects_visible(request.user).filter(slug=slug).select_related("team").first()
-        if project is None:
-            raise ApiError("not_found", "project not found", status_code=404)
+        project = _project_visible(request, slug)
         period = period_parse(request.query_params.get("period"))
         summary = selectors.scope_summary(principal=request.user, period=period, project=project)
-        body = {"slug": project.slug, "name": project.name, "team": project.team.slug, "target_mfu": project.target_mfu}
+        body = {"slug": project.slug, "name": project.label, "display_name": project.display_name,
+                "team": project.team.slug, "team_name": project.team.label, "target_mfu": project.target_mfu}  # fmt: skip
         return Response({"project": body, **summary})
+
+    @extend_schema(request=DisplayNameInput, responses=OBJ, summary="Set the project's display name (blank: its slug)")
+    def patch(self, request: Request, slug: str) -> Response:
+        project = _project_visible(request, slug)
+        _may_rename(request.user, project.team)
+        data = DisplayNameInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.display_name_set(entity=project, display_name=data.validated_data["display_name"])
+        return Response({"slug": project.slug, "name": project.label, "display_name": project.display_name})
 
 
 def _finance_view(request: Request, month: str) -> dict[str, Any]:
     period = month_period(month)
     closed = ClosedMonth.objects.filter(month=period.start).select_related("closed_by").first()
-    review = closed.snapshot if closed else selectors.finance_review(period=period)
-    review = selectors.finance_rows_visible(review, request.user)
+    review = closed.snapshot if closed else finance.finance_review(period=period)
+    review = finance.finance_rows_visible(review, request.user, period)
     return review | {
         "closed": closed is not None,
         "closed_at": closed.closed_at.isoformat() if closed else None,

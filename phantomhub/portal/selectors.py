@@ -5,18 +5,19 @@ is stored."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, DecimalField, F, Max, Q, QuerySet, Sum, Value
+from django.db.models import Count, DecimalField, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum, Value
 from django.db.models.functions import NullIf
 
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError, invalid
 from phantomhub.portal.periods import Period
-from phantomhub.pricing.models import PriceEntry
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
@@ -39,18 +40,32 @@ def sort_parse(text: str | None, default: str = "-recoverable_usd") -> tuple[str
 # -- runs ------------------------------------------------------------------------------------
 
 
+def run_billed_end(run: Run, analysis: RunAnalysis | None) -> datetime:
+    """The end of the run's billed time. Billed GPU-seconds are gpu_count × (end − allocation_start)
+    (docs/waste-model.md), so the stored GPU-hours give the end the analysis billed to, without
+    reading its result; before an analysis, the finish or the last time the run was heard of."""
+    if analysis is not None and analysis.analysed_at is not None and run.gpu_count:
+        return run.allocation_start + timedelta(seconds=analysis.gpu_hours * 3600 / run.gpu_count)
+    return run.finished_at or run.last_seen_at
+
+
 def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
+    # One definition of a run's time everywhere (list, filters, leaderboards, finance): its billed
+    # span, from allocation_start (GPUs allocated) to the billed end, and the UTC days it covers.
     return {
         "id": str(run.pk),
         "name": run.name,
         "team": run.project.team.slug,
+        "team_name": run.project.team.label,
         "project": run.project.slug,
+        "project_name": run.project.label,
         "status": run.status,
         "gpu_model": run.gpu_model,
         "gpu_key": analysis.gpu_key if analysis else run.gpu_model,
         "gpu_count": run.gpu_count,
         "tags": run.tags,
-        "started_at": run.started_at.isoformat(),
+        "started_at": run.allocation_start.isoformat(),
+        "ended_at": run_billed_end(run, analysis).isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "gpu_hours": round(analysis.gpu_hours, 3) if analysis else None,
         "cost_usd": _money(analysis.cost_usd) if analysis else None,
@@ -66,7 +81,21 @@ def runs_visible(principal: Any) -> QuerySet[Run]:
     return Run.objects.filter(project__in=projects_visible(principal))
 
 
-def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page: int, page_size: int) -> dict[str, Any]:
+def _billed_between(start: str | None, end: str | None) -> Q:
+    """Runs billed on some UTC day from `start` to `end` (either open): the days finance counts a
+    run in. A run not analysed yet has no billed days; its allocation_start's day stands in."""
+    days = RunDay.objects.filter(run=OuterRef("pk"))
+    unpriced = ~Q(Exists(RunDay.objects.filter(run=OuterRef("pk"))))
+    if start:
+        days = days.filter(day__gte=start)
+        unpriced &= Q(allocation_start__date__gte=start)
+    if end:
+        days = days.filter(day__lte=end)
+        unpriced &= Q(allocation_start__date__lte=end)
+    return Q(Exists(days)) | unpriced
+
+
+def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) -> QuerySet[Run]:
     runs = (
         runs_visible(principal)
         .select_related("project", "project__team", "analysis")
@@ -88,19 +117,28 @@ def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page
             runs = runs.filter(tags__contains=[filters["tag"]])
         else:  # SQLite has no JSON containment; match the quoted element in the JSON text
             runs = runs.filter(tags__icontains=f'"{filters["tag"]}"')
-    if filters.get("from"):
-        runs = runs.filter(started_at__date__gte=filters["from"])
-    if filters.get("to"):
-        runs = runs.filter(started_at__date__lte=filters["to"])
+    if filters.get("from") or filters.get("to"):
+        runs = runs.filter(_billed_between(filters.get("from"), filters.get("to")))
     if filters.get("q"):
         runs = runs.filter(name__icontains=filters["q"])
     field, desc = sort_parse(sort)
-    key = F("started_at") if field == "started_at" else F(f"analysis__{field}")
-    runs = runs.order_by(key.desc(nulls_last=True) if desc else key.asc(nulls_last=True), "-started_at", "id")
+    key = F("allocation_start") if field == "started_at" else F(f"analysis__{field}")
+    return runs.order_by(key.desc(nulls_last=True) if desc else key.asc(nulls_last=True), "-allocation_start", "id")
+
+
+def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page: int, page_size: int) -> dict[str, Any]:
+    runs = _runs_filtered(principal, filters, sort)
     count = runs.count()
     offset = (page - 1) * page_size
     rows = [run_row(run, getattr(run, "analysis", None)) for run in runs[offset : offset + page_size]]
-    return {"count": count, "page": page, "page_size": page_size, "results": rows}
+    pages = max(1, -(-count // page_size))
+    return {"count": count, "page": page, "page_size": page_size, "pages": pages, "results": rows}
+
+
+def runs_all(*, principal: Any, filters: dict[str, str], sort: str | None, chunk: int = 500) -> Iterator[dict[str, Any]]:
+    """Every row of the filtered list (for CSV export), read in chunks."""
+    for run in _runs_filtered(principal, filters, sort).iterator(chunk_size=chunk):
+        yield run_row(run, getattr(run, "analysis", None))
 
 
 # -- rollup aggregates -----------------------------------------------------------------------
@@ -125,7 +163,7 @@ AGG = {
 }
 
 
-def _agg_figures(row: dict[str, Any], runs: int) -> dict[str, Any]:
+def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
     cost = float(row.get("cost") or 0)
     waste = float(row.get("waste") or 0)
     mfu_known = row.get("mfu_known") or 0
@@ -145,7 +183,7 @@ _RUN_ORDER = {
     "cost_usd": F("cost"),
     "waste_share": F("waste") / NullIf(F("cost"), Value(0, output_field=DecimalField())),
     "mfu": F("mfu_gs") / NullIf(F("mfu_known"), Value(0.0)),
-    "started_at": Max("run__started_at"),
+    "started_at": Max("run__allocation_start"),
 }
 
 
@@ -168,12 +206,12 @@ def _grouped(
             rows = rows.annotate(sort_key=_RUN_ORDER[field]).order_by(
                 F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id"
             )[:limit]
-        return {row["run_id"]: _agg_figures(row, 1) for row in rows}
+        return {row["run_id"]: figures_from_sums(row, 1) for row in rows}
     group = "team_id" if kind == "teams" else "project_id"
     counts = _run_days(principal, period).values(group).annotate(n=Count("run_id", distinct=True))
     runs = {row[group]: row["n"] for row in counts}
     groups = _project_days(principal, period).values(group).annotate(**AGG)
-    return {row[group]: _agg_figures(row, runs.get(row[group], 0)) for row in groups}
+    return {row[group]: figures_from_sums(row, runs.get(row[group], 0)) for row in groups}
 
 
 def _sorted(rows: list[dict[str, Any]], field: str, desc: bool) -> list[dict[str, Any]]:
@@ -182,59 +220,92 @@ def _sorted(rows: list[dict[str, Any]], field: str, desc: bool) -> list[dict[str
     return sorted(present, key=lambda r: r[field], reverse=desc) + missing
 
 
-def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, limit: int = 100) -> dict[str, Any]:
+def _data_from(kind: str, principal: Any, ids: set[Any] | None = None) -> dict[Any, date]:
+    """The first day with billed time, per team, project or run (all the principal may see)."""
+    if kind == "runs":
+        days: QuerySet[Any] = RunDay.objects.filter(project__in=projects_visible(principal))
+        if ids is not None:
+            days = days.filter(run_id__in=ids)
+        group = "run_id"
+    else:
+        days = ProjectDay.objects.filter(project__in=projects_visible(principal))
+        group = "team_id" if kind == "teams" else "project_id"
+    return {row[group]: row["first"] for row in days.values(group).annotate(first=Min("day"))}
+
+
+def compared(period: Period, data_from: date | None) -> bool:
+    """A previous period is compared with only where it is complete: the scope had billed time on
+    or before its first day. Otherwise its figures cover part of it (or nothing) and a change
+    against them is an artefact of when the data starts, not a change in spending."""
+    return data_from is not None and data_from <= period.previous().start
+
+
+def _change(row: dict[str, Any], prev: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: (round(row[name] - prev[name], 4) if row[name] is not None and prev[name] is not None else None)
+        for name in ("cost_usd", "recoverable_usd", "waste_share", "mfu")
+    }
+
+
+def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, limit: int | None = 100) -> dict[str, Any]:
+    """Teams, projects or runs over the period, sorted; `limit` None gives every row (CSV)."""
     if kind not in ("teams", "projects", "runs"):
         raise ApiError("not_found", f"no leaderboard {kind!r} (teams, projects, runs)", status_code=404)
     field, desc = sort_parse(sort)
     if field == "started_at" and kind != "runs":
         raise invalid("sort", "started_at sorts runs only")
     previous = period.previous()
-    now = _grouped(kind, principal, period, order=(field, desc, limit) if kind == "runs" else None)
+    order = (field, desc, limit) if kind == "runs" and limit is not None else None
+    now = _grouped(kind, principal, period, order=order)
     rows = [{"id": group_id, **figures} for group_id, figures in now.items()]
     if field == "started_at":
-        starts = dict(Run.objects.filter(pk__in=now).values_list("id", "started_at"))
+        starts = dict(Run.objects.filter(pk__in=now).values_list("id", "allocation_start"))
         for row in rows:
             row["started_at"] = starts[row["id"]].isoformat()
     rows = _sorted(rows, field, desc)[:limit]
     ids = {row["id"] for row in rows}
     before = _grouped(kind, principal, previous, only=ids if kind == "runs" else None)
+    first = _data_from(kind, principal, ids if kind == "runs" else None)
     names = _names(kind, ids)
     out = []
     for row in rows:
         group_id = row.pop("id")
-        prev = before.get(group_id)
-        change = None
-        if prev is not None:
-            change = {
-                name: (round(row[name] - prev[name], 4) if row[name] is not None and prev[name] is not None else None)
-                for name in ("cost_usd", "recoverable_usd", "waste_share", "mfu")
-            }
-        out.append({**names[group_id], **row, "previous": prev, "change": change})
+        data_from = first.get(group_id)
+        prev = (before.get(group_id) or figures_from_sums({}, 0)) if compared(period, data_from) else None
+        change = _change(row, prev) if prev is not None else None
+        out.append({**names[group_id], **row, "data_from": _iso(data_from), "previous": prev, "change": change})
     return {"period": period.as_dict(), "previous": previous.as_dict(), "rows": out}
+
+
+def _iso(day: date | None) -> str | None:
+    return day.isoformat() if day else None
 
 
 def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
     if kind == "teams":
-        return {t.pk: {"key": t.slug, "name": t.name} for t in Team.objects.filter(pk__in=ids)}
+        return {t.pk: {"key": t.slug, "name": t.label} for t in Team.objects.filter(pk__in=ids)}
     if kind == "projects":
         return {
-            p.pk: {"key": p.slug, "name": p.name, "team": p.team.slug}
+            p.pk: {"key": p.slug, "name": p.label, "team": p.team.slug, "team_name": p.team.label}
             for p in Project.objects.filter(pk__in=ids).select_related("team")
         }
     runs = Run.objects.filter(pk__in=ids).select_related("project", "project__team")
-    runs = runs.only("id", "name", "status", "gpu_model", "started_at", "project__slug", "project__team__slug")
+    runs = runs.only("id", "name", "status", "gpu_model", "gpu_count", "allocation_start", "project__slug",
+                     "project__display_name", "project__team__slug", "project__team__display_name")  # fmt: skip
     return {
-        r.pk: {"key": str(r.pk), "name": r.name or str(r.pk)[:8], "team": r.project.team.slug, "project": r.project.slug,
-               "status": r.status, "gpu_model": r.gpu_model, "started_at": r.started_at.isoformat()}
+        r.pk: {"key": str(r.pk), "name": r.name or str(r.pk)[:8], "team": r.project.team.slug,
+               "team_name": r.project.team.label, "project": r.project.slug, "project_name": r.project.label,
+               "status": r.status, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
+               "started_at": r.allocation_start.isoformat()}
         for r in runs
     }  # fmt: skip
 
 
-def _pick(figures: dict[str, Any], *names: str) -> dict[str, Any]:
+def pick(figures: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: figures[name] for name in names}
 
 
-def _categories_by(days: QuerySet[ProjectDay], key: str | None = None) -> dict[Any, dict[str, float]]:
+def categories_by(days: QuerySet[ProjectDay], key: str | None = None) -> dict[Any, dict[str, float]]:
     """The six categories' dollars summed per `key` (one group, None, when no key is given)."""
     sums: dict[Any, dict[str, float]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0.0))
     fields = ("categories_usd",) if key is None else (key, "categories_usd")
@@ -245,37 +316,57 @@ def _categories_by(days: QuerySet[ProjectDay], key: str | None = None) -> dict[A
     return {k: {name: round(v, 2) for name, v in cats.items()} for k, cats in sums.items()}
 
 
-def _categories(days: QuerySet[ProjectDay]) -> dict[str, float]:
-    return _categories_by(days).get(None, dict.fromkeys(CATEGORIES, 0.0))
+def categories_total(days: QuerySet[ProjectDay]) -> dict[str, float]:
+    return categories_by(days).get(None, dict.fromkeys(CATEGORIES, 0.0))
 
 
-def _by_day(days: QuerySet[ProjectDay]) -> list[dict[str, Any]]:
-    categories = _categories_by(days, "day")
+def _by_day(days: QuerySet[ProjectDay], run_days: QuerySet[RunDay], period: Period) -> list[dict[str, Any]]:
+    """Every day of the period, in order, zero where nothing was billed: charts draw time as time."""
+    categories = categories_by(days, "day")
+    sums = {row["day"]: figures_from_sums(row, 0) for row in days.values("day").annotate(**AGG)}
+    runs = {row["day"]: row["n"] for row in run_days.values("day").annotate(n=Count("run_id", distinct=True))}
+    zero = figures_from_sums({}, 0)
     return [
-        {"day": row["day"].isoformat(), "cost_usd": _money(row["cost"]), "waste_usd": _money(row["waste"]),
-         "recoverable_usd": _money(row["recoverable"]),
-         "categories_usd": categories[row["day"]]}
-        for row in days.values("day").annotate(**AGG).order_by("day")
+        {"day": day.isoformat(), "runs": runs.get(day, 0),
+         **pick(sums.get(day, zero), "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"),
+         "categories_usd": categories.get(day, dict.fromkeys(CATEGORIES, 0.0))}
+        for day in period.each_day()
     ]  # fmt: skip
 
 
 def _totals(days: QuerySet[ProjectDay], run_days: QuerySet[RunDay]) -> dict[str, Any]:
-    return _agg_figures(days.aggregate(**AGG), run_days.values("run_id").distinct().count())
+    return figures_from_sums(days.aggregate(**AGG), run_days.values("run_id").distinct().count())
+
+
+def _previous_totals(
+    principal: Any, period: Period, team: Team | None, project: Project | None
+) -> tuple[dict[str, Any] | None, date | None]:
+    every = ProjectDay.objects.filter(project__in=projects_visible(principal))
+    if team is not None:
+        every = every.filter(team=team)
+    if project is not None:
+        every = every.filter(project=project)
+    data_from = every.aggregate(first=Min("day"))["first"]
+    if not compared(period, data_from):
+        return None, data_from
+    return _totals(*_scoped(principal, period.previous(), team, project)), data_from
 
 
 def overview(*, principal: Any, period: Period) -> dict[str, Any]:
-    days, previous = _project_days(principal, period), _project_days(principal, period.previous())
-    run_days = _run_days(principal, period)
+    days, run_days = _scoped(principal, period, None, None)
     by_gpu = [
-        {"gpu": row["gpu_key"] or "unknown", **_pick(_agg_figures(row, 0), "gpu_hours", "cost_usd", "recoverable_usd")}
+        {"gpu": row["gpu_key"] or "unknown", **pick(figures_from_sums(row, 0), "gpu_hours", "cost_usd", "recoverable_usd")}
         for row in run_days.values("gpu_key").annotate(**AGG)
     ]  # fmt: skip
+    previous, data_from = _previous_totals(principal, period, None, None)
     return {
         "period": period.as_dict(),
+        "previous": period.previous().as_dict(),
+        "data_from": _iso(data_from),
         "totals": _totals(days, run_days),
-        "previous_totals": _totals(previous, _run_days(principal, period.previous())),
-        "by_day": _by_day(days),
-        "by_category": _categories(days),
+        "previous_totals": previous,
+        "by_day": _by_day(days, run_days, period),
+        "by_category": categories_total(days),
         "by_gpu": sorted(by_gpu, key=lambda row: -row["cost_usd"]),
         "worst_runs": leaderboard(principal=principal, kind="runs", period=period, sort="-recoverable_usd", limit=10)["rows"],
     }
@@ -296,19 +387,24 @@ def scope_summary(*, principal: Any, period: Period, team: Team | None = None, p
     days, run_days = _scoped(principal, period, team, project)
     runs = {row["project_id"]: row["n"] for row in run_days.values("project_id").annotate(n=Count("run_id", distinct=True))}
     per_project = {
-        row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)
+        row["project_id"]: figures_from_sums(row, runs.get(row["project_id"], 0))
+        for row in days.values("project_id").annotate(**AGG)
     }
     names = _names("projects", set(per_project))
     top = [
-        (row["run_id"], _agg_figures(row, 1)) for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable")[:10]
+        (row["run_id"], figures_from_sums(row, 1))
+        for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable", "run_id")[:10]
     ]
     run_names = _names("runs", {rid for rid, _ in top})
+    previous, data_from = _previous_totals(principal, period, team, project)
     return {
         "period": period.as_dict(),
+        "previous": period.previous().as_dict(),
+        "data_from": _iso(data_from),
         "totals": _totals(days, run_days),
-        "previous_totals": _totals(*_scoped(principal, period.previous(), team, project)),
-        "by_day": _by_day(days),
-        "by_category": _categories(days),
+        "previous_totals": previous,
+        "by_day": _by_day(days, run_days, period),
+        "by_category": categories_total(days),
         "projects": sorted(({**names[pid], **fig} for pid, fig in per_project.items()), key=lambda r: -r["recoverable_usd"]),
         "top_runs": [{**run_names[rid], **fig} for rid, fig in top],
     }
@@ -319,80 +415,6 @@ def teams_visible(*, principal: Any) -> list[dict[str, Any]]:
     projects = projects_visible(principal).select_related("team").order_by("team__slug", "slug")
     teams: dict[str, dict[str, Any]] = {}
     for project in projects:
-        team = teams.setdefault(project.team.slug, {"slug": project.team.slug, "name": project.team.name, "projects": []})
-        team["projects"].append({"slug": project.slug, "name": project.name})
+        team = teams.setdefault(project.team.slug, {"slug": project.team.slug, "name": project.team.label, "projects": []})
+        team["projects"].append({"slug": project.slug, "name": project.label})
     return list(teams.values())
-
-
-# -- finance ---------------------------------------------------------------------------------
-
-
-def finance_review(*, period: Period) -> dict[str, Any]:
-    """The month's review for the whole organization (callers filter rows by visibility)."""
-    days = ProjectDay.objects.filter(day__gte=period.start, day__lte=period.end)
-    runs = {
-        row["project_id"]: row["n"]
-        for row in RunDay.objects.filter(day__gte=period.start, day__lte=period.end)
-        .values("project_id")
-        .annotate(n=Count("run_id", distinct=True))
-    }
-    categories = _categories_by(days, "project_id")
-    per_project = {
-        row["project_id"]: _agg_figures(row, runs.get(row["project_id"], 0)) for row in days.values("project_id").annotate(**AGG)
-    }
-    projects = {p.pk: p for p in Project.objects.filter(pk__in=per_project).select_related("team")}
-    money = ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd")
-    rows = sorted(
-        (
-            {
-                "team": projects[pid].team.slug,
-                "project": projects[pid].slug,
-                **_pick(figures, *money),
-                "categories_usd": categories[pid],
-            }
-            for pid, figures in per_project.items()
-        ),
-        key=lambda r: (r["team"], r["project"]),
-    )
-    totals = _pick(_agg_figures(days.aggregate(**AGG), sum(r["runs"] for r in rows)), *money)
-    used: set[int] = set()
-    for ids in RunDay.objects.filter(day__gte=period.start, day__lte=period.end).values_list("price_entry_ids", flat=True):
-        used.update(ids)
-    entries = PriceEntry.objects.filter(pk__in=used)
-    return {
-        "month": period.label,
-        "rows": rows,
-        "totals": totals | {"categories_usd": _categories(days)},
-        "price_entries": [
-            {
-                "id": e.pk,
-                "gpu": e.gpu,
-                "provider": e.provider,
-                "region": e.region,
-                "tier": e.tier,
-                "usd_per_gpu_hour": str(e.usd_per_gpu_hour),
-                "effective_from": e.effective_from.isoformat(),
-                "effective_to": e.effective_to.isoformat() if e.effective_to else None,
-                "is_example": e.is_example,
-            }
-            for e in entries.order_by("gpu", "provider", "region", "tier", "effective_from")
-        ],
-    }
-
-
-def finance_rows_visible(review: dict[str, Any], principal: Any) -> dict[str, Any]:
-    """Restrict a (possibly frozen) review to the projects the principal may see."""
-    visible = set(projects_visible(principal).values_list("slug", flat=True))
-    rows = [row for row in review["rows"] if row["project"] in visible]
-    if len(rows) == len(review["rows"]):
-        return review
-    totals: dict[str, Any] = {"runs": 0, "gpu_hours": 0.0, "cost_usd": 0.0, "waste_usd": 0.0, "recoverable_usd": 0.0,
-                              "categories_usd": dict.fromkeys(CATEGORIES, 0.0)}  # fmt: skip
-    for row in rows:
-        for key in ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"):
-            totals[key] += row[key]
-        for name in CATEGORIES:
-            totals["categories_usd"][name] += row["categories_usd"][name]
-    totals = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in totals.items()}
-    totals["categories_usd"] = {k: round(v, 2) for k, v in totals["categories_usd"].items()}
-    return {**review, "rows": rows, "totals": totals}

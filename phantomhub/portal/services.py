@@ -1,4 +1,5 @@
-"""Writes for the portal: closing and reopening finance months, organization settings."""
+"""Writes for the portal: closing and reopening finance months, organization settings, display
+names of teams and projects."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from phantomhub.accounts.models import Membership, Project, Role, Team
+from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.errors import ApiError
+from phantomhub.portal.finance import finance_review
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import Period
-from phantomhub.portal.selectors import finance_review
 from phantomhub.waste.model import CATEGORIES, recoverability_check
 from phantomhub.waste.models import OrgSettings
 from phantomhub.waste.services import analyses_invalidate
@@ -45,3 +48,16 @@ def org_settings_update(*, changes: dict[str, Any]) -> OrgSettings:
     if {"target_mfu", "recoverability"} & set(changes):
         analyses_invalidate()  # every run's dollars of inefficiency and recoverable spend move
     return row
+
+
+def user_may_rename(*, user: Any, team: Team) -> bool:
+    """Organization admins name every team and project; a team's admins name theirs."""
+    if is_org_admin(user):
+        return True
+    return Membership.objects.filter(user=user, team=team, role=Role.ADMIN).exists()
+
+
+def display_name_set(*, entity: Team | Project, display_name: str) -> None:
+    """What people read for a team or project; blank goes back to the slug."""
+    entity.display_name = display_name.strip()
+    entity.save(update_fields=["display_name"])
