@@ -15,7 +15,7 @@ Anything else (a replayed spool from the past, a rank that shows up late) raises
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,9 +207,31 @@ class RunAccumulator:
         ``align=False`` defers cross-rank straggler alignment to the end (a from-scratch analysis
         adds whole ranks one after another, and must not align before all have arrived).
         """
+        self.add_steps_many([cols], align=align)
+
+    def add_steps_many(self, batches: Sequence[StepColumns], *, align: bool = True) -> None:
+        """Append batches of different ranks at once: the same result as one ``add_steps`` per
+        batch, with the per-row work done in one vectorised pass over all of them (a 1,024-rank
+        run's batch of one step per rank costs one pass, not 1,024). After ``NotAppendable``
+        the accumulator is not to be used further (analyse from scratch, as callers do)."""
+        todo: list[tuple[RankState, dict[str, Any], IntArray]] = []
+        seen: set[int] = set()
+        for cols in batches:
+            if len(cols) == 0:
+                continue
+            if cols.rank in seen:
+                raise ValueError(f"rank {cols.rank}: one batch per rank per call")
+            seen.add(cols.rank)
+            item = self._prepare(cols)
+            if item is not None:
+                todo.append(item)
+        self._attribute_many(todo)
+        if align:
+            self._align(final=False)
+
+    def _prepare(self, cols: StepColumns) -> tuple[RankState, dict[str, Any], IntArray] | None:
+        """Check one rank's batch, keep its last row pending; the rows to attribute now."""
         rs = self.ranks.get(cols.rank)
-        if len(cols) == 0:
-            return
         order = np.argsort(cols.t_start_ns, kind="stable")
         if np.any(order != np.arange(len(order))):
             cols = cols.take(order)
@@ -232,14 +254,11 @@ class RunAccumulator:
         if rs.pending is not None:
             head_row = _pending_arrays(rs.pending)
             filled = {k: np.concatenate((head_row[k], v)) for k, v in filled.items()}
-        n = len(filled["step"])
-        last = n - 1
+        last = len(filled["step"]) - 1
         rs.pending = {k: _json_scalar(v[last]) for k, v in filled.items()}
-        if last > 0:
-            head = {k: v[:last] for k, v in filled.items()}
-            self._attribute(rs, head, filled["t_start_ns"][1:])
-        if align:
-            self._align(final=False)
+        if last == 0:
+            return None
+        return rs, {k: v[:last] for k, v in filled.items()}, filled["t_start_ns"][1:]
 
     def add_samples(self, samples: SystemSamples) -> None:
         """Append system samples of one host (any order; they are sums and histograms)."""
@@ -269,52 +288,92 @@ class RunAccumulator:
             hs.gpu_util_sum += float(v[ok].sum())
             self.windows.add_gpu_util(t, v, start)
 
-    def _attribute(self, rs: RankState, cols: Mapping[str, Any], next_start: IntArray) -> None:
+    def _attribute_many(self, items: list[tuple[RankState, dict[str, Any], IntArray]]) -> None:
+        """Attribute rows of several ranks (each item one rank's consecutive rows and their
+        successors' starts) in one pass; every per-rank total is folded exactly as one rank at a
+        time would (integers bit for bit: sums per rank are exact integer reductions)."""
+        if not items:
+            return
+        lengths = np.array([len(cols["step"]) for _, cols, _ in items], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        names = items[0][1].keys()
+        cols = {k: np.concatenate([c[k] for _, c, _ in items]) if len(items) > 1 else items[0][1][k] for k in names}
+        next_start = np.concatenate([n for _, _, n in items]) if len(items) > 1 else items[0][2]
         block = process_rows(cols, next_start, self.ctx)
-        idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage)
-        np.add.at(rs.piece_ns, idx, sums)
-        self._fold_sums(rs, block, cols)
-        live = np.flatnonzero(block.e_ns > block.s_ns)
-        if len(live):
-            first = int(block.s_ns[live[0]])
-            rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
-            rs.last_e = max(int(block.e_ns[live].max()), rs.last_e or first)
-        rs.max_t_start = max(int(block.t_start_ns.max()), rs.max_t_start or -NS_MAX)
-        rs.horizon = max(int(block.e_ns.max()), rs.horizon or -NS_MAX)
-        self.max_t_seen = max(rs.max_t_start, self.max_t_seen or rs.max_t_start)
-        self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
+        n_pieces = len(self.ctx.pieces)
+        slot = np.repeat(np.arange(len(items), dtype=np.int64), lengths)
+        idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage, offset=slot * n_pieces)
+        stacked = np.concatenate([rs.piece_ns for rs, _, _ in items]) if len(items) > 1 else items[0][0].piece_ns
+        np.add.at(stacked, idx, sums)
+        if len(items) > 1:
+            for i, (rs, _, _) in enumerate(items):
+                rs.piece_ns = stacked[i * n_pieces : (i + 1) * n_pieces].copy()
+        self._fold_sums_many(items, block, cols, offsets)
+        live = block.e_ns > block.s_ns
+        first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets)
+        last_live = np.maximum.reduceat(np.where(live, block.e_ns, -NS_MAX), offsets)
+        max_start = np.maximum.reduceat(block.t_start_ns, offsets)
+        horizon = np.maximum.reduceat(block.e_ns, offsets)
         on = block.nonphase_ns > 0
-        rs.tail.add(block.step[on], block.arrival_ns[on], block.cats[on, 3])
+        arrival, comm = block.arrival_ns, block.cats[:, 3]
+        for i, (rs, _, _) in enumerate(items):
+            if first_live[i] < NS_MAX:
+                first = int(first_live[i])
+                rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
+                rs.last_e = max(int(last_live[i]), rs.last_e or first)
+            rs.max_t_start = max(int(max_start[i]), rs.max_t_start or -NS_MAX)
+            rs.horizon = max(int(horizon[i]), rs.horizon or -NS_MAX)
+            self.max_t_seen = max(rs.max_t_start, self.max_t_seen or rs.max_t_start)
+            lo, hi = int(offsets[i]), int(offsets[i] + lengths[i])
+            keep = on[lo:hi]
+            rs.tail.add(block.step[lo:hi][keep], arrival[lo:hi][keep], comm[lo:hi][keep])
+        self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
 
     @staticmethod
-    def _fold_sums(rs: RankState, block: StepBlock, cols: Mapping[str, Any]) -> None:
-        s = rs.sums
+    def _fold_sums_many(
+        items: list[tuple[RankState, dict[str, Any], IntArray]], block: StepBlock, cols: Mapping[str, Any], offsets: IntArray
+    ) -> None:
+        """Per-rank sums of a multi-rank block: exact integer reductions over each rank's rows."""
+
+        def per(values: Any) -> list[int]:
+            return [int(v) for v in np.add.reduceat(np.asarray(values, dtype=np.int64), offsets)]
+
         cats = block.cats
-        s["rows"] += len(block.step)
-        s["live_steps"] += int((block.nonphase_ns > 0).sum())
-        s["nonphase_ns"] += int(block.nonphase_ns.sum())
-        for i, key in enumerate(("useful_ns", "inefficiency_ns", "data_ns", "comm_ns", "host_ns")):
-            s[key] += int(cats[:, i].sum())
-        s["forward_ns"] += int(block.forward_ns.sum())
-        s["backward_ns"] += int(block.backward_ns.sum())
-        s["optimizer_ns"] += int(block.optimizer_ns.sum())
-        for key in ("tokens", "samples", "alloc_retries"):
-            s[key] += int(np.maximum(cols[key], 0).sum())
         known = np.isfinite(block.flops)
-        s["flops_steps"] += int(known.sum())
-        rs.flops += float(block.flops[known].sum())
-        s["overrun_steps"] += block.overrun
-        s["clipped_steps"] += block.clipped
-        s["over_peak_steps"] += block.over_peak
-        s["zero_flops_steps"] += block.zero_flops
         alloc, reserved, peak = cols["mem_allocated"], cols["mem_reserved"], cols["mem_peak"]
-        s["mem_rows"] += int((peak >= 0).sum())
         frag_ok = (alloc >= 0) & (reserved > 0)
-        s["frag_rows"] += int(frag_ok.sum())
-        rs.frag_sum += float((1.0 - alloc[frag_ok] / reserved[frag_ok]).clip(0.0, 1.0).sum())
-        rs.mem_peak_max = max(rs.mem_peak_max, int(peak.max(initial=-1)))
-        rs.mem_reserved_max = max(rs.mem_reserved_max, int(reserved.max(initial=-1)))
-        rs.mem_allocated_max = max(rs.mem_allocated_max, int(alloc.max(initial=-1)))
+        frag = np.where(frag_ok, (1.0 - alloc / np.where(reserved > 0, reserved, 1)).clip(0.0, 1.0), 0.0)
+        int_sums = {
+            "rows": per(np.ones(len(block.step))),
+            "live_steps": per(block.nonphase_ns > 0),
+            "nonphase_ns": per(block.nonphase_ns),
+            **{key: per(cats[:, i]) for i, key in enumerate(("useful_ns", "inefficiency_ns", "data_ns", "comm_ns", "host_ns"))},
+            "forward_ns": per(block.forward_ns),
+            "backward_ns": per(block.backward_ns),
+            "optimizer_ns": per(block.optimizer_ns),
+            **{key: per(np.maximum(cols[key], 0)) for key in ("tokens", "samples", "alloc_retries")},
+            "flops_steps": per(known),
+            "overrun_steps": per(block.overrun_rows),
+            "clipped_steps": per(block.clipped_rows),
+            "over_peak_steps": per(block.over_peak_rows),
+            "zero_flops_steps": per(block.zero_flops_rows),
+            "mem_rows": per(peak >= 0),
+            "frag_rows": per(frag_ok),
+        }
+        flops = np.add.reduceat(np.where(known, block.flops, 0.0), offsets)
+        frag_sum = np.add.reduceat(frag, offsets)
+        peak_max = np.maximum.reduceat(peak, offsets)
+        reserved_max = np.maximum.reduceat(reserved, offsets)
+        alloc_max = np.maximum.reduceat(alloc, offsets)
+        for i, (rs, _, _) in enumerate(items):
+            s = rs.sums
+            for key, values in int_sums.items():
+                s[key] += values[i]
+            rs.flops += float(flops[i])
+            rs.frag_sum += float(frag_sum[i])
+            rs.mem_peak_max = max(rs.mem_peak_max, int(peak_max[i]))
+            rs.mem_reserved_max = max(rs.mem_reserved_max, int(reserved_max[i]))
+            rs.mem_allocated_max = max(rs.mem_allocated_max, int(alloc_max[i]))
 
     def align_known(self) -> None:
         """Align what the live path would have aligned by now (after rows were added with
@@ -346,6 +405,7 @@ class RunAccumulator:
         if end_ns < self.config.allocation_start_ns:
             raise ValueError("end_ns is before allocation_start_ns")
         done = self._clone()
+        last_rows: list[tuple[RankState, dict[str, Any], IntArray]] = []
         for rs in done.ranks.values():
             past_end = rs.max_t_start is not None and rs.max_t_start >= end_ns
             if past_end or (rs.horizon is not None and rs.horizon > end_ns):
@@ -354,8 +414,8 @@ class RunAccumulator:
             if row is None or row["t_start_ns"] >= end_ns:
                 continue
             row = {**row, "dur_ns": min(row["dur_ns"], end_ns - row["t_start_ns"])}
-            cols = _pending_arrays(row)
-            done._attribute(rs, cols, np.array([NS_MAX], dtype=np.int64))
+            last_rows.append((rs, _pending_arrays(row), np.array([NS_MAX], dtype=np.int64)))
+        done._attribute_many(last_rows)
         done._align(final=True)
         return done
 

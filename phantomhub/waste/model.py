@@ -152,9 +152,7 @@ def analyze(run: RunInputs) -> Analysis:
     cfg = run.config
     world, notes = world_size_for(cfg.world_size, len(by_rank), cfg.gpu_count)
     acc = RunAccumulator(dataclasses.replace(cfg, world_size=world) if world != cfg.world_size else cfg)
-    for rank in sorted(by_rank):
-        cols = _clip_to_end(_merge_rank_batches(by_rank[rank]), run.end_ns)
-        acc.add_steps(cols, align=False)
+    acc.add_steps_many([_clip_to_end(_merge_rank_batches(by_rank[rank]), run.end_ns) for rank in sorted(by_rank)], align=False)
     for samples in run.samples:
         acc.add_samples(samples)
     return analysis_from(

@@ -277,14 +277,12 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
         fresh = fetched
         try:
-            for cols, _, _, _ in fresh:
-                # A from-scratch pass aligns ranks once at the end (the model's rule for full runs).
-                acc.add_steps(cols, align=not full)
+            # A from-scratch pass aligns ranks once at the end (the model's rule for full runs).
+            acc.add_steps_many([cols for cols, _, _, _ in fresh], align=not full)
         except NotAppendable:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
             fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
-            for cols, _, _, _ in fresh:
-                acc.add_steps(cols, align=False)
+            acc.add_steps_many([cols for cols, _, _, _ in fresh], align=False)
             samples_since, steps_end_ns, dropped = 0, 0, 0
         if full:
             # Fold every step all ranks have passed into the straggler counters now, as the live

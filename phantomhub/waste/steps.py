@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from phantomhub.waste.inputs import FloatArray, IntArray
 from phantomhub.waste.timeline import Coverage, PricePieces, split_exact
@@ -60,10 +61,28 @@ class StepBlock:
     backward_ns: IntArray
     optimizer_ns: IntArray
     flops: FloatArray  # FLOPs credited to the kept time (see the module doc); NaN where not counted
-    overrun: int  # rows whose stages were scaled down
-    clipped: int  # rows shortened by the next row, a phase or the billing edges
-    over_peak: int  # rows whose credited FLOPs exceed the peak over their step time (bad inputs)
-    zero_flops: int = 0  # rows reporting 0 FLOPs: treated as not counted
+    # Per row: stages scaled down; shortened by the next row, a phase or the billing edges;
+    # credited FLOPs above the peak over the step time (bad inputs); 0 FLOPs (not counted).
+    overrun_rows: npt.NDArray[np.bool_]
+    clipped_rows: npt.NDArray[np.bool_]
+    over_peak_rows: npt.NDArray[np.bool_]
+    zero_flops_rows: npt.NDArray[np.bool_]
+
+    @property
+    def overrun(self) -> int:
+        return int(self.overrun_rows.sum())
+
+    @property
+    def clipped(self) -> int:
+        return int(self.clipped_rows.sum())
+
+    @property
+    def over_peak(self) -> int:
+        return int(self.over_peak_rows.sum())
+
+    @property
+    def zero_flops(self) -> int:
+        return int(self.zero_flops_rows.sum())
 
     @property
     def compute_ns(self) -> IntArray:
@@ -122,7 +141,7 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
     raw_flops = cols.get("flops")
     flops = np.full(n, np.nan) if raw_flops is None else np.asarray(raw_flops, dtype=np.float64)
     # No training step does zero FLOPs: a 0 is a counter that recognised no op, not a measurement.
-    zero_flops = int((flops == 0).sum())
+    zero_flops = flops == 0
     known = np.isfinite(flops) & (flops > 0)
     # Share of the row's measured work (or of the whole row when nothing was measured) kept.
     work = np.minimum(measured, dur)
@@ -138,11 +157,11 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         capped = np.minimum(compute.astype(np.float64), np.where(known, need_ns, np.inf))
         useful = capped.astype(np.int64)
     cats = np.stack([useful, compute - useful, data, comm, host], axis=1)
-    over_peak = 0
+    over_peak = np.zeros(n, dtype=bool)
     if ctx.peak_flops_per_rank is not None:
         # Slack of 1e-9 so float rounding of a step at exactly 100% is not flagged.
         limit = ctx.peak_flops_per_rank * nonphase / 1e9 * (1 + 1e-9)
-        over_peak = int((known & (flops > limit)).sum())
+        over_peak = known & (flops > limit)
     return StepBlock(
         step=np.asarray(cols["step"], dtype=np.int64),
         t_start_ns=t,
@@ -154,10 +173,10 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         backward_ns=bwd,
         optimizer_ns=opt,
         flops=flops,
-        overrun=int(over.sum()),
-        clipped=int((nonphase < dur).sum()),
-        over_peak=over_peak,
-        zero_flops=zero_flops,
+        overrun_rows=over,
+        clipped_rows=nonphase < dur,
+        over_peak_rows=over_peak,
+        zero_flops_rows=zero_flops,
     )
 
 
@@ -181,13 +200,17 @@ def split_in_two(cats: IntArray, first_ns: IntArray) -> IntArray:
     return part
 
 
-def piece_totals(block: StepBlock, pieces: PricePieces, coverage: Coverage) -> tuple[IntArray, IntArray]:
+def piece_totals(
+    block: StepBlock, pieces: PricePieces, coverage: Coverage, offset: IntArray | None = None
+) -> tuple[IntArray, IntArray]:
     """Category nanoseconds of the block per price piece: (piece indexes, (n, 5) sums).
 
     Rows inside one piece are summed in bulk. Rows that straddle a price change are cut at it so
     each piece gets exactly the step time (outside phases) that fell inside it, with the row's
     category mix kept on both sides: vectorised for one change, ``split_exact`` for several.
-    An index may appear more than once; add with ``np.add.at``.
+    An index may appear more than once; add with ``np.add.at``. ``offset`` (per row, rising) is
+    added to each row's piece indexes: a block of several ranks' rows, each rank's offset its slot
+    x the number of pieces, gives indexes into the ranks' stacked (slot x piece, 5) totals.
     """
     idx_parts: list[IntArray] = []
     val_parts: list[IntArray] = []
@@ -195,6 +218,7 @@ def piece_totals(block: StepBlock, pieces: PricePieces, coverage: Coverage) -> t
     s, e = block.s_ns, block.e_ns
     first_piece = pieces.index(s)
     last_piece = pieces.index(np.maximum(e - 1, s))
+    shift = np.zeros(len(s), dtype=np.int64) if offset is None else offset
     spans = np.where(live, last_piece - first_piece, 0)
     keys = pieces.starts
 
@@ -206,20 +230,20 @@ def piece_totals(block: StepBlock, pieces: PricePieces, coverage: Coverage) -> t
 
     simple = np.flatnonzero(live & (spans == 0))
     if len(simple):
-        add(first_piece[simple], block.cats[simple])
+        add(first_piece[simple] + shift[simple], block.cats[simple])
     two = np.flatnonzero(spans == 1)
     if len(two):
         cut = keys[first_piece[two] + 1]
         before = coverage.uncovered_between(s[two], cut)
         part = split_in_two(block.cats[two], before)
-        add(first_piece[two], part)
-        add(first_piece[two] + 1, block.cats[two] - part)
+        add(first_piece[two] + shift[two], part)
+        add(first_piece[two] + 1 + shift[two], block.cats[two] - part)
     ends = pieces.ends()
     for i in np.flatnonzero(spans > 1).tolist():
         js = list(range(int(first_piece[i]), int(last_piece[i]) + 1))
         weights = [coverage.uncovered(max(int(s[i]), int(keys[j])), min(int(e[i]), int(ends[j]))) for j in js]
         parts = split_exact([int(v) for v in block.cats[i]], weights)
-        idx_parts.append(np.array(js, dtype=np.int64))
+        idx_parts.append(np.array(js, dtype=np.int64) + shift[i])
         val_parts.append(np.array(parts, dtype=np.int64).reshape(len(js), 5))
     if not idx_parts:
         return np.zeros(0, dtype=np.int64), np.zeros((0, 5), dtype=np.int64)
