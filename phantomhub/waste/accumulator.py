@@ -38,6 +38,8 @@ STATE_VERSION = MODEL_VERSION  # a state from another version raises NotAppendab
 # Rows held for cross-rank alignment before aligning with the ranks seen so far anyway (bounds
 # the state of a run whose world_size counts ranks that never report).
 TAIL_ALIGN_LIMIT = 262_144
+# Rows attributed in one vectorised pass (several ranks' batches together, see _attribute_many).
+GROUP_ROWS = 32_768
 _MEM_COLUMNS = ("mem_allocated", "mem_reserved", "mem_peak")
 _SUM_KEYS = (
     "rows",
@@ -292,8 +294,20 @@ class RunAccumulator:
         """Attribute rows of several ranks (each item one rank's consecutive rows and their
         successors' starts) in one pass; every per-rank total is folded exactly as one rank at a
         time would (integers bit for bit: sums per rank are exact integer reductions)."""
-        if not items:
-            return
+        # Groups of about GROUP_ROWS rows: few passes for many small batches, and a big
+        # from-scratch run is still worked through in cache-sized pieces.
+        group: list[tuple[RankState, dict[str, Any], IntArray]] = []
+        rows = 0
+        for item in items:
+            group.append(item)
+            rows += len(item[2])
+            if rows >= GROUP_ROWS:
+                self._attribute_group(group)
+                group, rows = [], 0
+        if group:
+            self._attribute_group(group)
+
+    def _attribute_group(self, items: list[tuple[RankState, dict[str, Any], IntArray]]) -> None:
         lengths = np.array([len(cols["step"]) for _, cols, _ in items], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         names = items[0][1].keys()

@@ -76,8 +76,12 @@ def build_analysis(
     cat_cents = cents_allocate(cost_cents, cat_usd)
     idle_cents = cents_allocate(cat_cents["idle"], {lbl: usd_exact[lbl] for lbl in idle_labels})
 
+    num, den = gpu_per_slot.numerator, gpu_per_slot.denominator * 10**9
+
     def gpu_s(ns: int) -> float:
-        return float(ns * gpu_per_slot / 10**9)
+        # int / int true division is correctly rounded: the same float as float(Fraction(...)),
+        # without building a Fraction per figure (a 1,024-rank run has thousands).
+        return ns * num / den
 
     billed = cfg.gpu_count * span_ns / 1e9
     # -- efficiency ----------------------------------------------------------------------------
