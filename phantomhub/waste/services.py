@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -66,6 +66,15 @@ def _ns(moment: datetime) -> int:
 
 def _moment(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / NS, tz=UTC)
+
+
+class RankRows(NamedTuple):
+    """What analysis reads of a RunRank (plain tuples: a 1,024-rank run needs no model objects)."""
+
+    rank: int
+    host: str
+    step_rows: int
+    reused_step_rows: int
 
 
 @dataclass(frozen=True)
@@ -248,7 +257,10 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         run.refresh_from_db()  # the seq read after taking the lock is the one we analyse up to
         seq = run.ingest_seq
         policy = policy_for(run)
-        ranks = {r.rank: r for r in RunRank.objects.filter(run=run)}
+        ranks = {
+            r[0]: RankRows(*r)
+            for r in RunRank.objects.filter(run=run).values_list("rank", "host", "step_rows", "reused_step_rows")
+        }
         ranks_seen = sum(1 for r in ranks.values() if r.step_rows > 0)
         config, price_rows = run_config_and_prices(run, policy, ranks_seen)
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
@@ -367,7 +379,7 @@ def analysis_failure_record(*, run_id: uuid.UUID, error: str) -> None:
 
 
 def _fetch_new_rows(
-    ranks: dict[int, RunRank],
+    ranks: dict[int, RankRows],
     last_step: dict[int, int],
     rank_rows: dict[int, int],
     full: bool,
