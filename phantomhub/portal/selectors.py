@@ -22,7 +22,7 @@ from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
 
-SORTS = {"recoverable_usd", "cost_usd", "mfu", "waste_share", "started_at"}
+SORTS = {"recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"}
 
 
 def _money(value: Decimal | float | None) -> float:
@@ -181,6 +181,8 @@ def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
 _RUN_ORDER = {
     "recoverable_usd": F("recoverable"),
     "cost_usd": F("cost"),
+    "waste_usd": F("waste"),
+    "gpu_hours": F("gpu_seconds"),
     "waste_share": F("waste") / NullIf(F("cost"), Value(0, output_field=DecimalField())),
     "mfu": F("mfu_gs") / NullIf(F("mfu_known"), Value(0.0)),
     "started_at": Max("run__allocation_start"),

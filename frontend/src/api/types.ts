@@ -26,13 +26,18 @@ export interface RunRow {
   id: string;
   name: string;
   team: string;
+  team_name?: string;
   project: string;
+  project_name?: string;
   status: string;
   gpu_model: string;
   gpu_key: string;
   gpu_count: number;
   tags: string[];
+  /** The start of the run's billed time (its allocation_start), as every page dates a run. */
   started_at: string | null;
+  /** The end of its billed time. */
+  ended_at?: string | null;
   finished_at: string | null;
   gpu_hours: number | null;
   cost_usd: number | null;
@@ -53,6 +58,8 @@ export interface Page<T> {
   count: number;
   page: number;
   page_size: number;
+  /** Pages the count fills (at least 1). */
+  pages?: number;
   results: T[];
 }
 
@@ -87,6 +94,8 @@ export interface CategoryEvidence {
   window: StretchWindow | null;
   /** Comparable finished runs of the same project and GPU (peers only). */
   peer_run_ids: string[];
+  /** The same runs with their names (older analyses have only the ids). */
+  peer_runs?: { id: string; name: string }[];
   /** The organization's cap cut the figure down. */
   capped: boolean;
 }
@@ -237,7 +246,15 @@ export interface Analysis {
   warnings: string[];
   analysed_at: string;
   complete: boolean;
+  /** The latest re-analysis failed: these figures are older. */
+  analysis_error?: AnalysisError | null;
   explain?: Record<string, Explained>;
+}
+
+export interface AnalysisError {
+  message: string;
+  failures: number;
+  retry_at: string | null;
 }
 
 export interface Series {
@@ -272,7 +289,9 @@ export interface RunMeta {
   id: string;
   name: string;
   team: string;
+  team_name?: string;
   project: string;
+  project_name?: string;
   status: string;
   gpu_model: string;
   gpu_key?: string;
@@ -285,6 +304,9 @@ export interface RunMeta {
   dtype: string | null;
   allocation_start: string | null;
   started_at: string | null;
+  /** The run's time as every page uses it: its billed span. */
+  billed_from?: string | null;
+  billed_to?: string | null;
   finished_at: string | null;
   last_seen_at: string | null;
   tags: string[];
@@ -295,6 +317,8 @@ export interface RunMeta {
 
 export interface RunDetail {
   run: RunMeta;
+  analysis_status?: "analysed" | "pending" | "failed";
+  analysis_error?: AnalysisError | null;
   analysis: Analysis | null;
   series: Series | null;
   phases: Phase[];
@@ -314,10 +338,15 @@ export interface LeaderboardRow extends Figures {
   key: string;
   name: string;
   team?: string;
+  team_name?: string;
   project?: string;
+  project_name?: string;
   status?: string;
   gpu_model?: string;
+  gpu_count?: number;
   started_at?: string;
+  /** The first day with billed time; a previous period before it is not compared. */
+  data_from?: string | null;
   previous: Figures | null;
   change: { cost_usd: number | null; recoverable_usd: number | null; waste_share: number | null; mfu: number | null } | null;
 }
@@ -336,6 +365,8 @@ export interface Leaderboard {
 
 export interface DayFigures {
   day: string;
+  runs?: number;
+  gpu_hours?: number;
   cost_usd: number;
   waste_usd: number;
   recoverable_usd: number;
@@ -344,6 +375,8 @@ export interface DayFigures {
 
 export interface Overview {
   period: PeriodInfo;
+  previous?: PeriodInfo;
+  data_from?: string | null;
   totals: Figures;
   previous_totals: Figures | null;
   by_day: DayFigures[];
@@ -354,19 +387,24 @@ export interface Overview {
 
 export interface EntityPage {
   period?: PeriodInfo;
-  team?: { slug: string; name: string; [k: string]: unknown };
-  project?: { slug: string; name: string; team?: string; [k: string]: unknown };
+  previous?: PeriodInfo;
+  data_from?: string | null;
+  team?: { slug: string; name: string; display_name?: string; [k: string]: unknown };
+  project?: { slug: string; name: string; display_name?: string; team?: string; team_name?: string; [k: string]: unknown };
   totals: Figures;
   previous_totals?: Figures | null;
   by_day: DayFigures[];
   by_category: Record<string, number>;
-  projects?: (Figures & { key?: string; slug?: string; name: string; team?: string })[];
+  projects?: (Figures & { key?: string; slug?: string; name: string; team?: string; team_name?: string })[];
   top_runs: RunListItem[];
 }
 
 export interface FinanceRow {
   team: string;
+  team_name?: string;
   project: string;
+  project_name?: string;
+  price_entry_ids?: number[];
   runs: number;
   gpu_hours: number;
   cost_usd: number;
@@ -419,7 +457,7 @@ export interface FinanceReport {
   closed_at: string | null;
   closed_by: string | null;
   rows: FinanceRow[];
-  totals: Omit<FinanceRow, "team" | "project">;
+  totals: Omit<FinanceRow, "team" | "project" | "team_name" | "project_name" | "price_entry_ids">;
   price_entries: PriceEntry[];
 }
 

@@ -36,9 +36,11 @@ interface Props {
   /** What the chart shows, for screen readers (the numbers are also in a table or the tooltip). */
   label: string;
   onClick?: (params: { dataIndex: number; seriesName?: string; name?: string }) => void;
+  /** How many points along the x axis (kept on the element, for tests and assistive tech). */
+  points?: number;
 }
 
-export function EChart({ option, height = 260, label, onClick }: Props) {
+export function EChart({ option, height = 260, label, onClick, points }: Props) {
   const ref = useRef<HTMLDivElement>(null);
   const chart = useRef<echarts.ECharts | null>(null);
   const clickRef = useRef(onClick);
@@ -62,5 +64,5 @@ export function EChart({ option, height = 260, label, onClick }: Props) {
     chart.current?.setOption(option, { notMerge: true, lazyUpdate: true });
   }, [option]);
 
-  return <div ref={ref} className="chart" style={{ height }} role="img" aria-label={label} />;
+  return <div ref={ref} className={`chart${onClick ? " chart-clickable" : ""}`} style={{ height }} role="img" aria-label={label} data-points={points} />;
 }

@@ -1,7 +1,8 @@
-import { useEffect, useId, useRef, useState } from "react";
+import { useEffect, useId, useLayoutEffect, useRef, useState } from "react";
+import { createPortal } from "react-dom";
 
 import type { Explained } from "../api/types";
-import { formatPlain, formatWithUnit } from "../lib/format";
+import { formatInput, formatWithUnit, humanFormula, inputName } from "../lib/format";
 
 export interface ExplainSource {
   formula: string;
@@ -21,20 +22,53 @@ interface Props {
   source?: ExplainSource;
 }
 
-/** The "ƒ" button beside a figure: its formula and inputs, as the analysis computed them. */
+const PANEL_W = 420;
+const GAP = 6;
+
+/** Where the panel goes: under the button (above it when there is no room), inside the window. */
+function place(button: DOMRect, panelHeight: number): { top: number; left: number; width: number } {
+  const width = Math.min(PANEL_W, window.innerWidth - 16);
+  const left = Math.max(8, Math.min(button.right - width + 12, window.innerWidth - width - 8));
+  const below = button.bottom + GAP;
+  const top = below + panelHeight > window.innerHeight - 8 && button.top - GAP - panelHeight > 8 ? button.top - GAP - panelHeight : below;
+  return { top, left, width };
+}
+
+/**
+ * The "ƒ" button beside a figure: its formula and inputs, as the analysis computed them. The panel
+ * is drawn over the page (a layer of its own, fixed to the window), so opening it inside a table
+ * never scrolls the table or covers its header.
+ */
 export function Explain({ label, entry, source }: Props) {
   const [open, setOpen] = useState(false);
+  const [pos, setPos] = useState<{ top: number; left: number; width: number } | null>(null);
   const id = useId();
   const wrap = useRef<HTMLSpanElement>(null);
   const button = useRef<HTMLButtonElement>(null);
   const panel = useRef<HTMLDivElement>(null);
   const info = entry ?? source;
 
+  useLayoutEffect(() => {
+    if (!open) return;
+    const update = () => {
+      if (button.current) setPos(place(button.current.getBoundingClientRect(), panel.current?.offsetHeight ?? 240));
+    };
+    update();
+    window.addEventListener("resize", update);
+    window.addEventListener("scroll", update, true);
+    return () => {
+      window.removeEventListener("resize", update);
+      window.removeEventListener("scroll", update, true);
+    };
+  }, [open]);
+
   useEffect(() => {
     if (!open) return;
-    panel.current?.focus();
+    panel.current?.focus({ preventScroll: true });
     const onDown = (e: MouseEvent) => {
-      if (wrap.current && !wrap.current.contains(e.target as Node)) setOpen(false);
+      const target = e.target as Node;
+      if (wrap.current?.contains(target) || panel.current?.contains(target)) return;
+      setOpen(false);
     };
     document.addEventListener("mousedown", onDown);
     return () => document.removeEventListener("mousedown", onDown);
@@ -62,11 +96,13 @@ export function Explain({ label, entry, source }: Props) {
       >
         ƒ
       </button>
-      {open && (
+      {open &&
+        createPortal(
         <div
           ref={panel}
           id={id}
           className="explain-panel"
+          style={pos ? { top: pos.top, left: pos.left, width: pos.width } : { visibility: "hidden" }}
           role="dialog"
           aria-label={`${label}: formula and inputs`}
           tabIndex={-1}
@@ -82,7 +118,7 @@ export function Explain({ label, entry, source }: Props) {
           <div className="explain-title">{label}</div>
           {info.value !== undefined && <div className="explain-value">{formatWithUnit(info.value, unit)}</div>}
           <div className="explain-label">Formula</div>
-          <code className="explain-formula">{info.formula}</code>
+          <code className="explain-formula">{humanFormula(info.formula)}</code>
           {inputs.length > 0 && (
             <>
               <div className="explain-label">Inputs</div>
@@ -90,8 +126,8 @@ export function Explain({ label, entry, source }: Props) {
                 <tbody>
                   {inputs.map(([k, v]) => (
                     <tr key={k}>
-                      <th scope="row">{k}</th>
-                      <td>{units[k] && typeof v === "number" ? formatWithUnit(v, units[k]) : formatPlain(v)}</td>
+                      <th scope="row">{inputName(k)}</th>
+                      <td>{formatInput(k, v, units[k])}</td>
                     </tr>
                   ))}
                 </tbody>
@@ -99,8 +135,14 @@ export function Explain({ label, entry, source }: Props) {
             </>
           )}
           {!entry && <div className="explain-note">Figure as stored by the analysis; formula as the waste model defines it.</div>}
-        </div>
-      )}
+          <details className="explain-raw" data-testid="explain-raw">
+            <summary>As the analysis writes it</summary>
+            <code>{info.formula}</code>
+            {inputs.length > 0 && <code>{inputs.map(([k, v]) => `${k} = ${String(v)}`).join("\n")}</code>}
+          </details>
+        </div>,
+          document.body,
+        )}
     </span>
   );
 }

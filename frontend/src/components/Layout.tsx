@@ -1,6 +1,7 @@
 import { NavLink, Outlet, useNavigate } from "react-router";
 
 import { useSession } from "../api/session";
+import { usePeriodLink } from "../lib/links";
 import { useTheme } from "../lib/theme";
 
 const NAV = [
@@ -33,9 +34,15 @@ export function ThemeToggle() {
   );
 }
 
+/**
+ * The sidebar carries the period being read onto every page it links to. On narrow screens it
+ * folds into a rail of icons (names stay as accessible names and tooltips), leaving the width to
+ * the tables.
+ */
 export function Layout() {
   const { user, signOut } = useSession();
   const navigate = useNavigate();
+  const { link } = usePeriodLink();
   return (
     <div className="app">
       <a className="skip-link" href="#main">
@@ -48,11 +55,11 @@ export function Layout() {
         </div>
         <nav className="nav" aria-label="Main">
           {NAV.map((item) => (
-            <NavLink key={item.to} to={item.to} end={item.end} className={({ isActive }) => `nav-item${isActive ? " is-active" : ""}`}>
+            <NavLink key={item.to} to={link(item.to)} end={item.end} title={item.label} className={({ isActive }) => `nav-item${isActive ? " is-active" : ""}`}>
               <span className="nav-icon" aria-hidden="true">
                 {item.icon}
               </span>
-              {item.label}
+              <span className="nav-label">{item.label}</span>
             </NavLink>
           ))}
         </nav>
@@ -60,11 +67,11 @@ export function Layout() {
           <nav className="nav nav-secondary" aria-label="Your teams">
             <div className="nav-heading">Your teams</div>
             {user.teams.map((t) => (
-              <NavLink key={t.slug} to={`/teams/${encodeURIComponent(t.slug)}`} className={({ isActive }) => `nav-item${isActive ? " is-active" : ""}`}>
+              <NavLink key={t.slug} to={link(`/teams/${encodeURIComponent(t.slug)}`)} title={t.name} className={({ isActive }) => `nav-item${isActive ? " is-active" : ""}`}>
                 <span className="nav-icon team-initial" aria-hidden="true">
                   {t.name.slice(0, 1).toUpperCase()}
                 </span>
-                {t.name}
+                <span className="nav-label">{t.name}</span>
               </NavLink>
             ))}
           </nav>
@@ -86,12 +93,16 @@ export function Layout() {
             <button
               type="button"
               className="btn btn-ghost btn-small"
+              title="Sign out"
               onClick={async () => {
                 await signOut();
                 navigate("/login");
               }}
             >
-              Sign out
+              <span className="nav-icon sign-out-icon" aria-hidden="true">
+                ⇥
+              </span>
+              <span className="nav-label">Sign out</span>
             </button>
           </div>
         </div>

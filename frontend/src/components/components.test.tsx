@@ -58,10 +58,12 @@ describe("Explain", () => {
     expect(button).toHaveAttribute("aria-expanded", "false");
     await userEvent.click(button);
     const dialog = screen.getByRole("dialog", { name: "cost: formula and inputs" });
+    // In the product's words (× for *, names as the inputs are named), the analysis' own text kept below.
+    expect(within(dialog).getByText("Σ GPUs × seconds × price / 3600")).toBeInTheDocument();
     expect(within(dialog).getByText(entry.formula)).toBeInTheDocument();
     expect(within(dialog).getByText("$5.29")).toBeInTheDocument();
-    expect(within(dialog).getByText("segment_0_usd_per_gpu_hour")).toBeInTheDocument();
-    expect(within(dialog).getByText("6.52")).toBeInTheDocument();
+    expect(within(dialog).getByText("segment 0").closest("tr")).toHaveTextContent("$6.52 per GPU-hour");
+    expect(within(dialog).getByText("GPUs").closest("tr")).toHaveTextContent("8");
     fireEvent.keyDown(dialog, { key: "Escape" });
     expect(screen.queryByRole("dialog")).not.toBeInTheDocument();
     expect(button).toHaveFocus();
@@ -71,9 +73,43 @@ describe("Explain", () => {
     render(<Explain label="data stall recoverable" entry={{ value: 20.1, unit: "USD", formula: "usd * max(0, 1 - reference_ms_per_step / run_ms_per_step)", inputs: { usd: 25, reference_ms_per_step: 2.1, evidence: "own_stretch" }, input_units: { usd: "USD", reference_ms_per_step: "ms/step", evidence: "" } }} />);
     await userEvent.click(screen.getByRole("button", { name: "How data stall recoverable is computed" }));
     const dialog = screen.getByRole("dialog");
-    expect(within(dialog).getByText("reference_ms_per_step").closest("tr")).toHaveTextContent("2.1 ms/step");
-    expect(within(dialog).getByText("usd").closest("tr")).toHaveTextContent("$25.00");
-    expect(within(dialog).getByText("evidence").closest("tr")).toHaveTextContent("own_stretch");
+    expect(within(dialog).getByText("reference time per step").closest("tr")).toHaveTextContent("2.10 ms per step");
+    expect(within(dialog).getByText("USD").closest("tr")).toHaveTextContent("$25.00");
+    expect(within(dialog).getByText("evidence").closest("tr")).toHaveTextContent("best stretch");
+  });
+
+  it("draws its panel over the page, outside any table that would scroll for it", async () => {
+    render(
+      <table>
+        <tbody>
+          <tr>
+            <td>
+              <Explain label="cost" entry={entry} />
+            </td>
+          </tr>
+        </tbody>
+      </table>,
+    );
+    await userEvent.click(screen.getByRole("button", { name: "How cost is computed" }));
+    const dialog = screen.getByRole("dialog");
+    expect(dialog.closest("table")).toBeNull();
+    expect(dialog.parentElement).toBe(document.body);
+  });
+
+  it("reads every input in its unit: nanoseconds as time, epoch nanoseconds as a date, no exponent form", async () => {
+    const inputs = { excess_ns_mean: 2_175_978_311.49, t_start_ns: 1_795_700_000_000_000_000, comm_exposed_rank_ns: 32_696_661_262_392, flops_reported: 2.3557e19, gpu_util_sum_pct: 97, alloc_retries_count: 0 };
+    render(<Explain label="straggler wait" source={{ formula: "caused_wait_gpu_seconds * comm_exposed_usd", inputs }} />);
+    await userEvent.click(screen.getByRole("button", { name: "How straggler wait is computed" }));
+    const table = screen.getByRole("dialog").querySelector(".explain-inputs")!;
+    const text = table.textContent ?? "";
+    expect(text).toContain("excess time (mean)2.18 s");
+    expect(text).toContain("start");
+    expect(text).toMatch(/start\w{3} \d+, 2026, \d\d:\d\d UTC/);
+    expect(text).toContain("exposed communication time (all ranks)");
+    expect(text).toContain("23.6 EFLOP");
+    expect(text).toContain("97%");
+    expect(text).not.toMatch(/e\+\d|\d{7}|_/);
+    expect(screen.getByText("caused wait GPU time × exposed communication")).toBeInTheDocument();
   });
 
   it("closes when clicking elsewhere", async () => {

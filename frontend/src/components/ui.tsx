@@ -47,8 +47,13 @@ export function Card({ title, actions, children, className, id }: { title?: Reac
 export type ChangeKind = "usd" | "pp";
 
 /** A change against the previous period, coloured by whether it is good news. */
-export function Change({ value, kind, goodWhen }: { value: number | null | undefined; kind: ChangeKind; goodWhen: "up" | "down" }) {
-  if (!isNum(value)) return <span className="change change-none">no previous</span>;
+export function Change({ value, kind, goodWhen, title }: { value: number | null | undefined; kind: ChangeKind; goodWhen: "up" | "down"; title?: string }) {
+  if (!isNum(value))
+    return (
+      <span className="change change-none" title={title}>
+        no previous
+      </span>
+    );
   const text = kind === "usd" ? formatUsdChange(value) : formatPctPoints(value);
   const flat = Math.abs(value) < (kind === "usd" ? 0.005 : 0.0005);
   const good = flat ? null : (value > 0) === (goodWhen === "up");

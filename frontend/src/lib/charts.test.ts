@@ -64,12 +64,31 @@ describe("chart data", () => {
     expect(option.series[1].markLine?.data[0].yAxis).toBe(50);
   });
 
-  it("shows per-category waste by day when the API gives it, else spend, waste and recoverable", () => {
+  it("draws every day of the period on a time axis, the six categories stacked and recoverable as a line", () => {
+    const days = Array.from({ length: 30 }, (_, i) => ({
+      day: `2026-11-${String(i + 1).padStart(2, "0")}`,
+      runs: i === 4 ? 2 : 0,
+      cost_usd: i === 4 ? 10 : 0,
+      waste_usd: i === 4 ? 4 : 0,
+      recoverable_usd: i === 4 ? 2 : 0,
+      categories_usd: { useful_compute: i === 4 ? 6 : 0, compute_inefficiency: 0, data_stall: i === 4 ? 1 : 0, comm_exposed: 0, host_overhead: 0, idle: i === 4 ? 3 : 0 },
+    }));
+    const option = dailyOption(days, p) as { series: S[]; xAxis: { type: string; min: number; max: number }; useUTC: boolean; tooltip: { formatter: (x: unknown) => string } };
+    expect(option.xAxis.type).toBe("time");
+    expect(option.useUTC).toBe(true);
+    expect(option.series.map((x) => x.name)).toEqual(["Useful compute", "Compute inefficiency", "Data stall", "Exposed communication", "Host overhead", "Idle", "Recoverable"]);
+    expect(option.series.every((x) => x.data.length === 30)).toBe(true);
+    expect(option.series[0].data[0][0]).toBe(Date.UTC(2026, 10, 1));
+    expect(option.series[0].data[29][0] - option.series[0].data[0][0]).toBe(29 * 86_400_000);
+    expect(option.xAxis.max - option.xAxis.min).toBe(30 * 86_400_000);
+    const tip = option.tooltip.formatter([{ dataIndex: 4, seriesName: "Idle", marker: "", value: [Date.UTC(2026, 10, 5), 3] }]);
+    expect(tip).toContain("Thu, Nov 5, 2026");
+    expect(tip).toContain("Spend <b>$10.00</b> · 2 runs");
+    expect(tip).toContain("Idle: <b>$3.00</b>");
+  });
+
+  it("without categories draws spend and recoverable", () => {
     const days = [{ day: "2026-11-01", cost_usd: 10, waste_usd: 4, recoverable_usd: 2 }];
-    expect((dailyOption(days, p) as { series: S[] }).series.map((x) => x.name)).toEqual(["Spend", "Waste", "Recoverable"]);
-    const withCats = [{ ...days[0], categories_usd: { data_stall: 1, idle: 3 } }];
-    const names = (dailyOption(withCats, p) as { series: S[] }).series.map((x) => x.name);
-    expect(names).toContain("Data stall");
-    expect(names).not.toContain("Useful compute");
+    expect((dailyOption(days, p) as { series: S[] }).series.map((x) => x.name)).toEqual(["Spend", "Recoverable"]);
   });
 });

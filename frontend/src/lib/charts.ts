@@ -1,8 +1,8 @@
 // ECharts options built from API data. Pure functions of (data, palette), so they are tested
 // without a browser and every chart draws only what the API returned.
 import type { DayFigures, Phase, RankFigure, Series } from "../api/types";
-import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL, WASTE_CATEGORIES } from "./categories";
-import { formatBytes, formatDate, formatMs, formatPct, formatUsd, isNum } from "./format";
+import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL } from "./categories";
+import { formatBytes, formatMs, formatPct, formatUsd, isNum } from "./format";
 import type { ChartPalette } from "./theme";
 
 type Option = Record<string, unknown>;
@@ -246,33 +246,97 @@ export function memoryOption(series: Series, capacityBytes: number | null, t0Ns:
   };
 }
 
-/** Cost per day with its waste and recoverable part; per-category stacks when the API gives them. */
+const DAY_MS = 86_400_000;
+const tooltipDayFmt = new Intl.DateTimeFormat("en-US", { weekday: "short", year: "numeric", month: "short", day: "numeric", timeZone: "UTC" });
+const axisDayFmt = new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric", timeZone: "UTC" });
+
+export function dayMs(day: string): number {
+  return Date.parse(`${day}T00:00:00Z`);
+}
+
+/** "Tue, Nov 3, 2026": a day as the tooltip names it (UTC, like every day the API returns). */
+export function tooltipDay(ms: number): string {
+  return tooltipDayFmt.format(new Date(ms));
+}
+
+interface AxisParam {
+  axisValue?: number | string;
+  dataIndex: number;
+  seriesName?: string;
+  marker?: string;
+  value?: unknown;
+}
+
+/**
+ * Spend per day on a time axis: every day of the period has its place (the API sends each day,
+ * zero where nothing ran), the six categories stacked (useful compute included, so a day's bar is
+ * its spend), recoverable spend as a line over them. The tooltip names the day, each category, the
+ * day's spend and recoverable dollars and how many runs were billed.
+ */
 export function dailyOption(days: DayFigures[], p: ChartPalette): Option {
-  const x = days.map((d) => d.day);
+  const t = days.map((d) => dayMs(d.day));
   const byCategory = days.length > 0 && days.every((d) => d.categories_usd);
-  const series: Option[] = byCategory
-    ? WASTE_CATEGORIES.map((c) => ({
+  const bars: Option[] = byCategory
+    ? CATEGORIES.map((c) => ({
         name: CATEGORY_LABEL[c],
         type: "bar",
-        stack: "waste",
+        stack: "spend",
         barMaxWidth: 18,
         itemStyle: { color: CATEGORY_COLOR[c] },
-        data: days.map((d) => d.categories_usd?.[c] ?? 0),
+        emphasis: { focus: "series" },
+        data: days.map((d, i) => [t[i], d.categories_usd?.[c] ?? 0]),
       }))
-    : [
-        { name: "Spend", type: "bar", barMaxWidth: 18, itemStyle: { color: p.axis, borderRadius: [3, 3, 0, 0] }, data: days.map((d) => d.cost_usd) },
-        { name: "Waste", type: "line", showSymbol: false, smooth: 0.2, lineStyle: { width: 2, color: CATEGORY_COLOR.compute_inefficiency }, itemStyle: { color: CATEGORY_COLOR.compute_inefficiency }, data: days.map((d) => d.waste_usd) },
-        { name: "Recoverable", type: "line", showSymbol: false, smooth: 0.2, lineStyle: { width: 2, color: p.accent }, itemStyle: { color: p.accent }, areaStyle: { color: p.accent, opacity: 0.1 }, data: days.map((d) => d.recoverable_usd) },
-      ];
+    : [{ name: "Spend", type: "bar", barMaxWidth: 18, itemStyle: { color: p.axis }, data: days.map((d, i) => [t[i], d.cost_usd]) }];
+  const series: Option[] = [
+    ...bars,
+    {
+      name: "Recoverable",
+      type: "line",
+      showSymbol: days.length <= 45,
+      symbolSize: 5,
+      lineStyle: { width: 2, color: p.accent },
+      itemStyle: { color: p.accent },
+      data: days.map((d, i) => [t[i], d.recoverable_usd]),
+      z: 5,
+    },
+  ];
+  const first = t.length ? t[0] : 0;
+  const last = t.length ? t[t.length - 1] : 0;
   return {
     ...base(p),
-    tooltip: { ...(base(p).tooltip as Option), valueFormatter: (v: number) => formatUsd(v) },
+    useUTC: true,
+    tooltip: {
+      ...(base(p).tooltip as Option),
+      axisPointer: { type: "shadow" },
+      formatter: (params: AxisParam[]) => {
+        const list = Array.isArray(params) ? params : [params];
+        const i = list[0]?.dataIndex ?? 0;
+        const d = days[i];
+        if (!d) return "";
+        const lines = list
+          .filter((x) => x.seriesName !== "Recoverable" && Array.isArray(x.value) && (x.value[1] as number) > 0)
+          .map((x) => `${x.marker ?? ""}${x.seriesName}: <b>${formatUsd((x.value as number[])[1])}</b>`);
+        const runs = d.runs === undefined ? "" : ` · ${d.runs} run${d.runs === 1 ? "" : "s"}`;
+        return [
+          `<b>${tooltipDay(t[i])}</b>`,
+          `Spend <b>${formatUsd(d.cost_usd)}</b>${runs}`,
+          ...lines,
+          `Recoverable <b>${formatUsd(d.recoverable_usd)}</b>`,
+          d.cost_usd > 0 ? `<span style="opacity:.7">click to open the day's runs</span>` : "",
+        ]
+          .filter(Boolean)
+          .join("<br/>");
+      },
+    },
     xAxis: {
-      type: "category",
-      data: x,
-      axisLabel: { color: p.muted, formatter: (v: string) => formatDate(v).replace(/, \d{4}$/, ""), hideOverlap: true },
+      type: "time",
+      min: first - DAY_MS / 2,
+      max: last + DAY_MS / 2,
+      minInterval: DAY_MS,
+      axisLabel: { color: p.muted, formatter: (v: number) => axisDayFmt.format(new Date(v)), hideOverlap: true },
       axisLine: { lineStyle: { color: p.axis } },
       axisTick: { show: false },
+      splitLine: { show: false },
     },
     yAxis: valueAxis(p, (v) => formatUsd(v, { compact: true })),
     series,

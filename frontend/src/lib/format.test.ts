@@ -111,11 +111,18 @@ describe("dates", () => {
 describe("explained figures", () => {
   it("formats a figure in the unit the analysis names", () => {
     expect(formatWithUnit(5.29, "USD")).toBe("$5.29");
-    expect(formatWithUnit(0.5312, "ratio")).toBe("0.5312 (53.1%)");
-    expect(formatWithUnit(3600, "GPU-s")).toBe("3,600.0 GPU-s (1.00 GPU-h)");
+    expect(formatWithUnit(0.5312, "ratio")).toBe("53.1%");
+    expect(formatWithUnit(3600, "GPU-s")).toBe("1.00 GPU-h");
     expect(formatWithUnit("bf16", "")).toBe("bf16");
     expect(formatWithUnit(null, "USD")).toBe("–");
     expect(formatWithUnit(3, "steps")).toBe("3 steps");
+    // What the issue found printed raw: "1 ratio of steps", "97 %", "0 count".
+    expect(formatWithUnit(1, "ratio of steps")).toBe("100.0% of steps");
+    expect(formatWithUnit(97, "%")).toBe("97%");
+    expect(formatWithUnit(0, "count")).toBe("0");
+    expect(formatWithUnit(0.0002, "ratio")).toBe("0.020%");
+    expect(formatWithUnit(17226.5, "s")).toBe("4 h 47 m");
+    expect(formatWithUnit(0.25, "per 1k steps")).toBe("0.25 per 1,000 steps");
   });
 
   it("shows raw inputs exactly, big and tiny ones in exponent form", () => {

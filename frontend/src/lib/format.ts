@@ -169,29 +169,7 @@ export function formatMonth(month: string): string {
 
 /** A figure with the unit the analysis names it in (explain entries carry `unit`). */
 export function formatWithUnit(value: unknown, unit: string): string {
-  if (value === null || value === undefined) return DASH;
-  if (typeof value === "string") return value;
-  if (typeof value === "boolean") return value ? "yes" : "no";
-  if (!isNum(value)) return String(value);
-  switch (unit) {
-    case "USD":
-      return formatUsd(value);
-    case "ratio":
-      return `${formatNumber(value, 4)} (${formatPct(value)})`;
-    case "GPU-s":
-      return `${formatNumber(value, 1)} GPU-s (${formatGpuHours(value / 3600)})`;
-    case "GPU-h":
-      return formatGpuHours(value);
-    case "FLOP/s":
-      return formatSi(value, "FLOP/s");
-    case "ms":
-      return formatMs(value);
-    case "bytes":
-    case "B":
-      return formatBytes(value);
-    default:
-      return `${formatPlain(value)}${unit ? ` ${unit}` : ""}`;
-  }
+  return formatInput(undefined, value, unit);
 }
 
 /** A raw input value: integers as they are, big or tiny numbers in exponent form. */
@@ -225,7 +203,7 @@ export function formatEvidenceValue(value: number | null | undefined, unit: stri
     case "s":
       return value < 60 ? `${value < 10 ? value.toFixed(1) : value.toFixed(0)} s` : formatDuration(value);
     default:
-      return `${formatPlain(value)}${unit ? ` ${unit}` : ""}`;
+      return `${formatHumanNumber(value)}${unit ? ` ${unit}` : ""}`;
   }
 }
 
@@ -273,6 +251,8 @@ export function recommendationRefs(text: string): string {
  */
 export function plainWords(text: string): string {
   return recommendationRefs(text)
+    .replace(/>=/g, "≥")
+    .replace(/<=/g, "≤")
     .replace(/\bphase:(\S+)/g, "phase · $1")
     .replace(/\bidle: (startup|teardown|gap)\b/g, (_m, part: string) => `idle: ${IDLE_PART_WORDS[part]}`)
     .split(/(`[^`]*`)/)
@@ -286,4 +266,259 @@ export function plainWords(text: string): string {
           }),
     )
     .join("");
+}
+
+// Inputs of the analysis' explanations (and a recommendation's observations) as people read them:
+// names in the product's words, every value in its unit and human formatting — never a raw
+// nanosecond count, an epoch timestamp in exponent form or "1 ratio of steps".
+
+const CATEGORY_WORDS: Record<string, string> = {
+  useful_compute: "useful compute",
+  compute_inefficiency: "compute inefficiency",
+  data_stall: "data stall",
+  comm_exposed: "exposed communication",
+  host_overhead: "host overhead",
+};
+
+const WORDS: Record<string, string> = {
+  gpu: "GPU",
+  gpus: "GPUs",
+  cpu: "CPU",
+  mfu: "MFU",
+  usd: "USD",
+  flops: "FLOPs",
+  nvml: "NVML",
+  util: "utilisation",
+  comm: "communication",
+  mem: "memory",
+  alloc: "allocator",
+  oom: "out-of-memory",
+  ms: "ms",
+  id: "ID",
+  dtype: "data type",
+};
+
+const NAMES: Record<string, string> = {
+  capacity_bytes: "GPU memory capacity",
+  peak_bytes_max: "peak memory (highest rank)",
+  headroom_bytes: "memory headroom",
+  allocated_bytes_max: "allocated memory (max)",
+  reserved_bytes_max: "reserved memory (max)",
+  t_start_ns: "start",
+  t_end_ns: "end",
+  gpu_count: "GPUs",
+  world_size: "ranks (world size)",
+  ranks_reporting: "ranks reporting",
+  cost_cents: "cost",
+  exact_usd: "exact dollars",
+  peak_rank: "rank with the peak",
+};
+
+// Name endings that carry the unit (as the waste model's unit_of reads them), longest first.
+const UNIT_SUFFIXES: [string, string][] = [
+  ["_usd_per_gpu_hour", "USD/GPU-h"],
+  ["_usd_per_gpu_ns", "USD/GPU-ns"],
+  ["_gpu_seconds", "GPU-s"],
+  ["_gpu_hours", "GPU-h"],
+  ["_flops_per_gpu", "FLOP/s"],
+  ["_per_1k_steps", "per 1k steps"],
+  ["_ms_per_step", "ms/step"],
+  ["_rank_ns", "rank-ns"],
+  ["_seconds", "s"],
+  ["_hours", "h"],
+  ["_bytes", "bytes"],
+  ["_cents", "cents"],
+  ["_usd", "USD"],
+  ["_pct", "%"],
+  ["_ns", "ns"],
+  ["_ms", "ms"],
+  ["_share", "ratio"],
+  ["_mfu", "ratio"],
+  ["_fraction", "ratio"],
+  ["_count", "count"],
+  ["_steps", "count"],
+  ["_rows", "count"],
+];
+const AGGREGATES = ["mean", "max", "min", "sum", "total", "p95"];
+const TIME_UNITS = new Set(["ns", "rank-ns", "s", "ms", "h"]);
+
+const NAME_UNITS: Record<string, string> = {
+  gpu_count: "count",
+  world_size: "count",
+  ranks_reporting: "count",
+  recoverability: "ratio",
+  target_mfu: "ratio",
+  gpus_per_rank: "GPUs",
+  flops: "FLOP",
+  flops_reported: "FLOP",
+  tokens: "count",
+  samples: "count",
+  mfu: "ratio",
+  fragmentation: "ratio",
+};
+
+/** The unit an input's name implies (peak_bytes_max → bytes), as the analysis names units. */
+export function unitOf(name: string): string {
+  if (NAME_UNITS[name]) return NAME_UNITS[name];
+  let base = name;
+  for (const agg of AGGREGATES) if (base.endsWith(`_${agg}`)) base = base.slice(0, -agg.length - 1);
+  for (const [suffix, unit] of UNIT_SUFFIXES) if (base.endsWith(suffix) || base === suffix.slice(1)) return unit;
+  return "";
+}
+
+function words(snake: string): string {
+  let text = snake;
+  for (const [name, w] of Object.entries(CATEGORY_WORDS)) text = text.split(name).join(w.replace(/ /g, "\u0000"));
+  return text
+    .split(/[_.]/)
+    .filter(Boolean)
+    .map((w) => WORDS[w] ?? w)
+    .join(" ")
+    .replace(/\u0000/g, " ");
+}
+
+/** "excess_ns_mean" → "excess time (mean)"; "comm_exposed_rank_ns" → "exposed communication time (all ranks)". */
+export function inputName(name: string): string {
+  if (NAMES[name]) return NAMES[name];
+  if (!/[_.]/.test(name)) return WORDS[name] ?? name;
+  let base = name;
+  let agg = "";
+  for (const a of AGGREGATES) {
+    if (base.endsWith(`_${a}`)) {
+      agg = a;
+      base = base.slice(0, -a.length - 1);
+      break;
+    }
+  }
+  const unit = unitOf(base);
+  const suffix = UNIT_SUFFIXES.find(([s, u]) => u === unit && base.endsWith(s));
+  if (suffix && base !== suffix[0].slice(1)) base = base.slice(0, -suffix[0].length);
+  let out = words(base);
+  if (unit === "rank-ns") out += " time (all ranks)";
+  else if (TIME_UNITS.has(unit) && !/\b(time|wait|duration|start|end)$/.test(out)) out += " time";
+  else if (unit === "GPU-s" || unit === "GPU-h") out += " GPU time";
+  else if (unit === "bytes" && !/memory/.test(out)) out += " memory";
+  else if (unit === "ms/step") out += " time per step";
+  if (agg) out += ` (${agg === "p95" ? "95th percentile" : agg})`;
+  return out;
+}
+
+/** A number without a unit, readably: 2,264 · 0.163 · 12.5 · 23.6 E (never exponent form). */
+export function formatHumanNumber(value: number): string {
+  const a = Math.abs(value);
+  if (Number.isInteger(value) && a < 1e15) return value.toLocaleString("en-US");
+  if (a >= 1e6) return formatSi(value);
+  if (a >= 100) return formatNumber(value, 1);
+  if (a >= 1) return formatNumber(value, 2);
+  if (a === 0) return "0";
+  return value.toLocaleString("en-US", { maximumSignificantDigits: 3 });
+}
+
+/** Seconds as "0.42 s", "12.3 s" or "4 m 10 s". */
+export function formatSeconds(seconds: number): string {
+  const a = Math.abs(seconds);
+  if (a < 1e-3) return `${formatNumber(seconds * 1e6, a < 1e-5 ? 2 : 0)} µs`;
+  if (a < 1) return formatMs(seconds * 1000);
+  if (a < 60) return `${seconds.toFixed(a < 10 ? 2 : 1)} s`;
+  return formatDuration(seconds);
+}
+
+// Values that are names of the analysis' own (an evidence kind, a category): in the product's words.
+const VALUE_WORDS: Record<string, string> = {
+  own_stretch: "best stretch",
+  peers: "peer runs",
+  project_median: "project median",
+  straggler: "stragglers",
+  none: "no evidence",
+  ...CATEGORY_WORDS,
+};
+
+/** A value in the unit the analysis gives it (or its name implies), formatted for people. */
+export function formatInput(name: string | undefined, value: unknown, unitGiven?: string): string {
+  if (value === null || value === undefined) return DASH;
+  if (typeof value === "string") return VALUE_WORDS[value] ?? (/^[a-z]+(_[a-z0-9]+)+$/.test(value) ? value.replace(/_/g, " ") : value);
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (!isNum(value)) return String(value);
+  const unit = unitGiven || (name ? unitOf(name) : "");
+  switch (unit) {
+    case "USD":
+      return Math.abs(value) > 0 && Math.abs(value) < 0.01 ? formatUsd(value, { digits: 4 }) : formatUsd(value);
+    case "cents":
+      return formatUsd(value / 100);
+    case "USD/GPU-h":
+      return `${formatUsdPrice(value)} per GPU-hour`;
+    case "USD/GPU-ns":
+      return `${formatUsdPrice(value * 3.6e12)} per GPU-hour`;
+    case "USD/month":
+      return `${formatUsd(value)} / month`;
+    case "GPU-s":
+      return formatGpuHours(value / 3600);
+    case "GPU-h":
+      return formatGpuHours(value);
+    case "h":
+      return formatDuration(value * 3600);
+    case "h/month":
+      return `${formatNumber(value)} h / month`;
+    case "s":
+      return formatSeconds(value);
+    case "ns":
+      // Timestamps are nanoseconds since 1970: read them as a date and time.
+      if ((name ?? "").startsWith("t_") || Math.abs(value) > 1e17) return formatDateTime(new Date(value / 1e6).toISOString());
+      return formatSeconds(value / 1e9);
+    case "rank-ns":
+      return `${formatSeconds(value / 1e9)} summed over ranks`;
+    case "ms":
+      return formatMs(value);
+    case "ms/step":
+      return `${formatMs(value)} per step`;
+    case "ratio":
+      return formatPct(value, Math.abs(value) > 0 && Math.abs(value) < 0.001 ? 3 : 1);
+    case "ratio of steps":
+      return `${formatPct(value)} of steps`;
+    case "%":
+      return `${formatNumber(value, Math.abs(value) < 10 ? 1 : 0)}%`;
+    case "count":
+      return formatNumber(value, Number.isInteger(value) ? 0 : 1);
+    case "GPUs":
+      return `${formatNumber(value)} GPU${value === 1 ? "" : "s"}`;
+    case "FLOP":
+      return formatSi(value, "FLOP");
+    case "FLOP/s":
+      return formatSi(value, "FLOP/s");
+    case "tokens/s":
+    case "samples/s":
+      return `${formatSi(value)} ${unit}`;
+    case "per 1k steps":
+      return `${formatNumber(value, 2)} per 1,000 steps`;
+    case "rank":
+      return `rank ${formatNumber(value)}`;
+    case "bytes":
+    case "B":
+      return formatBytes(value);
+    case "":
+      return formatHumanNumber(value);
+    default:
+      if (unit.startsWith("ratio ")) return `${formatPct(value)} ${unit.slice(6)}`;
+      return `${formatHumanNumber(value)} ${unit}`;
+  }
+}
+
+/** A formula as the analysis writes it, in the same words as its inputs: × for *, Σ over ranks. */
+export function humanFormula(formula: string): string {
+  return formula
+    .replace(/Σ_(\w+)/g, (_m, over: string) => `Σ over ${over === "segments" ? "price segments" : over}`)
+    .replace(/\b[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+\b/g, (name) => inputName(name))
+    .replace(/\b(usd|mfu|flops|gpu)\b/g, (w) => WORDS[w] ?? w)
+    .replace(/ \* /g, " × ")
+    .replace(/\b1e9\b/g, "10⁹")
+    .replace(/\b1e6\b/g, "10⁶")
+    .replace(/\b1e3\b/g, "10³");
+}
+
+const TIER_LABEL: Record<string, string> = { on_demand: "on-demand", reserved: "reserved", spot: "spot" };
+
+/** A pricing tier in one spelling everywhere: "on-demand", "reserved", "spot". */
+export function tierLabel(tier: string | null | undefined): string {
+  if (!tier) return DASH;
+  return TIER_LABEL[tier] ?? tier.replace(/_/g, "-");
 }

@@ -1,5 +1,10 @@
 import {
   activeFilterCount,
+  isDay,
+  parsePeriodParam,
+  periodDates,
+  periodLabel,
+  rangePeriod,
   currentMonth,
   DEFAULT_SORT,
   EMPTY_RUNS_QUERY,
@@ -90,6 +95,28 @@ describe("periods and months", () => {
     expect(parsePeriod("2026-13")).toBe("30d");
     expect(parsePeriod("12d")).toBe("30d");
     expect(parsePeriod(null)).toBe("30d");
+  });
+
+  it("takes a range of days as a period, and says what was not a period instead of ignoring it", () => {
+    expect(parsePeriodParam("2026-11-03..2026-11-17")).toEqual({ period: "2026-11-03..2026-11-17", invalid: null });
+    expect(parsePeriodParam("bogus")).toEqual({ period: "30d", invalid: "bogus" });
+    expect(parsePeriodParam("2026-13").invalid).toBe("2026-13");
+    expect(parsePeriodParam("2026-11-17..2026-11-03").invalid).toBe("2026-11-17..2026-11-03");
+    expect(parsePeriodParam("2025-01-01..2026-06-01").invalid).not.toBeNull(); // more than 366 days
+    expect(parsePeriodParam("").invalid).toBeNull();
+    expect(isDay("2026-02-30")).toBe(false);
+  });
+
+  it("resolves every kind of period to its days, and names it", () => {
+    const now = new Date("2026-11-30T12:00:00Z");
+    expect(periodDates("7d", now)).toEqual({ start: "2026-11-24", end: "2026-11-30" });
+    expect(periodDates("2026-02", now)).toEqual({ start: "2026-02-01", end: "2026-02-28" });
+    expect(periodDates("2026-11-03..2026-11-17", now)).toEqual({ start: "2026-11-03", end: "2026-11-17" });
+    expect(rangePeriod("2026-11-01", "2026-11-30")).toBe("2026-11");
+    expect(rangePeriod("2026-11-01", "2026-11-29")).toBe("2026-11-01..2026-11-29");
+    expect(periodLabel("2026-11-03..2026-11-17")).toBe("Nov 3 – Nov 17, 2026");
+    expect(periodLabel("2025-12-20..2026-01-05")).toBe("Dec 20, 2025 – Jan 5, 2026");
+    expect(periodLabel("2026-11")).toBe("November 2026");
   });
 
   it("steps through months across years", () => {

@@ -6,7 +6,7 @@ export const RUN_STATUSES = ["running", "finished", "failed", "crashed"] as cons
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
 /** Sort keys the runs API and the leaderboards API accept (prefix "-" for descending). */
-export const SERVER_SORT_KEYS = ["recoverable_usd", "cost_usd", "mfu", "waste_share", "started_at"] as const;
+export const SERVER_SORT_KEYS = ["recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"] as const;
 export const DEFAULT_SORT = "-recoverable_usd";
 
 export interface RunsQuery {
@@ -70,8 +70,8 @@ export function parseRunsQuery(params: URLSearchParams): RunsQuery {
     status: (RUN_STATUSES as readonly string[]).includes(status) ? status : "",
     gpu: get("gpu"),
     tag: get("tag"),
-    from: DATE_RE.test(from) ? from : "",
-    to: DATE_RE.test(to) ? to : "",
+    from: isDay(from) ? from : "",
+    to: isDay(to) ? to : "",
     sort: sort && isServerSort(sort) ? sort : DEFAULT_SORT,
     page: Number.isFinite(page) && page >= 1 ? page : 1,
   };
@@ -111,26 +111,99 @@ export function runsApiPath(query: RunsQuery, pageSize = RUNS_PAGE_SIZE): string
   return `runs?${p.toString()}`;
 }
 
-// Periods: 7d, 30d (default), 90d, or a month YYYY-MM.
+// Periods: 7d, 30d (default), 90d, a month YYYY-MM, or a range of days YYYY-MM-DD..YYYY-MM-DD
+// (both ends included, at most 366 days), as the portal API takes them.
 
 export const ROLLING_PERIODS = ["7d", "30d", "90d"] as const;
 export const DEFAULT_PERIOD = "30d";
+export const MAX_RANGE_DAYS = 366;
+const RANGE_RE = /^(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})$/;
+const DAY_MS = 86_400_000;
 
 export function isMonth(value: string): boolean {
-  return MONTH_RE.test(value);
+  return MONTH_RE.test(value) && value >= "2000-01" && value <= "2099-12";
+}
+
+/** A calendar date YYYY-MM-DD that exists (not 2026-02-30), from 2000 to 2099. */
+export function isDay(value: string): boolean {
+  if (!DATE_RE.test(value) || value < "2000-01-01" || value > "2099-12-31") return false;
+  const d = new Date(`${value}T00:00:00Z`);
+  return !Number.isNaN(d.getTime()) && d.toISOString().slice(0, 10) === value;
+}
+
+function dayMs(day: string): number {
+  return Date.parse(`${day}T00:00:00Z`);
+}
+
+export function addDays(day: string, n: number): string {
+  return new Date(dayMs(day) + n * DAY_MS).toISOString().slice(0, 10);
+}
+
+/** Days from `start` to `end`, both included. */
+export function daysBetween(start: string, end: string): number {
+  return Math.round((dayMs(end) - dayMs(start)) / DAY_MS) + 1;
+}
+
+export function isRange(value: string): boolean {
+  const m = RANGE_RE.exec(value);
+  return !!m && isDay(m[1]) && isDay(m[2]) && m[1] <= m[2] && daysBetween(m[1], m[2]) <= MAX_RANGE_DAYS;
+}
+
+export function isPeriod(value: string): boolean {
+  return (ROLLING_PERIODS as readonly string[]).includes(value) || isMonth(value) || isRange(value);
+}
+
+/** The period in a URL, and the text that was not one (shown to the reader rather than ignored). */
+export function parsePeriodParam(value: string | null | undefined): { period: string; invalid: string | null } {
+  const v = (value ?? "").trim();
+  if (!v) return { period: DEFAULT_PERIOD, invalid: null };
+  return isPeriod(v) ? { period: v, invalid: null } : { period: DEFAULT_PERIOD, invalid: v };
 }
 
 export function parsePeriod(value: string | null | undefined): string {
-  const v = (value ?? "").trim();
-  if ((ROLLING_PERIODS as readonly string[]).includes(v) || isMonth(v)) return v;
-  return DEFAULT_PERIOD;
+  return parsePeriodParam(value).period;
+}
+
+function todayUtc(now: Date): string {
+  return now.toISOString().slice(0, 10);
+}
+
+function monthEnd(month: string): string {
+  return addDays(`${shiftMonth(month, 1)}-01`, -1);
+}
+
+/** The first and last day of a period (UTC), as the API resolves it. */
+export function periodDates(period: string, now: Date = new Date()): { start: string; end: string } {
+  const range = RANGE_RE.exec(period);
+  if (range) return { start: range[1], end: range[2] };
+  if (isMonth(period)) return { start: `${period}-01`, end: monthEnd(period) };
+  const days = Number.parseInt(period, 10) || 30;
+  const end = todayUtc(now);
+  return { start: addDays(end, 1 - days), end };
+}
+
+/** The period for a range of days: a whole calendar month reads as that month. */
+export function rangePeriod(start: string, end: string): string {
+  const month = start.slice(0, 7);
+  if (start === `${month}-01` && end === monthEnd(month)) return month;
+  return `${start}..${end}`;
 }
 
 export function periodLabel(period: string): string {
   if (period === "7d") return "Last 7 days";
   if (period === "30d") return "Last 30 days";
   if (period === "90d") return "Last 90 days";
+  const range = RANGE_RE.exec(period);
+  if (range) return `${shortDay(range[1], range[1].slice(0, 4) !== range[2].slice(0, 4))} – ${shortDay(range[2], true)}`;
+  if (isMonth(period)) {
+    const [y, m] = period.split("-").map(Number);
+    return new Date(Date.UTC(y, m - 1, 1)).toLocaleString("en-US", { month: "long", year: "numeric", timeZone: "UTC" });
+  }
   return period;
+}
+
+function shortDay(day: string, withYear: boolean): string {
+  return new Date(`${day}T00:00:00Z`).toLocaleString("en-US", { month: "short", day: "numeric", ...(withYear ? { year: "numeric" } : {}), timeZone: "UTC" });
 }
 
 /** The current calendar month in UTC, as the API names months. */

@@ -1,14 +1,16 @@
-import { useNavigate, useSearchParams } from "react-router";
+import { useMemo, useState } from "react";
+import { Link, useNavigate, useSearchParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { EntityPage, Figures } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { RunTable } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
-import { PeriodPicker } from "../components/PeriodPicker";
+import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
 import { Card, PageHeader, ShareBar } from "../components/ui";
 import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
-import { DEFAULT_PERIOD, parsePeriod, periodLabel, sortRows } from "../lib/urlState";
+import { runsPath, usePeriodLink } from "../lib/links";
+import { DEFAULT_PERIOD, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
 import { CategoryCard, DailyCard, FigureCards } from "./Overview";
 
 type ProjectRow = Figures & { slug?: string; key?: string; name: string };
@@ -17,49 +19,66 @@ function projectKey(row: ProjectRow): string {
   return row.slug ?? row.key ?? row.name;
 }
 
-/** A team's or a project's page for a period: by day and category, its projects and top runs. */
+/** A team's or a project's page for a period: by day and category, its projects, its runs. */
 export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: string }) {
   const navigate = useNavigate();
   const [params, setParams] = useSearchParams();
-  const period = parsePeriod(params.get("period"));
+  const { period, invalid } = parsePeriodParam(params.get("period"));
+  const { link } = usePeriodLink();
+  const [projectSort, setProjectSort] = useState("-recoverable_usd");
   const state = useApi<EntityPage>(`${kind === "team" ? "teams" : "projects"}/${encodeURIComponent(slug)}?period=${encodeURIComponent(period)}`);
   const entity = state.data?.[kind];
-  const teamSlug = kind === "project" ? (entity as { team?: string | { slug: string } } | undefined)?.team : undefined;
-  const teamRef = typeof teamSlug === "string" ? teamSlug : teamSlug?.slug;
+  const teamSlug = kind === "project" ? (state.data?.project?.team ?? undefined) : undefined;
+  const teamName = kind === "project" ? (state.data?.project?.team_name ?? teamSlug) : undefined;
+  const scope = kind === "team" ? { team: slug } : { project: slug };
+  const projects = useMemo(() => sortRows((state.data?.projects ?? []) as ProjectRow[], projectSort), [state.data, projectSort]);
+  const allRuns = state.data?.period ? runsPath({ ...scope, from: state.data.period.start, to: state.data.period.end }) : null;
 
   return (
     <div className="page">
       <PageHeader
-        crumbs={kind === "project" && teamRef ? [{ to: `/teams/${encodeURIComponent(teamRef)}`, label: teamRef }] : undefined}
+        crumbs={kind === "project" && teamSlug ? [{ to: link(`/teams/${encodeURIComponent(teamSlug)}`), label: teamName ?? teamSlug }] : undefined}
         title={entity?.name ?? slug}
-        subtitle={`${kind === "team" ? "Team" : "Project"} · ${slug} · ${state.data?.period ? `${formatDate(state.data.period.start)} – ${formatDate(state.data.period.end)}` : periodLabel(period)}`}
+        subtitle={`${kind === "team" ? "Team" : "Project"}${entity && entity.name !== slug ? ` · ${slug}` : ""} · ${periodLabel(period)}${state.data?.period ? ` · ${formatDate(state.data.period.start)} – ${formatDate(state.data.period.end)}` : ""}`}
         actions={<PeriodPicker value={period} onChange={(p) => setParams(p === DEFAULT_PERIOD ? {} : { period: p })} />}
       />
+      <ParamNotice name="period" value={invalid} shown="the last 30 days" />
       <Async state={state} loadingRows={6}>
         {(d) => (
           <>
-            <FigureCards totals={d.totals} previous={d.previous_totals} />
+            <FigureCards totals={d.totals} previous={d.previous_totals} dataFrom={d.data_from} />
             <div className="grid grid-2-1">
-              <DailyCard days={d.by_day} />
+              <DailyCard days={d.by_day} runsOf={scope} />
               <CategoryCard byCategory={d.by_category} />
             </div>
             {kind === "team" && (
-              <Card title="Projects">
-                {d.projects && d.projects.length > 0 ? (
+              <Card title="Projects" actions={<span className="muted small">in this period · open one for its runs</span>}>
+                {projects.length > 0 ? (
                   <DataTable
                     caption="Projects of this team"
                     testId="team-projects"
-                    rows={sortRows(d.projects as ProjectRow[], "-recoverable_usd")}
+                    rows={projects}
                     rowKey={projectKey}
-                    onOpen={(p) => navigate(`/projects/${encodeURIComponent(projectKey(p))}`)}
+                    sort={projectSort}
+                    onSort={(key) => setProjectSort((s) => toggleSort(s, key))}
+                    onOpen={(p) => navigate(link(`/projects/${encodeURIComponent(projectKey(p))}`))}
                     columns={[
-                      { key: "name", header: "Project", render: (p) => <span className="row-link">{p.name}</span> },
-                      { key: "runs", header: "Runs", align: "right", render: (p) => formatNumber(p.runs) },
-                      { key: "gpu_hours", header: "GPU-hours", align: "right", render: (p) => formatGpuHours(p.gpu_hours) },
-                      { key: "cost_usd", header: "Spend", align: "right", render: (p) => formatUsd(p.cost_usd) },
-                      { key: "waste_share", header: "Waste share", render: (p) => <ShareBar value={p.waste_share} /> },
-                      { key: "mfu", header: "MFU", align: "right", render: (p) => formatPct(p.mfu) },
-                      { key: "recoverable_usd", header: "Recoverable", align: "right", render: (p) => <strong className="money-accent">{formatUsd(p.recoverable_usd)}</strong> },
+                      {
+                        key: "name",
+                        header: "Project",
+                        sortable: true,
+                        render: (p) => (
+                          <Link to={link(`/projects/${encodeURIComponent(projectKey(p))}`)} tabIndex={-1} className="row-link">
+                            {p.name}
+                          </Link>
+                        ),
+                      },
+                      { key: "cost_usd", header: "Spend", align: "right", sortable: true, render: (p) => formatUsd(p.cost_usd) },
+                      { key: "recoverable_usd", header: "Recoverable", align: "right", sortable: true, render: (p) => <strong className="money-accent">{formatUsd(p.recoverable_usd)}</strong> },
+                      { key: "waste_share", header: "Waste share", sortable: true, render: (p) => <ShareBar value={p.waste_share} /> },
+                      { key: "mfu", header: "MFU", align: "right", sortable: true, render: (p) => formatPct(p.mfu) },
+                      { key: "runs", header: "Runs", align: "right", sortable: true, render: (p) => formatNumber(p.runs) },
+                      { key: "gpu_hours", header: "GPU-hours", align: "right", sortable: true, priority: "low", render: (p) => formatGpuHours(p.gpu_hours) },
                     ]}
                   />
                 ) : (
@@ -67,7 +86,16 @@ export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: str
                 )}
               </Card>
             )}
-            <Card title="Top runs by recoverable spend">
+            <Card
+              title="Top runs by recoverable spend"
+              actions={
+                allRuns && (
+                  <Link to={allRuns} data-testid="all-runs-link">
+                    All {formatNumber(d.totals.runs)} run{d.totals.runs === 1 ? "" : "s"} of this {kind} in the period →
+                  </Link>
+                )
+              }
+            >
               {d.top_runs.length > 0 ? <RunTable rows={d.top_runs} caption="Top runs" showTeam={kind === "team"} testId="top-runs" /> : <Empty title="No runs in this period" />}
             </Card>
           </>

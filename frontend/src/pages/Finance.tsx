@@ -1,15 +1,18 @@
 import { useMemo, useState } from "react";
-import { useSearchParams } from "react-router";
+import { Link, useSearchParams } from "react-router";
 
 import { apiFetch, apiUrl, ApiError } from "../api/client";
 import { useApi } from "../api/hooks";
 import { canCloseMonth, canReopenMonth, useSession } from "../api/session";
 import type { FinanceReport, FinanceRow } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
+import { ParamNotice } from "../components/PeriodPicker";
 import { Async, Empty } from "../components/States";
 import { Card, CategoryDot, PageHeader, Stat } from "../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, CATEGORY_SHORT } from "../lib/categories";
-import { formatDate, formatDateTime, formatGpuHours, formatMonth, formatNumber, formatPct, formatUsd } from "../lib/format";
+import { columnDigits, largestRemainder } from "../lib/footing";
+import { formatDate, formatDateTime, formatMonth, formatNumber, formatPct, formatUsd, formatUsdPrice, tierLabel } from "../lib/format";
+import { withPeriod } from "../lib/links";
 import { currentMonth, isMonth, shiftMonth, sortRows, toggleSort } from "../lib/urlState";
 
 export function financeCsvUrl(month: string): string {
@@ -21,43 +24,81 @@ function financeValue(row: FinanceRow, key: string): unknown {
   return (row as unknown as Record<string, unknown>)[key];
 }
 
-const COLUMNS: Column<FinanceRow>[] = [
-  { key: "team", header: "Team", sortable: true, render: (r) => r.team },
-  { key: "project", header: "Project", sortable: true, render: (r) => r.project },
-  { key: "runs", header: "Runs", align: "right", sortable: true, render: (r) => formatNumber(r.runs) },
-  { key: "gpu_hours", header: "GPU-hours", align: "right", sortable: true, render: (r) => formatGpuHours(r.gpu_hours) },
-  { key: "cost_usd", header: "Spend", align: "right", sortable: true, render: (r) => <strong>{formatUsd(r.cost_usd)}</strong> },
-  ...CATEGORIES.map(
-    (c): Column<FinanceRow> => ({
-      key: `cat.${c}`,
-      title: CATEGORY_LABEL[c],
-      header: (
-        <span className="cat-head" title={CATEGORY_LABEL[c]}>
-          <CategoryDot name={c} />
-          {CATEGORY_SHORT[c]}
-        </span>
-      ),
-      align: "right",
+type ShownRow = FinanceRow & { gpu_hours_shown: number };
+
+/**
+ * Money first: spend, waste and recoverable beside the project, then the six categories, then runs
+ * and GPU-hours. GPU-hours are shown with one precision for the whole column, rounded so that they
+ * add up to the total row (money is in whole cents already and foots as it is).
+ */
+function columns(month: string, digits: number): Column<ShownRow>[] {
+  const gpuHours = (v: number) => `${formatNumber(v, digits)} GPU-h`;
+  return [
+    {
+      key: "project",
+      header: "Team / project",
+      title: "team and project",
       sortable: true,
-      className: "col-cat",
-      render: (r) => formatUsd(r.categories_usd[c] ?? 0),
-    }),
-  ),
-  { key: "waste_usd", header: "Waste", align: "right", sortable: true, render: (r) => formatUsd(r.waste_usd) },
-  { key: "recoverable_usd", header: "Recoverable", align: "right", sortable: true, render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
-];
+      render: (r) => (
+        <div className="cell-main">
+          <Link to={withPeriod(`/projects/${encodeURIComponent(r.project)}`, month)} className="row-link">
+            {r.project_name ?? r.project}
+          </Link>
+          <Link to={withPeriod(`/teams/${encodeURIComponent(r.team)}`, month)} className="cell-sub">
+            {r.team_name ?? r.team}
+          </Link>
+        </div>
+      ),
+    },
+    { key: "cost_usd", header: "Spend", align: "right", sortable: true, render: (r) => <strong>{formatUsd(r.cost_usd)}</strong> },
+    { key: "waste_usd", header: "Waste", align: "right", sortable: true, render: (r) => formatUsd(r.waste_usd) },
+    { key: "recoverable_usd", header: "Recoverable", align: "right", sortable: true, render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
+    ...CATEGORIES.map(
+      (c): Column<ShownRow> => ({
+        key: `cat.${c}`,
+        title: CATEGORY_LABEL[c],
+        header: (
+          <span className="cat-head" title={CATEGORY_LABEL[c]}>
+            <CategoryDot name={c} />
+            {CATEGORY_SHORT[c]}
+          </span>
+        ),
+        align: "right",
+        sortable: true,
+        className: "col-cat",
+        render: (r) => formatUsd(r.categories_usd[c] ?? 0),
+      }),
+    ),
+    { key: "runs", header: "Runs", align: "right", sortable: true, render: (r) => formatNumber(r.runs) },
+    { key: "gpu_hours", header: "GPU-hours", align: "right", sortable: true, render: (r) => gpuHours(r.gpu_hours_shown) },
+  ];
+}
 
 export function FinancePage() {
   const [params, setParams] = useSearchParams();
   const { user } = useSession();
-  const monthParam = params.get("month") ?? "";
+  const monthParam = (params.get("month") ?? "").trim();
   const month = isMonth(monthParam) ? monthParam : currentMonth();
+  const invalidMonth = monthParam && !isMonth(monthParam) ? monthParam : null;
   const sort = params.get("sort") || "-cost_usd";
   const state = useApi<FinanceReport>(`finance/${month}`);
   const [confirming, setConfirming] = useState<"close" | "reopen" | null>(null);
   const [busy, setBusy] = useState(false);
   const [actionError, setActionError] = useState<string | null>(null);
-  const rows = useMemo(() => (state.data ? sortRows(state.data.rows, sort, financeValue) : []), [state.data, sort]);
+  const digits = columnDigits(state.data?.totals.gpu_hours ?? 0);
+  const rows = useMemo(() => {
+    if (!state.data) return [];
+    const shown = largestRemainder(
+      state.data.rows.map((r) => r.gpu_hours),
+      state.data.totals.gpu_hours,
+      digits,
+    );
+    return sortRows(
+      state.data.rows.map((r, i) => ({ ...r, gpu_hours_shown: shown[i] })),
+      sort,
+      (row, key) => financeValue(row, key),
+    );
+  }, [state.data, sort, digits]);
 
   const go = (patch: Record<string, string>) => {
     const next = new URLSearchParams(params);
@@ -129,6 +170,7 @@ export function FinancePage() {
           </div>
         }
       />
+      <ParamNotice name="month" value={invalidMonth} shown={formatMonth(month)} />
       {confirming && (
         <div className="callout confirm" role="alertdialog" aria-labelledby="confirm-text">
           <span id="confirm-text">
@@ -155,7 +197,7 @@ export function FinancePage() {
         {(d) => (
           <>
             <div className="stats">
-              <Stat label="Spend" testId="finance-spend" value={formatUsd(d.totals.cost_usd)} sub={formatGpuHours(d.totals.gpu_hours)} />
+              <Stat label="Spend" testId="finance-spend" value={formatUsd(d.totals.cost_usd)} sub={`${formatNumber(d.totals.gpu_hours, digits)} GPU-h`} />
               <Stat label="Waste" value={formatUsd(d.totals.waste_usd)} sub={d.totals.cost_usd ? `${formatPct(d.totals.waste_usd / d.totals.cost_usd)} of spend` : undefined} />
               <Stat label="Recoverable" tone="accent" testId="finance-recoverable" value={formatUsd(d.totals.recoverable_usd)} />
               <Stat label="Runs" value={formatNumber(d.totals.runs)} sub={`${d.rows.length} team/project row${d.rows.length === 1 ? "" : "s"}`} />
@@ -167,26 +209,25 @@ export function FinancePage() {
                 <DataTable
                   caption={`Finance review ${month}`}
                   testId="finance-table"
-                  columns={COLUMNS}
+                  columns={columns(month, digits)}
+                  stickyFirst
                   rows={rows}
                   rowKey={(r) => `${r.team}/${r.project}`}
                   sort={sort}
                   onSort={(key) => go({ sort: toggleSort(sort, key) })}
                   footer={
-                    <tr className="total-row">
-                      <th scope="row" colSpan={2}>
-                        Total
-                      </th>
-                      <td className="align-right">{formatNumber(d.totals.runs)}</td>
-                      <td className="align-right">{formatGpuHours(d.totals.gpu_hours)}</td>
+                    <tr className="total-row" data-testid="finance-total">
+                      <th scope="row">Total</th>
                       <td className="align-right">{formatUsd(d.totals.cost_usd)}</td>
+                      <td className="align-right">{formatUsd(d.totals.waste_usd)}</td>
+                      <td className="align-right">{formatUsd(d.totals.recoverable_usd)}</td>
                       {CATEGORIES.map((c) => (
                         <td key={c} className="align-right col-cat">
                           {formatUsd(d.totals.categories_usd?.[c] ?? 0)}
                         </td>
                       ))}
-                      <td className="align-right">{formatUsd(d.totals.waste_usd)}</td>
-                      <td className="align-right">{formatUsd(d.totals.recoverable_usd)}</td>
+                      <td className="align-right">{formatNumber(d.totals.runs)}</td>
+                      <td className="align-right">{formatNumber(d.totals.gpu_hours, digits)} GPU-h</td>
                     </tr>
                   }
                 />
@@ -205,8 +246,8 @@ export function FinancePage() {
                     { key: "gpu", header: "GPU", render: (p) => p.gpu },
                     { key: "provider", header: "Provider", render: (p) => p.provider || <span className="muted">any</span> },
                     { key: "region", header: "Region", render: (p) => p.region || <span className="muted">any</span> },
-                    { key: "tier", header: "Tier", render: (p) => p.tier },
-                    { key: "price", header: "$/GPU-hour", align: "right", render: (p) => formatUsd(Number(p.usd_per_gpu_hour), { digits: 2 }) },
+                    { key: "tier", header: "Tier", render: (p) => tierLabel(p.tier) },
+                    { key: "price", header: "$/GPU-hour", align: "right", render: (p) => formatUsdPrice(p.usd_per_gpu_hour) },
                     { key: "from", header: "Effective", render: (p) => `${formatDate(p.effective_from)} – ${p.effective_to ? formatDate(p.effective_to) : "now"}` },
                     { key: "ex", header: "", render: (p) => (p.is_example ? <span className="badge badge-warn">example price</span> : null) },
                   ]}

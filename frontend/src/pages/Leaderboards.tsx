@@ -1,14 +1,17 @@
 import { useMemo, useState } from "react";
 import { Link, useNavigate, useSearchParams } from "react-router";
 
+import { apiUrl } from "../api/client";
 import { useApi } from "../api/hooks";
 import type { Leaderboard, LeaderboardRow } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
-import { PeriodPicker } from "../components/PeriodPicker";
+import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
+import { gpuLabel } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
 import { Card, Change, PageHeader, Segmented, ShareBar } from "../components/ui";
 import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
-import { DEFAULT_PERIOD, DEFAULT_SORT, isServerSort, parsePeriod, sortRows, toggleSort } from "../lib/urlState";
+import { usePeriodLink } from "../lib/links";
+import { DEFAULT_PERIOD, DEFAULT_SORT, isServerSort, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
 
 export const KINDS = ["teams", "projects", "runs"] as const;
 const PAGE_ROWS = 100;
@@ -20,6 +23,11 @@ export function entityPath(kind: Kind, key: string): string {
 }
 
 const CHANGE_KEYS = new Set(["change.cost_usd", "change.recoverable_usd"]);
+
+/** Why a row has no change to show: its data starts inside the previous period (or later). */
+export function noPreviousReason(dataFrom: string | null | undefined): string {
+  return dataFrom ? `no complete previous period to compare with: its data starts ${formatDate(dataFrom)}` : "nothing to compare with";
+}
 const SORTABLE = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "name", ...CHANGE_KEYS];
 
 export function leaderboardValue(row: LeaderboardRow, key: string): unknown {
@@ -27,28 +35,30 @@ export function leaderboardValue(row: LeaderboardRow, key: string): unknown {
   return (row as unknown as Record<string, unknown>)[key];
 }
 
-function columns(kind: Kind): Column<LeaderboardRow>[] {
+function columns(kind: Kind, link: (path: string) => string): Column<LeaderboardRow>[] {
   const cols: (Column<LeaderboardRow> | false)[] = [
     {
       key: "name",
       header: kind === "teams" ? "Team" : kind === "projects" ? "Project" : "Run",
       render: (r) => (
         <div className="cell-main">
-          <Link to={entityPath(kind, r.key)} tabIndex={-1} className="row-link">
+          <Link to={link(entityPath(kind, r.key))} tabIndex={-1} className="row-link">
             {r.name || r.key}
           </Link>
-          {kind !== "teams" && <span className="cell-sub">{kind === "projects" ? r.team : `${r.team} / ${r.project}`}</span>}
+          {kind !== "teams" && <span className="cell-sub">{kind === "projects" ? (r.team_name ?? r.team) : `${r.team_name ?? r.team} / ${r.project_name ?? r.project}`}</span>}
         </div>
       ),
     },
-    kind !== "runs" && { key: "runs", header: "Runs", align: "right", render: (r) => formatNumber(r.runs) },
-    { key: "gpu_hours", header: "GPU-hours", align: "right", render: (r) => formatGpuHours(r.gpu_hours) },
     { key: "cost_usd", header: "Spend", align: "right", render: (r) => formatUsd(r.cost_usd) },
-    kind !== "runs" && { key: "change.cost_usd", header: "Δ spend", title: "change in spend", align: "right", render: (r) => <Change value={r.change?.cost_usd} kind="usd" goodWhen="down" /> },
+    { key: "recoverable_usd", header: "Recoverable", align: "right", render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
+    kind !== "runs" && { key: "change.cost_usd", header: "Δ spend", title: "change in spend", align: "right", render: (r) => <Change value={r.change?.cost_usd} kind="usd" goodWhen="down" title={r.change ? undefined : noPreviousReason(r.data_from)} /> },
+    kind !== "runs" && { key: "change.recoverable_usd", header: "Δ recoverable", title: "change in recoverable spend", align: "right", render: (r) => <Change value={r.change?.recoverable_usd} kind="usd" goodWhen="down" title={r.change ? undefined : noPreviousReason(r.data_from)} /> },
+    { key: "waste_usd", header: "Waste", align: "right", render: (r) => formatUsd(r.waste_usd) },
     { key: "waste_share", header: "Waste share", render: (r) => <ShareBar value={r.waste_share} /> },
     { key: "mfu", header: "MFU", align: "right", render: (r) => formatPct(r.mfu) },
-    { key: "recoverable_usd", header: "Recoverable", align: "right", render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
-    kind !== "runs" && { key: "change.recoverable_usd", header: "Δ recoverable", title: "change in recoverable spend", align: "right", render: (r) => <Change value={r.change?.recoverable_usd} kind="usd" goodWhen="down" /> },
+    kind === "runs" && { key: "gpu", header: "GPUs", render: (r) => <span className="nowrap">{gpuLabel(r)}</span> },
+    kind !== "runs" && { key: "runs", header: "Runs", align: "right", render: (r) => formatNumber(r.runs) },
+    { key: "gpu_hours", header: "GPU-hours", align: "right", priority: "low", render: (r) => formatGpuHours(r.gpu_hours) },
   ];
   return cols.filter((c): c is Column<LeaderboardRow> => !!c).map((c) => ({ ...c, sortable: SORTABLE.includes(c.key) }));
 }
@@ -58,7 +68,8 @@ export function LeaderboardsPage() {
   const navigate = useNavigate();
   const kindParam = params.get("kind");
   const kind: Kind = (KINDS as readonly string[]).includes(kindParam ?? "") ? (kindParam as Kind) : "teams";
-  const period = parsePeriod(params.get("period"));
+  const { period, invalid } = parsePeriodParam(params.get("period"));
+  const { link } = usePeriodLink();
   const sortParam = params.get("sort") ?? "";
   const sort = SORTABLE.includes(sortParam.replace(/^-/, "")) ? sortParam : DEFAULT_SORT;
 
@@ -82,9 +93,14 @@ export function LeaderboardsPage() {
     <div className="page">
       <PageHeader
         title="Leaderboards"
-        subtitle={state.data ? `${formatDate(state.data.period.start)} – ${formatDate(state.data.period.end)}, compared with ${formatDate(state.data.previous.start)} – ${formatDate(state.data.previous.end)}` : "Ranked by the spend you could win back"}
+        subtitle={
+          state.data
+            ? `${periodLabel(period)} · ${formatDate(state.data.period.start)} – ${formatDate(state.data.period.end)}${state.data.rows.some((r) => r.change) ? `, compared with ${formatDate(state.data.previous.start)} – ${formatDate(state.data.previous.end)}` : " · no complete previous period to compare with"}`
+            : "Ranked by the spend you could win back"
+        }
         actions={<PeriodPicker value={period} onChange={(p) => update({ period: p })} />}
       />
+      <ParamNotice name="period" value={invalid} shown="the last 30 days" />
       <Card
         title={
           <Segmented
@@ -98,7 +114,14 @@ export function LeaderboardsPage() {
             onChange={(k) => update({ kind: k })}
           />
         }
-        actions={<span className="muted small">{state.data ? `${state.data.rows.length} ${kind}` : ""}</span>}
+        actions={
+          <span className="card-links">
+            <span className="muted small">{state.data ? `${state.data.rows.length} ${kind}` : ""}</span>
+            <a className="btn btn-small" href={apiUrl(`leaderboards/${kind}.csv?period=${encodeURIComponent(period)}&sort=${encodeURIComponent(apiSort)}`)} download data-testid="leaderboard-csv">
+              Download CSV
+            </a>
+          </span>
+        }
       >
         <Async state={state} loadingRows={8} isEmpty={(d) => d.rows.length === 0} empty={<Empty title={`No ${kind} with spend in this period`}>Try a longer period.</Empty>}>
           {() => (
@@ -106,12 +129,12 @@ export function LeaderboardsPage() {
             <DataTable
               caption={`${kind} leaderboard`}
               testId={`leaderboard-${kind}`}
-              columns={columns(kind)}
+              columns={columns(kind, link)}
               rows={shown}
               rowKey={(r) => r.key}
               sort={sort}
               onSort={(key) => update({ sort: toggleSort(sort, key) })}
-              onOpen={(r) => navigate(entityPath(kind, r.key))}
+              onOpen={(r) => navigate(link(entityPath(kind, r.key)))}
             />
             {rows.length > shown.length && (
               <div className="pager">

@@ -2,11 +2,13 @@ import { useMemo, useState } from "react";
 import { Link, useParams } from "react-router";
 
 import { useApi } from "../api/hooks";
-import type { Analysis, Phase, RankFigure, RunDetail, RunMeta, Series } from "../api/types";
+import type { ApiError } from "../api/client";
+import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunMeta, Series } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
-import { Async, Empty } from "../components/States";
+import { gpuLabel } from "../components/RunTable";
+import { Async, Empty, ErrorState } from "../components/States";
 import { Card, CategoryBar, PageHeader, Stat, StatusBadge } from "../components/ui";
 import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL, type Category } from "../lib/categories";
 import { elapsedLabel, hasValues, memoryOption, mfuUtilOption, rankOption, stepTimeOption, type ChartHighlight } from "../lib/charts";
@@ -22,7 +24,9 @@ import {
   formatUsdRange,
   isNum,
   plainWords,
+  tierLabel,
 } from "../lib/format";
+import { usePeriodLink } from "../lib/links";
 import { useChartPalette } from "../lib/useChartPalette";
 import { BreakdownTable } from "./run/Breakdown";
 import { evidenceLabel } from "./run/evidence";
@@ -40,9 +44,10 @@ function t0Ns(run: RunMeta, series: Series | null): number {
   return series?.t_start_ns[0] ?? 0;
 }
 
+/** The run's time as every page uses it: its billed span (from allocation_start). */
 function runDuration(run: RunMeta): number | null {
-  const start = run.allocation_start ?? run.started_at;
-  const end = run.finished_at ?? run.last_seen_at;
+  const start = run.billed_from ?? run.allocation_start ?? run.started_at;
+  const end = run.billed_to ?? run.finished_at ?? run.last_seen_at;
   if (!start || !end) return null;
   return (Date.parse(end) - Date.parse(start)) / 1000;
 }
@@ -54,6 +59,7 @@ export function RunDetailPage() {
 
 function RunDetailLoader({ id }: { id: string }) {
   const state = useApi<RunDetail>(`runs/${encodeURIComponent(id)}`);
+  if (state.error) return <RunNotFound error={state.error} onRetry={state.reload} />;
   return (
     <div className="page">
       <Async state={state} loadingRows={8}>
@@ -63,15 +69,69 @@ function RunDetailLoader({ id }: { id: string }) {
   );
 }
 
+/** A run that is not there (or not yours to see) still leaves a way back. */
+function RunNotFound({ error, onRetry }: { error: ApiError; onRetry: () => void }) {
+  const { link } = usePeriodLink();
+  return (
+    <div className="page">
+      <ErrorState error={error} onRetry={onRetry} />
+      <nav className="card-links state-links" aria-label="Ways back">
+        <Link to={link("/runs")}>← All runs</Link>
+        <Link to={link("/leaderboards?kind=runs")}>Runs leaderboard</Link>
+        <Link to={link("/")}>Overview</Link>
+      </nav>
+    </div>
+  );
+}
+
+const retryFmt = new Intl.DateTimeFormat("en-US", { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: "UTC" });
+
+/** "failed 2 times; tries again at Nov 30, 22:17 UTC" (or: no more tries until new telemetry). */
+function retryWords(e: AnalysisError): string {
+  const times = `failed ${e.failures === 1 ? "once" : `${formatNumber(e.failures)} times`}`;
+  if (!e.retry_at) return `${times}; it is tried again when new telemetry arrives`;
+  const at = Date.parse(e.retry_at);
+  return `${times}; it is tried again ${at <= Date.now() ? "shortly" : `at ${retryFmt.format(new Date(at))} UTC`}`;
+}
+
+export function AnalysisFailed({ error }: { error: AnalysisError }) {
+  return (
+    <Card>
+      <div className="state state-error" role="alert" data-testid="analysis-failed">
+        <div className="state-icon" aria-hidden="true">
+          !
+        </div>
+        <div className="state-title">The analysis of this run failed</div>
+        <div className="state-body">
+          Its telemetry is stored, but the analysis could not be completed: <strong>{error.message}</strong>. It has {retryWords(error)}. No figures are shown
+          until an analysis succeeds.
+        </div>
+      </div>
+    </Card>
+  );
+}
+
+export function ReanalysisFailed({ error, analysedAt }: { error: AnalysisError; analysedAt: string }) {
+  return (
+    <div className="notice notice-bad" role="status" data-testid="reanalysis-failed">
+      The latest re-analysis of this run failed ({error.message}); it has {retryWords(error)}. The figures below are from the analysis of {formatDateTime(analysedAt)} and do not include the
+      telemetry that arrived since.
+    </div>
+  );
+}
+
 function RunView({ detail }: { detail: RunDetail }) {
   const { run, analysis, series, phases } = detail;
   const duration = runDuration(run);
+  const { link } = usePeriodLink();
+  const failure = detail.analysis_error ?? analysis?.analysis_error ?? null;
+  const billedFrom = run.billed_from ?? run.allocation_start;
   return (
     <>
       <PageHeader
         crumbs={[
-          { to: `/teams/${encodeURIComponent(run.team)}`, label: run.team },
-          { to: `/projects/${encodeURIComponent(run.project)}`, label: run.project },
+          { to: link(`/teams/${encodeURIComponent(run.team)}`), label: run.team_name ?? run.team },
+          { to: link(`/projects/${encodeURIComponent(run.project)}`), label: run.project_name ?? run.project },
         ]}
         title={
           <span className="title-with-badge">
@@ -81,16 +141,14 @@ function RunView({ detail }: { detail: RunDetail }) {
         }
         subtitle={
           <span className="meta-line">
-            <span>
-              {run.gpu_count}× {run.gpu_model || "unknown GPU"}
-            </span>
+            <span>{gpuLabel(run)}</span>
             {run.dtype && <span>{run.dtype}</span>}
             <span>
               {run.world_size} rank{run.world_size === 1 ? "" : "s"} on {run.nodes} node{run.nodes === 1 ? "" : "s"}
             </span>
             {(run.provider || run.region) && <span>{[run.provider, run.region].filter(Boolean).join(" · ")}</span>}
-            <span>{run.pricing_tier.replace("_", "-")}</span>
-            <span>started {formatDateTime(run.started_at)}</span>
+            <span>{tierLabel(run.pricing_tier)}</span>
+            <span title="The run's time everywhere in PhantomHub: from its GPUs' allocation to the end of its billed time">billed from {formatDateTime(billedFrom)}</span>
             {duration !== null && <span>{formatDuration(duration)} billed</span>}
             {run.tags.map((t) => (
               <span key={t} className="tag">
@@ -100,8 +158,11 @@ function RunView({ detail }: { detail: RunDetail }) {
           </span>
         }
       />
+      {analysis && failure && <ReanalysisFailed error={failure} analysedAt={analysis.analysed_at} />}
       {analysis ? (
         <AnalysisView run={run} analysis={analysis} series={series} phases={phases} />
+      ) : failure || detail.analysis_status === "failed" ? (
+        <AnalysisFailed error={failure ?? { message: "the analysis failed", failures: 1, retry_at: null }} />
       ) : (
         <Card>
           <Empty title="Analysis pending">The run's telemetry is stored; its analysis appears here within a minute.</Empty>
@@ -206,7 +267,15 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           </span>
         }
       >
-        {a.recommendations.length ? <Recommendations items={a.recommendations} recoverable={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].recoverable_usd]))} /> : <Empty title="Nothing to fix">No rule found recoverable waste worth acting on.</Empty>}
+        {a.recommendations.length ? (
+          <Recommendations
+            items={a.recommendations}
+            recoverable={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].recoverable_usd]))}
+            notes={a.stragglers.length ? { STRAGGLER: a.stragglers.map((s) => `${stragglerWho(a, s.rank, s.host)}: ${stragglerAdvice(a, s.rank, s.host)}`).join(" ") } : undefined}
+          />
+        ) : (
+          <Empty title="Nothing to fix">No rule found recoverable waste worth acting on.</Empty>
+        )}
       </Card>
 
       <SeriesCharts run={run} analysis={a} series={series} phases={phases} highlight={highlight} onClearHighlight={() => setHighlighted(null)} />
@@ -218,6 +287,36 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
       <DataQualityCard a={a} />
     </>
   );
+}
+
+/** The ranks that ran on a host, in rank order (their order on the node is the usual GPU order). */
+function ranksOn(a: Analysis, host: string): number[] {
+  return a.ranks.filter((r) => r.host === host).map((r) => r.rank).sort((x, y) => x - y);
+}
+
+/** "Rank 3 (GPU 3 of node-0)": the rank and the GPU it most likely drove, by its place on the node. */
+export function stragglerWho(a: Analysis, rank: number, host: string): string {
+  const local = ranksOn(a, host).indexOf(rank);
+  return local >= 0 && host ? `Rank ${rank} (GPU ${local} of ${host})` : `Rank ${rank}${host ? ` on ${host}` : ""}`;
+}
+
+/**
+ * Where to look for a slow rank. When every rank ran on the same node, the node is not what sets
+ * this rank apart: its GPU or its share of the work is. Rank 0 lags for reasons of its own.
+ */
+export function stragglerAdvice(a: Analysis, rank: number, host: string): string {
+  const onHost = ranksOn(a, host);
+  const local = onHost.indexOf(rank);
+  const gpu = local >= 0 ? `GPU ${local}` : "its GPU";
+  const allHere = a.ranks.length > 1 && onHost.length === a.ranks.length;
+  const parts: string[] = [];
+  if (allHere) parts.push(`All ${a.ranks.length} ranks ran on ${host}, so the node itself is not the cause: look at rank ${rank} and ${gpu}.`);
+  if (rank === 0) {
+    parts.push("Rank 0 usually lags because it alone does extra work: logging and metrics, checkpoint saving, evaluation, or progress bars. Move that work off the training step, spread it over the ranks, or run it asynchronously.");
+  } else {
+    parts.push(`Check ${gpu} for throttling (nvidia-smi -q -d CLOCK,PERFORMANCE -i ${local >= 0 ? local : "<gpu>"}) and whether this rank gets more work per step (longer sequences, a bigger data shard).`);
+  }
+  return parts.join(" ");
 }
 
 const IDLE_LABEL: Record<string, string> = { startup: "start-up", teardown: "tear-down", gap: "gaps between steps", no_steps: "no steps reported" };
@@ -357,9 +456,7 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
     <Card title="Per rank" id="ranks" actions={<span className="muted small">mean per step · {a.stragglers.length ? `${a.stragglers.length} straggler${a.stragglers.length === 1 ? "" : "s"}` : "no stragglers"}</span>}>
       {a.stragglers.map((s) => (
         <div key={s.rank} className="callout callout-bad callout-block" data-testid="straggler">
-          <strong>
-            Rank {s.rank} on {s.host} is a straggler
-          </strong>
+          <strong>{stragglerWho(a, s.rank, s.host)} is a straggler</strong>
           : it arrived last in {formatNumber(s.blamed_steps)} of {formatNumber(s.aligned_steps)} aligned steps ({formatPct(s.slow_step_share)} slow), {formatNsAsMs(s.excess_ns_mean)} after the median rank on average. The others waited {formatGpuHours(s.caused_wait_gpu_seconds / 3600)} for it: <strong>{formatUsd(s.caused_wait_usd)}</strong>
           <Explain
             label="straggler wait"
@@ -373,6 +470,7 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
               median_rank_data_ns_mean: s.median_rank_data_ns_mean,
             })}
           />
+          <div className="small straggler-causes">{stragglerAdvice(a, s.rank, s.host)}</div>
         </div>
       ))}
       {a.ranks.length > 1 && <EChart option={option} height={220} label="Cost by category for each rank" />}
@@ -440,6 +538,7 @@ function HostsCard({ analysis: a }: { analysis: Analysis }) {
 }
 
 function RunFacts({ run }: { run: RunMeta }) {
+  const { link } = usePeriodLink();
   const counters = run.ranks.filter((r) => Object.keys(r.counters).length > 0);
   return (
     <Card title="Run details" id="details">
@@ -451,17 +550,27 @@ function RunFacts({ run }: { run: RunMeta }) {
         <div>
           <dt>Team / project</dt>
           <dd>
-            <Link to={`/teams/${encodeURIComponent(run.team)}`}>{run.team}</Link> / <Link to={`/projects/${encodeURIComponent(run.project)}`}>{run.project}</Link>
+            <Link to={link(`/teams/${encodeURIComponent(run.team)}`)}>{run.team_name ?? run.team}</Link> / <Link to={link(`/projects/${encodeURIComponent(run.project)}`)}>{run.project_name ?? run.project}</Link>
           </dd>
         </div>
         <div>
-          <dt>Allocation start</dt>
-          <dd>{formatDateTime(run.allocation_start)}</dd>
+          <dt>Billed from (GPUs allocated)</dt>
+          <dd>{formatDateTime(run.billed_from ?? run.allocation_start)}</dd>
+        </div>
+        <div>
+          <dt>Billed to</dt>
+          <dd>{formatDateTime(run.billed_to ?? run.finished_at ?? run.last_seen_at)}</dd>
         </div>
         <div>
           <dt>Finished</dt>
-          <dd>{run.finished_at ? formatDateTime(run.finished_at) : `last seen ${formatDateTime(run.last_seen_at)}`}</dd>
+          <dd>{run.finished_at ? formatDateTime(run.finished_at) : `not yet · last seen ${formatDateTime(run.last_seen_at)}`}</dd>
         </div>
+        {run.started_at && run.started_at !== run.allocation_start && (
+          <div>
+            <dt>Registered</dt>
+            <dd title="When the agent reported the run's start (or the server first heard of it): not the billed time">{formatDateTime(run.started_at)}</dd>
+          </div>
+        )}
         <div>
           <dt>Ranks reporting</dt>
           <dd>

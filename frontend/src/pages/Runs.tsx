@@ -1,6 +1,7 @@
 import { useMemo } from "react";
 import { useSearchParams } from "react-router";
 
+import { apiUrl } from "../api/client";
 import { useApi } from "../api/hooks";
 import { useSession } from "../api/session";
 import type { GpuSpec, Page, RunRow } from "../api/types";
@@ -65,11 +66,24 @@ export function RunsPage() {
   const data = state.data;
   const first = data ? (data.page - 1) * data.page_size + 1 : 0;
   const last = data ? Math.min(data.count, data.page * data.page_size) : 0;
-  const pages = data ? Math.max(1, Math.ceil(data.count / data.page_size)) : 1;
+  const pages = data ? (data.pages ?? Math.max(1, Math.ceil(data.count / data.page_size))) : 1;
+  const csv = (() => {
+    const p = runsQueryToParams({ ...query, page: 1 });
+    p.set("sort", query.sort);
+    return apiUrl(`runs.csv?${p.toString()}`);
+  })();
 
   return (
     <div className="page">
-      <PageHeader title="Runs" subtitle={data ? `${formatNumber(data.count)} run${data.count === 1 ? "" : "s"}${filters ? ` matching ${filters} filter${filters === 1 ? "" : "s"}` : ""}` : "Every run you can see"} />
+      <PageHeader
+        title="Runs"
+        subtitle={data ? `${formatNumber(data.count)} run${data.count === 1 ? "" : "s"}${filters ? ` matching ${filters} filter${filters === 1 ? "" : "s"}` : ""}` : "Every run you can see"}
+        actions={
+          <a className="btn" href={csv} download data-testid="runs-csv" title="Every run that matches these filters, as CSV">
+            Download CSV
+          </a>
+        }
+      />
       <Card>
         <form className="filters" role="search" aria-label="Filter runs" onSubmit={(e) => e.preventDefault()}>
           <TextFilter id="f-q" label="Search" value={query.q} placeholder="Run name…" onCommit={(v) => set({ q: v }, true)} />
@@ -114,13 +128,13 @@ export function RunsPage() {
             </select>
           </label>
           <TextFilter id="f-tag" label="Tag" value={query.tag} placeholder="tag" onCommit={(v) => set({ tag: v }, true)} />
-          <label className="filter" htmlFor="f-from">
-            <span className="filter-label">Started from</span>
-            <input id="f-from" className="input" type="date" value={query.from} onChange={(e) => set({ from: e.target.value })} />
+          <label className="filter" htmlFor="f-from" title="Runs billed on some day from this one (UTC), as finance counts them">
+            <span className="filter-label">Billed from</span>
+            <input id="f-from" className="input" type="date" value={query.from} max={query.to || undefined} onChange={(e) => set({ from: e.target.value })} />
           </label>
-          <label className="filter" htmlFor="f-to">
+          <label className="filter" htmlFor="f-to" title="…to this day, included">
             <span className="filter-label">to</span>
-            <input id="f-to" className="input" type="date" value={query.to} onChange={(e) => set({ to: e.target.value })} />
+            <input id="f-to" className="input" type="date" value={query.to} min={query.from || undefined} onChange={(e) => set({ to: e.target.value })} />
           </label>
           {filters > 0 && (
             <button type="button" className="btn btn-ghost filter-clear" onClick={() => setParams(runsQueryToParams({ ...EMPTY_RUNS_QUERY, sort: query.sort }))}>
@@ -128,7 +142,23 @@ export function RunsPage() {
             </button>
           )}
         </form>
-        <Async state={state} loadingRows={10} isEmpty={(d) => d.results.length === 0} empty={<Empty title={filters ? "No runs match these filters" : "No runs yet"}>{filters ? "Loosen a filter or clear them." : "Runs appear once the agent sends telemetry."}</Empty>}>
+        <Async
+          state={state}
+          loadingRows={10}
+          isEmpty={(d) => d.results.length === 0}
+          empty={
+            data && data.count > 0 && data.page > pages ? (
+              <Empty title={`Page ${formatNumber(data.page)} is past the last page`}>
+                {formatNumber(data.count)} run{data.count === 1 ? "" : "s"} fill {formatNumber(pages)} page{pages === 1 ? "" : "s"}.{" "}
+                <button type="button" className="btn btn-small" onClick={() => set({ page: pages })}>
+                  Go to page {formatNumber(pages)}
+                </button>
+              </Empty>
+            ) : (
+              <Empty title={filters ? "No runs match these filters" : "No runs yet"}>{filters ? "Loosen a filter or clear them." : "Runs appear once the agent sends telemetry."}</Empty>
+            )
+          }
+        >
           {(d) => (
             <div className={state.loading ? "is-refreshing" : undefined}>
               <RunTable rows={d.results} sort={query.sort} onSort={(key) => set({ sort: toggleSort(query.sort, key) })} caption="Runs" testId="runs-table" />

@@ -12,7 +12,7 @@ import { CATEGORIES, CATEGORY_LABEL, isCategory } from "../lib/categories";
 import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
 import { PricesCard } from "./SettingsPrices";
 
-const TABS = ["organization", "tokens", "prices", "gpus"] as const;
+const TABS = ["organization", "names", "tokens", "prices", "gpus"] as const;
 type Tab = (typeof TABS)[number];
 
 export function SettingsPage() {
@@ -31,6 +31,7 @@ export function SettingsPage() {
             onChange={(v) => setParams(v === "organization" ? {} : { tab: v })}
             options={[
               { value: "organization", label: "Waste model" },
+              { value: "names", label: "Names" },
               { value: "tokens", label: "API tokens" },
               { value: "prices", label: "Price book" },
               { value: "gpus", label: "GPU catalog" },
@@ -39,6 +40,7 @@ export function SettingsPage() {
         }
       />
       {tab === "organization" && <OrgSettingsCard />}
+      {tab === "names" && <NamesCard />}
       {tab === "tokens" && <TokensCard />}
       {tab === "prices" && <PricesCard />}
       {tab === "gpus" && <GpuCard />}
@@ -295,11 +297,102 @@ function TokensCard() {
   );
 }
 
+interface TeamListing {
+  slug: string;
+  name: string;
+  projects: { slug: string; name: string }[];
+}
+
+/** One display name: what people read for a team or project (blank shows the slug). */
+function NameField({ kind, slug, name, editable, onSaved }: { kind: "team" | "project"; slug: string; name: string; editable: boolean; onSaved: () => void }) {
+  const [value, setValue] = useState(name === slug ? "" : name);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<ApiError | null>(null);
+  const [saved, setSaved] = useState(false);
+  const id = `name-${kind}-${slug}`;
+  const dirty = value.trim() !== (name === slug ? "" : name);
+  async function save(e: FormEvent) {
+    e.preventDefault();
+    setBusy(true);
+    setError(null);
+    setSaved(false);
+    try {
+      await apiFetch(`${kind === "team" ? "teams" : "projects"}/${encodeURIComponent(slug)}`, { method: "PATCH", body: { display_name: value.trim() } });
+      setSaved(true);
+      onSaved();
+    } catch (err) {
+      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
+    } finally {
+      setBusy(false);
+    }
+  }
+  return (
+    <form className="name-row" onSubmit={save}>
+      <label htmlFor={id} className={kind === "team" ? "name-team" : "name-project"}>
+        <code>{slug}</code>
+      </label>
+      <input id={id} className="input" maxLength={100} value={value} placeholder={slug} disabled={!editable || busy} aria-invalid={error ? true : undefined} onChange={(e) => setValue(e.target.value)} />
+      {editable && (
+        <button type="submit" className="btn btn-small" disabled={busy || !dirty}>
+          Save
+        </button>
+      )}
+      {saved && !dirty && <span className="muted small">saved</span>}
+      <FieldErrors error={error} />
+    </form>
+  );
+}
+
+/** Display names of teams and projects: set by organization admins, and by a team's admins for theirs. */
+function NamesCard() {
+  const { user, refresh } = useSession();
+  const state = useApi<TeamListing[]>("teams");
+  const admin = isAdmin(user);
+  const teamAdmin = (slug: string) => admin || !!user?.teams.some((t) => t.slug === slug && t.role === "admin");
+  return (
+    <Card title="Display names" actions={<span className="muted small">{admin ? "blank shows the slug" : "organization admins and a team's admins set these"}</span>}>
+      <p className="muted">
+        What every page calls a team or project. Slugs stay as they are in URLs, filters, tokens and the API; a blank name shows the slug.
+      </p>
+      <Async state={state} isEmpty={(d) => d.length === 0} empty={<Empty title="No teams you can see" />}>
+        {(d) => (
+          <div className="names" data-testid="names">
+            {d.map((t) => (
+              <fieldset key={t.slug} className="names-team">
+                <legend className="visually-hidden">Team {t.slug} and its projects</legend>
+                <NameField
+                  kind="team"
+                  slug={t.slug}
+                  name={t.name}
+                  editable={teamAdmin(t.slug)}
+                  onSaved={() => {
+                    state.reload();
+                    void refresh();
+                  }}
+                />
+                {t.projects.map((p) => (
+                  <NameField key={p.slug} kind="project" slug={p.slug} name={p.name} editable={teamAdmin(t.slug)} onSaved={state.reload} />
+                ))}
+              </fieldset>
+            ))}
+          </div>
+        )}
+      </Async>
+    </Card>
+  );
+}
+
+/** "NVIDIA H200 SXM 141GB": the vendor once, even where the catalog's name already starts with it. */
+export function gpuName(g: Pick<GpuSpec, "vendor" | "name">): string {
+  const name = g.name.trim();
+  return g.vendor && !name.toLowerCase().startsWith(g.vendor.toLowerCase()) ? `${g.vendor} ${name}` : name;
+}
+
 function GpuCard() {
   const state = useApi<GpuSpec[]>("/api/v1/pricing/gpus");
   const dtypes = Array.from(new Set((state.data ?? []).flatMap((g) => Object.keys(g.peak_tflops))));
   return (
-    <Card title="GPU catalog" actions={<span className="muted small">dense peak TFLOP/s by dtype, used for MFU</span>}>
+    <Card title="GPU catalog" actions={<span className="muted small">dense peak TFLOP/s by data type, used for MFU · memory in GiB, as runs' memory is shown</span>}>
       <Async state={state} isEmpty={(d) => d.length === 0}>
         {(d) => (
           <DataTable
@@ -309,8 +402,8 @@ function GpuCard() {
             rowKey={(g) => g.key}
             columns={[
               { key: "key", header: "Key", render: (g) => <code>{g.key}</code> },
-              { key: "name", header: "Name", render: (g) => `${g.vendor} ${g.name}` },
-              { key: "mem", header: "Memory", align: "right", render: (g) => formatBytes(g.memory_bytes) },
+              { key: "name", header: "Name", render: (g) => gpuName(g) },
+              { key: "mem", header: "Memory", title: "memory per GPU, in GiB", align: "right", render: (g) => formatBytes(g.memory_bytes) },
               ...dtypes.map((dt) => ({ key: dt, header: dt, align: "right" as const, render: (g: GpuSpec) => (g.peak_tflops[dt] !== undefined ? g.peak_tflops[dt].toLocaleString("en-US") : "–") })),
             ]}
           />

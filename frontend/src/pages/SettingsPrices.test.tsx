@@ -98,7 +98,7 @@ describe("Price book: editing", () => {
   it("sends only the changed fields, then re-reads the price book and the audit trail", async () => {
     const server = priceServer();
     renderPrices();
-    const edit = await screen.findByRole("button", { name: "Edit price H100-SXM · aws · us-east-1 · on demand · from Jan 1, 2025" });
+    const edit = await screen.findByRole("button", { name: "Edit price H100-SXM · aws · us-east-1 · on-demand · from Jan 1, 2025" });
     await screen.findByTestId("price-audit");
     await userEvent.click(edit);
 
@@ -188,11 +188,11 @@ describe("Price book: deleting", () => {
   it("asks first (Cancel has the focus), then deletes with the keyboard and says so", async () => {
     const server = priceServer();
     renderPrices();
-    const del = await screen.findByRole("button", { name: "Delete price A100-80GB · any provider · any region · on demand · from Jan 1, 2025" });
+    const del = await screen.findByRole("button", { name: "Delete price A100-80GB · any provider · any region · on-demand · from Jan 1, 2025" });
     del.focus();
     await userEvent.keyboard("{Enter}");
     let confirm = screen.getByRole("alertdialog", { name: "Delete price?" });
-    expect(confirm).toHaveTextContent("A100-80GB · any provider · any region · on demand · from Jan 1, 2025 at $1.20 per GPU-hour");
+    expect(confirm).toHaveTextContent("A100-80GB · any provider · any region · on-demand · from Jan 1, 2025 at $1.20 per GPU-hour");
     expect(within(confirm).getByRole("button", { name: "Cancel" })).toHaveFocus();
     await userEvent.keyboard("{Enter}");
     expect(screen.queryByRole("alertdialog")).not.toBeInTheDocument();

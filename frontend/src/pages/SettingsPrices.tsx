@@ -11,7 +11,7 @@ import { DataTable, type Column } from "../components/DataTable";
 import { Dialog } from "../components/Dialog";
 import { Async, Empty, FieldErrors } from "../components/States";
 import { Card } from "../components/ui";
-import { formatDate, formatDateTime, formatUsdPrice } from "../lib/format";
+import { formatDate, formatDateTime, formatUsdPrice, tierLabel } from "../lib/format";
 
 const PRICES = "/api/v1/pricing/prices";
 const AUDIT = "/api/v1/pricing/audit";
@@ -22,9 +22,8 @@ function asApiError(err: unknown): ApiError {
   return err instanceof ApiError ? err : new ApiError(0, "client", String(err));
 }
 
-const tierLabel = (tier: string | undefined) => (tier ? tier.replace("_", " ") : "–");
 
-/** "H100-SXM · aws · us-east-1 · on demand · from Jan 1, 2026": which price a control acts on. */
+/** "H100-SXM · aws · us-east-1 · on-demand · from Jan 1, 2026": which price a control acts on. */
 export function priceLabel(p: PriceEntry): string {
   return [p.gpu, p.provider || "any provider", p.region || "any region", tierLabel(p.tier), `from ${formatDate(p.effective_from)}`].join(" · ");
 }
@@ -39,9 +38,11 @@ export function isoDay(iso: string | null | undefined): string {
 export function PricesCard() {
   const { user } = useSession();
   const admin = isAdmin(user);
+  // Finance reads the price book and its audit trail (read-only), as everyone reads the waste model.
+  const finance = !admin && !!user?.is_finance;
   const state = useApi<PriceEntry[]>(PRICES);
   const gpus = useApi<GpuSpec[]>("/api/v1/pricing/gpus");
-  const audit = useApi<PriceAuditRow[]>(admin ? AUDIT : null);
+  const audit = useApi<PriceAuditRow[]>(admin || finance ? AUDIT : null);
   const [editing, setEditing] = useState<PriceEntry | null>(null);
   const [deleting, setDeleting] = useState<PriceEntry | null>(null);
   const [notice, setNotice] = useState<{ text: string; focus: boolean } | null>(null);
@@ -102,7 +103,17 @@ export function PricesCard() {
   return (
     <>
       {admin && <AddPriceCard gpus={gpus.data ?? []} onAdded={(gpu) => changed(`Added a price for ${gpu}.`)} />}
-      <Card title="Price book" actions={<a className="btn btn-small" href={`${PRICES}.csv`}>Export CSV</a>}>
+      <Card
+        title="Price book"
+        actions={
+          <span className="card-links">
+            {!admin && <span className="muted small">read-only: organization admins change prices</span>}
+            <a className="btn btn-small" href={`${PRICES}.csv`}>
+              Export CSV
+            </a>
+          </span>
+        }
+      >
         {notice && (
           <div ref={noticeRef} className="callout callout-ok" role="status" tabIndex={-1} data-testid="price-notice">
             {notice.text}
@@ -113,6 +124,16 @@ export function PricesCard() {
         </Async>
       </Card>
       {admin && <PriceAuditCard state={audit} />}
+      {finance &&
+        (audit.error?.status === 403 ? (
+          <Card title="Audit trail">
+            <p className="muted" data-testid="audit-closed">
+              Read-only for finance, but the server keeps the price book's audit trail for organization admins only: ask one for it, or for read access.
+            </p>
+          </Card>
+        ) : (
+          <PriceAuditCard state={audit} />
+        ))}
       {editing && (
         <PriceEditDialog
           price={editing}
@@ -190,7 +211,7 @@ function AddPriceCard({ gpus, onAdded }: { gpus: GpuSpec[]; onAdded: (gpu: strin
         <label className="field" htmlFor="price-tier">
           <span>Tier</span>
           <select id="price-tier" className="select" value={form.tier} onChange={(e) => setForm({ ...form, tier: e.target.value })}>
-            <option value="on_demand">on demand</option>
+            <option value="on_demand">on-demand</option>
             <option value="reserved">reserved</option>
             <option value="spot">spot</option>
           </select>

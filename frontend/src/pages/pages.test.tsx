@@ -84,6 +84,32 @@ describe("Runs page", () => {
     renderAt("/runs?tag=none", <RunsPage />, "/runs");
     expect(await screen.findByText("No runs match these filters")).toBeInTheDocument();
   });
+
+  it("says a page past the last one is past it, and goes to the last page", async () => {
+    vi.stubGlobal("fetch", mockFetch({
+      "/api/v1/portal/session": signedIn,
+      "/api/v1/portal/runs": { count: 359, page: 99, page_size: 50, pages: 8, results: [] },
+      "/api/v1/pricing/gpus": [],
+    }).fn);
+    renderAt("/runs?page=99", <RunsPage />, "/runs");
+    expect(await screen.findByText("Page 99 is past the last page")).toBeInTheDocument();
+    expect(screen.queryByText("No runs yet")).not.toBeInTheDocument();
+    await userEvent.click(screen.getByRole("button", { name: "Go to page 8" }));
+    expect(screen.getByTestId("location")).toHaveTextContent("/runs?page=8");
+  });
+
+  it("links each run keeping the billed days filtered on, and exports what it lists", async () => {
+    vi.stubGlobal("fetch", mockFetch({
+      "/api/v1/portal/session": signedIn,
+      "/api/v1/portal/runs": { count: 1, page: 1, page_size: 50, results: [runRow()] },
+      "/api/v1/pricing/gpus": [],
+    }).fn);
+    renderAt("/runs?team=nlp&from=2026-11-01&to=2026-11-30", <RunsPage />, "/runs");
+    const link = await screen.findByRole("link", { name: "pretrain-a" });
+    expect(link).toHaveAttribute("href", "/runs/11111111-1111-4111-8111-111111111111?period=2026-11");
+    expect(screen.getByTestId("runs-csv")).toHaveAttribute("href", "/api/v1/portal/runs.csv?team=nlp&from=2026-11-01&to=2026-11-30&sort=-recoverable_usd");
+    expect(screen.getByText("8× H100-SXM")).toBeInTheDocument();
+  });
 });
 
 describe("Leaderboards page", () => {
@@ -109,6 +135,28 @@ describe("Leaderboards page", () => {
     renderAt("/leaderboards", <LeaderboardsPage />, "/leaderboards");
     await userEvent.click(await screen.findByText("Vision"));
     expect(screen.getByTestId("location")).toHaveTextContent("/teams/vision");
+  });
+
+  it("keeps the period on the way to the team, and moves between rows with the arrow keys", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/leaderboards/teams": board }).fn);
+    renderAt("/leaderboards?period=2026-11", <LeaderboardsPage />, "/leaderboards");
+    const table = await screen.findByTestId("leaderboard-teams");
+    const rows = within(table).getAllByRole("row").slice(1);
+    rows[0].focus();
+    await userEvent.keyboard("{ArrowDown}");
+    expect(rows[1]).toHaveFocus();
+    await userEvent.keyboard("{End}");
+    expect(rows[2]).toHaveFocus();
+    expect(screen.getByTestId("leaderboard-csv")).toHaveAttribute("href", "/api/v1/portal/leaderboards/teams.csv?period=2026-11&sort=-recoverable_usd");
+    await userEvent.keyboard("{ArrowUp}{Enter}");
+    expect(screen.getByTestId("location")).toHaveTextContent("/teams/vision?period=2026-11");
+  });
+
+  it("says a period in the URL is not one, rather than quietly showing another", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/leaderboards/teams": board }).fn);
+    renderAt("/leaderboards?period=bogus", <LeaderboardsPage />, "/leaderboards");
+    expect(await screen.findByTestId("param-notice")).toHaveTextContent("“bogus” is not a period");
+    expect(screen.getByTestId("param-notice")).toHaveTextContent("showing the last 30 days instead");
   });
 });
 
@@ -181,6 +229,59 @@ describe("Run page", () => {
     renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
     await screen.findByTestId("breakdown");
     expect(screen.queryByRole("columnheader", { name: "Cap" })).not.toBeInTheDocument();
+  });
+
+  it("names peer runs by their names where the analysis gives them", async () => {
+    const d = runDetail();
+    d.analysis!.categories.compute_inefficiency.evidence.peer_runs = PEER_RUN_IDS.map((id, i) => ({ id, name: `pretrain-peer-${i}` }));
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": d }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    await screen.findByTestId("breakdown");
+    const peers = within(document.querySelector('[data-evidence-for="compute_inefficiency"]') as HTMLElement).getAllByRole("link");
+    expect(peers.map((l) => l.textContent)).toEqual(["pretrain-peer-0", "pretrain-peer-1"]);
+  });
+
+  it("says in plain words that the analysis failed, why, and when it tries again", async () => {
+    const error = { message: "allocation_start is outside 2000-01-01..2100-01-01", failures: 3, retry_at: null };
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: null, analysis_status: "failed", analysis_error: error }) }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const failed = await screen.findByTestId("analysis-failed");
+    expect(failed).toHaveTextContent("The analysis of this run failed");
+    expect(failed).toHaveTextContent(error.message);
+    expect(failed).toHaveTextContent("failed 3 times; it is tried again when new telemetry arrives");
+    expect(screen.queryByText("Analysis pending")).not.toBeInTheDocument();
+  });
+
+  it("keeps older figures when only the latest re-analysis failed, and says so", async () => {
+    const error = { message: "boom", failures: 1, retry_at: "2099-01-01T10:30:00Z" };
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ analysis_error: error }) }) }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const notice = await screen.findByTestId("reanalysis-failed");
+    expect(notice).toHaveTextContent("The latest re-analysis of this run failed (boom); it has failed once; it is tried again at Jan 1, 10:30 UTC");
+    expect(screen.getByTestId("breakdown")).toBeInTheDocument();
+  });
+
+  it("foots every column of the breakdown: the rows add up to the total shown", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail() }).fn);
+    renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
+    const breakdown = await screen.findByTestId("breakdown");
+    const money = (t: string) => Number((/\$([\d,]+\.\d\d)/.exec(t)?.[1] ?? "0").replace(/,/g, ""));
+    const rows = Array.from(breakdown.querySelectorAll("tr[data-category]"));
+    const total = breakdown.querySelector('[data-testid="breakdown-total"]')!;
+    for (const col of [2, 3, 4]) {
+      const cells = rows.map((r) => r.children[col].textContent ?? "");
+      const sum = cells.reduce((a, t) => a + (col === 3 ? Number.parseFloat(t) || 0 : money(t)), 0);
+      const shown = total.children[col].textContent ?? "";
+      expect(Math.round(sum * 100)).toBe(Math.round((col === 3 ? Number.parseFloat(shown) : money(shown)) * 100));
+    }
+  });
+
+  it("leaves a way back when the run is not there", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn }).fn);
+    renderAt("/runs/nope?period=7d", <RunDetailPage />, "/runs/:id");
+    expect(await screen.findByText("Not found, or not visible to you")).toBeInTheDocument();
+    expect(screen.getByRole("link", { name: "← All runs" })).toHaveAttribute("href", expect.stringMatching(/^\/runs\?from=.*&to=/));
+    expect(screen.getByRole("link", { name: "Overview" })).toHaveAttribute("href", "/?period=7d");
   });
 
   it("links each peer run, keeping the period the page was opened with", async () => {

@@ -8,7 +8,8 @@ import { runPath } from "../../components/RunTable";
 import { CategoryName } from "../../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, type Category } from "../../lib/categories";
 import { elapsedLabel } from "../../lib/charts";
-import { formatEvidenceValue, formatGpuHours, formatNumber, formatPct, formatUsd, formatUsdRange, isNum, plainWords } from "../../lib/format";
+import { columnDigits, largestRemainder } from "../../lib/footing";
+import { formatEvidenceValue, formatNumber, formatPct, formatUsd, formatUsdRange, isNum, plainWords } from "../../lib/format";
 import { capShown, EVIDENCE_HELP, evidenceLabel, hasEvidence, isNotWaste, keptSearch } from "./evidence";
 
 interface Props {
@@ -21,10 +22,45 @@ interface Props {
   onHighlight?: (category: Category | null) => void;
 }
 
+/** One figure per category as the table shows it, rounded so that each column adds up to its total. */
+export interface FootedColumns {
+  gpuDigits: number;
+  gpuHours: Record<Category, number>;
+  sharePct: Record<Category, number>;
+  recoverable: Record<Category, number>;
+  low: Record<Category, number>;
+  high: Record<Category, number>;
+}
+
+function byCategory(values: number[]): Record<Category, number> {
+  return Object.fromEntries(CATEGORIES.map((c, i) => [c, values[i]])) as Record<Category, number>;
+}
+
+/**
+ * The breakdown's columns footed (largest remainder, src/lib/footing.ts): GPU-hours at one
+ * precision for the column, shares to a tenth of a percent adding up to 100.0%, recoverable
+ * dollars and their low and high ends to the cent adding up to the run's figures.
+ */
+export function footBreakdown(a: Analysis): FootedColumns {
+  const col = (pick: (f: CategoryFigure) => number) => CATEGORIES.map((c) => pick(a.categories[c]));
+  const gpuDigits = columnDigits(a.gpu_hours);
+  const shares = col((f) => f.share * 100);
+  return {
+    gpuDigits,
+    gpuHours: byCategory(largestRemainder(col((f) => f.gpu_seconds / 3600), a.gpu_hours, gpuDigits)),
+    sharePct: byCategory(largestRemainder(shares, shares.reduce((x, y) => x + y, 0) > 0 ? 100 : 0, 1)),
+    recoverable: byCategory(largestRemainder(col((f) => f.recoverable_usd), a.recoverable_usd, 2)),
+    low: byCategory(largestRemainder(col((f) => f.recoverable_low_usd), a.recoverable_low_usd, 2)),
+    high: byCategory(largestRemainder(col((f) => f.recoverable_high_usd), a.recoverable_high_usd, 2)),
+  };
+}
+
 export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
   const ex = a.explain ?? {};
   const showCap = CATEGORIES.some((c) => capShown(c, a.categories[c]));
   const columns = showCap ? 6 : 5;
+  const foot = footBreakdown(a);
+  const gpuH = (v: number) => `${formatNumber(v, foot.gpuDigits)} GPU-h`;
   return (
     <table className="table table-dense breakdown" data-testid="breakdown">
       <caption className="visually-hidden">Cost by waste category, with the recoverable part and its evidence</caption>
@@ -59,15 +95,15 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
                 <CategoryName name={c} />
               </td>
               <td className="align-right nowrap col-gpu-hours">
-                {formatGpuHours(f.gpu_seconds / 3600)}
+                {gpuH(foot.gpuHours[c])}
                 <Explain label={`${CATEGORY_LABEL[c]} GPU time`} entry={ex[`categories.${c}.gpu_seconds`]} />
               </td>
               <td className="align-right nowrap">
                 {formatUsd(f.usd)}
                 <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} />
               </td>
-              <td className="align-right">{formatPct(f.share)}</td>
-              <RecoverableCell category={c} f={f} a={a} />
+              <td className="align-right">{`${foot.sharePct[c].toFixed(1)}%`}</td>
+              <RecoverableCell category={c} f={{ ...f, recoverable_usd: foot.recoverable[c], recoverable_low_usd: foot.low[c], recoverable_high_usd: foot.high[c] }} a={a} />
               {showCap && <CapCell category={c} f={f} />}
             </tr>
             {!isNotWaste(c) && f.usd > 0 && (
@@ -81,11 +117,11 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
         );
       })}
       <tfoot>
-        <tr>
+        <tr data-testid="breakdown-total">
           <th scope="row">Total</th>
-          <td className="align-right col-gpu-hours">{formatGpuHours(a.gpu_hours)}</td>
+          <td className="align-right col-gpu-hours">{gpuH(a.gpu_hours)}</td>
           <td className="align-right">{formatUsd(a.cost_usd)}</td>
-          <td className="align-right">100%</td>
+          <td className="align-right">{a.cost_usd > 0 ? "100.0%" : "–"}</td>
           <td className="align-right nowrap">
             <strong>{formatUsd(a.recoverable_usd)}</strong>
             {formatUsdRange(a.recoverable_low_usd, a.recoverable_high_usd) !== formatUsd(a.recoverable_usd) && (
@@ -205,7 +241,7 @@ function EvidenceLine({ category: c, f, t0Ns, highlighted, onHighlight }: { cate
                 )}
               </span>
             )}
-            {links && <PeerLinks kind={ev.kind} ids={ev.peer_run_ids} search={location.search} />}
+            {links && <PeerLinks kind={ev.kind} runs={peerRuns(ev)} search={location.search} />}
             {ev.kind === "straggler" && <a href="#ranks">see Per rank</a>}
           </div>
         )}
@@ -216,19 +252,25 @@ function EvidenceLine({ category: c, f, t0Ns, highlighted, onHighlight }: { cate
 
 const PEERS_SHOWN = 6;
 
-/** Links to the runs the evidence compared with, keeping the period the page was opened with. */
-function PeerLinks({ kind, ids, search }: { kind: string; ids: string[]; search: string }) {
-  if (ids.length === 0) return <span className="ev-links muted">no peer run listed</span>;
+/** The runs the evidence compared with, by name (an analysis older than names has ids only). */
+export function peerRuns(ev: CategoryEvidence): { id: string; name: string }[] {
+  if (ev.peer_runs && ev.peer_runs.length > 0) return ev.peer_runs;
+  return ev.peer_run_ids.map((id) => ({ id, name: "" }));
+}
+
+/** Links to the runs the evidence compared with, named as people named them, keeping the period. */
+function PeerLinks({ kind, runs, search }: { kind: string; runs: { id: string; name: string }[]; search: string }) {
+  if (runs.length === 0) return <span className="ev-links muted">no peer run listed</span>;
   const noun = kind === "peers" ? "peer run" : "compared with run";
   return (
     <span className="ev-links">
-      <span className="muted">{ids.length === 1 ? noun : `${noun}s`}</span>
-      {ids.slice(0, PEERS_SHOWN).map((id) => (
-        <Link key={id} to={runPath(id) + keptSearch(search)} className="mono ev-peer" title={`Open run ${id}`}>
-          {id.slice(0, 8)}
+      <span className="muted">{runs.length === 1 ? noun : `${noun}s`}</span>
+      {runs.slice(0, PEERS_SHOWN).map((r) => (
+        <Link key={r.id} to={runPath(r.id) + keptSearch(search)} className={`ev-peer${r.name ? " peer-name" : " mono"}`} title={r.name ? `Open run ${r.name}` : `Open run ${r.id}`}>
+          {r.name || `run ${r.id.slice(0, 8)}`}
         </Link>
       ))}
-      {ids.length > PEERS_SHOWN && <span className="muted">and {ids.length - PEERS_SHOWN} more</span>}
+      {runs.length > PEERS_SHOWN && <span className="muted">and {runs.length - PEERS_SHOWN} more</span>}
     </span>
   );
 }

@@ -4,14 +4,11 @@ import type { Recommendation } from "../../api/types";
 import { Explain } from "../../components/Explain";
 import { CategoryDot, SeverityBadge } from "../../components/ui";
 import { categoryLabel } from "../../lib/categories";
-import { formatGpuHours, formatNumber, formatPct, formatUsd, formatWithUnit, isNum, plainWords, recommendationRefs } from "../../lib/format";
+import { formatGpuHours, formatInput, formatUsd, isNum, plainWords, recommendationRefs } from "../../lib/format";
 
 /** An observation's figure as people read it: shares as percentages, counts as numbers. */
 function observed(value: number | string | null, unit: string): string {
-  if (isNum(value) && unit === "ratio") return formatPct(value);
-  if (isNum(value) && unit.startsWith("ratio ")) return `${formatPct(value)} ${unit.slice(6)}`;
-  if (isNum(value) && unit === "count") return formatNumber(value);
-  return formatWithUnit(value, unit);
+  return formatInput(undefined, value, unit);
 }
 
 // Code a reader types (calls, keyword arguments, environment variables, snake_case names) is set
@@ -28,17 +25,23 @@ function FixText({ text }: { text: string }) {
 }
 
 /** ``recoverable``: each category's recoverable dollars, to say why a saving is nil. */
-export function Recommendations({ items, recoverable = {} }: { items: Recommendation[]; recoverable?: Record<string, number> }) {
+/** ``notes``: what the page adds to a recommendation by its code (e.g. where a straggler ran). */
+export function Recommendations({ items, recoverable = {}, notes = {} }: { items: Recommendation[]; recoverable?: Record<string, number>; notes?: Record<string, string> }) {
   return (
     <ol className="recs recs-grid">
       {items.map((r) => (
         <li key={r.code} className="rec" data-testid={`rec-${r.code}`}>
           <div className="rec-head">
             <CategoryDot name={r.category} />
-            <span className="rec-title">{r.title}</span>
+            <span className="rec-title">{plainWords(r.title)}</span>
             <SeverityBadge severity={r.severity} />
           </div>
           <Saving r={r} categoryRecoverable={recoverable[r.category]} />
+          {notes[r.code] && (
+            <p className="small rec-note" data-testid={`rec-note-${r.code}`}>
+              {notes[r.code]}
+            </p>
+          )}
           <ul className="rec-evidence">
             {r.evidence.map((e) => (
               <li key={e.observation}>
@@ -95,6 +98,7 @@ function Saving({ r, categoryRecoverable }: { r: Recommendation; categoryRecover
             unit: "USD",
             formula: "the recoverable dollars this recommendation claims (each recoverable dollar is claimed by one recommendation at most)",
             inputs: Object.fromEntries(claims.map(([c, usd]) => [`${categoryLabel(c).toLowerCase()} (USD)`, usd])),
+            input_units: Object.fromEntries(claims.map(([c]) => [`${categoryLabel(c).toLowerCase()} (USD)`, "USD"])),
           }}
         />
       </div>
@@ -126,7 +130,13 @@ function Monthly({ r }: { r: Recommendation }) {
             "saving on this run (USD)": r.saving_usd,
             "run GPU-hours": rec.run_gpu_hours,
             "project GPU-hours, last 30 days": rec.project_gpu_hours_30d,
-            "other runs of the project, last 30 days": formatNumber(rec.other_runs_30d),
+            "other runs of the project, last 30 days": rec.other_runs_30d,
+          },
+          input_units: {
+            "saving on this run (USD)": "USD",
+            "run GPU-hours": "GPU-h",
+            "project GPU-hours, last 30 days": "GPU-h",
+            "other runs of the project, last 30 days": "count",
           },
         }}
       />
