@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from phantomhub.env import (
     ConfigError,
@@ -164,6 +165,24 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # and phantomhub.portal.views.spa answers index.html for client-side routes.
 FRONTEND_DIST = BASE_DIR / "frontend" / "dist"
 WHITENOISE_ROOT = FRONTEND_DIST if FRONTEND_DIST.is_dir() else None
+# Vite names every built asset by its content hash (/assets/index-B0qe8fWg.js): cache those for a
+# year, immutable. The build writes .gz and .br beside them, which WhiteNoise serves to browsers that
+# accept the encoding. The entry page is answered by phantomhub.portal.views.spa with no-cache (and
+# by WhiteNoise at /index.html with the same), so a deploy is picked up at the next load.
+WHITENOISE_IMMUTABLE_FILE_TEST = r"^/assets/.+-[A-Za-z0-9_-]{8,}\.[a-z0-9]+$"
+
+
+def _whitenoise_headers(headers: Any, path: str, url: str) -> None:
+    if url.endswith(".html"):
+        headers["Cache-Control"] = "no-cache"
+
+
+WHITENOISE_ADD_HEADERS_FUNCTION = _whitenoise_headers
+# Django's own static files (admin, API docs): compressed copies written by collectstatic.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 LOGIN_URL = "/login"
 
 REST_FRAMEWORK = {
