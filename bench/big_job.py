@@ -1,0 +1,232 @@
+"""A big job on PostgreSQL: one run of 1,024 ranks x 2,000 steps (2,048,000 step rows).
+
+Measured in one run, on one database:
+- full analysis (`run_analyze` from scratch), the first (cold) and the repeats;
+- incremental analysis after one more step from every rank (1,024 rows), repeated: first, p50, p99;
+- re-analysis when the run changed but no step did (a system sample arrived): p50, p99;
+- a sweep with nothing dirty: p50, p99;
+- the stored state's size after a full analysis and after the incremental ones (a full analysis
+  must leave a state as small as the live path's);
+- side by side in one process, the pure model: the ranks' batches attributed one rank at a time
+  (the old path) against one vectorised pass (`RunAccumulator.add_steps_many`), alternating.
+Targets (issue: big jobs): incremental p99 <= 200 ms; a sweep with no new data <= 10 ms.
+Writes bench/results/big_job.json.
+
+    .venv/bin/python bench/big_job.py [--ranks 1024] [--steps 2000] [--repeat 20] [--model-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import database_recreate  # noqa: E402
+
+NS = 10**9
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+def model_side_by_side(ranks: int, steps: int, pairs: int = 3) -> dict[str, float]:
+    """The pure model on the same rows: one rank at a time vs one pass, alternating."""
+    from phantomhub.waste.model import PriceSegment, RunAccumulator, RunConfig, StepColumns
+
+    config = RunConfig(gpu_count=ranks, world_size=ranks, allocation_start_ns=0,
+                       price_segments=(PriceSegment(0, 10**7 * NS, 3),), peak_flops_per_gpu=1e12)  # fmt: skip
+
+    def batch(rank: int, first: int, n: int) -> StepColumns:
+        rng = np.random.default_rng(rank)
+        return StepColumns(
+            rank=rank, host=f"node-{rank // 8}", step=np.arange(first, first + n), t_start_ns=np.arange(first, first + n) * NS,
+            dur_ns=np.full(n, NS), data_ns=rng.integers(10**7, 4 * 10**7, n), forward_ns=np.full(n, 3 * 10**8),
+            backward_ns=np.full(n, 3 * 10**8), comm_ns=rng.integers(0, 10**8, n), flops=np.full(n, 1e11),
+        )  # fmt: skip
+
+    full = [batch(r, 0, steps) for r in range(ranks)]
+    one = [batch(r, steps, 1) for r in range(ranks)]
+    timings: dict[str, list[float]] = {k: [] for k in ("full_per_rank", "full_one_pass", "step_per_rank", "step_one_pass")}
+    for _ in range(pairs):
+        for mode in ("per_rank", "one_pass"):
+            acc = RunAccumulator(config)
+            t = time.perf_counter()
+            if mode == "one_pass":
+                acc.add_steps_many(full, align=False)
+            else:
+                for b in full:
+                    acc.add_steps_many([b], align=False)
+            acc.align_known()
+            timings[f"full_{mode}"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            if mode == "one_pass":
+                acc.add_steps_many(one)
+            else:
+                for b in one:
+                    acc.add_steps_many([b])
+            timings[f"step_{mode}"].append(time.perf_counter() - t)
+    out = {k: float(np.median(v)) for k, v in timings.items()}
+    print(
+        f"model, {ranks} ranks: full {out['full_per_rank']:.2f} s per rank vs {out['full_one_pass']:.2f} s one pass; "
+        f"one more step per rank {out['step_per_rank'] * 1000:.0f} ms vs {out['step_one_pass'] * 1000:.0f} ms"
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench_bigjob"),
+    )
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "big_job.json"))
+    parser.add_argument("--model-only", action="store_true", help="only the pure-model side-by-side")
+    args = parser.parse_args()
+    model = model_side_by_side(args.ranks, args.steps)
+    if args.model_only:
+        return
+    os.environ.update(
+        {
+            "PHANTOMHUB_DATABASE_URL": args.database_url,
+            "PHANTOMHUB_SECRET_KEY": "a" * 48,
+            "PHANTOMHUB_DEBUG": "0",
+            "PHANTOMHUB_LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+        }
+    )
+    database_recreate(args.database_url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env={**os.environ}, check=True)
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from phantomhub.accounts.services import project_get_or_create, team_get_or_create
+    from phantomhub.pricing.services import price_set
+    from phantomhub.telemetry.models import Run
+    from phantomhub.telemetry.services import samples_ingest, steps_ingest
+    from phantomhub.waste.models import RunAnalysis
+    from phantomhub.waste.services import analysis_sweep, run_analyze
+
+    start = datetime(2026, 10, 1, tzinfo=UTC)
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("3.00"), effective_from=start - timedelta(days=1))
+    project = project_get_or_create(team=team_get_or_create(slug="bench"), slug="big-job")
+    run = Run.objects.create(
+        id=uuid.uuid4(), project=project, name=f"bench-{args.ranks}-ranks", gpu_model="H100-SXM",
+        gpu_count=args.ranks, world_size=args.ranks, dtype="bf16", allocation_start=start - timedelta(minutes=5),
+        started_at=start, last_seen_at=start,
+    )  # fmt: skip
+    t0 = int(start.timestamp()) * NS
+    step_ns = 1_000_000_000
+
+    def batch(rank: int, first: int, n: int) -> dict[str, list[float]]:
+        rng = np.random.default_rng(rank * 1_000_003 + first)
+        compute = rng.normal(600e6, 10e6, n) * (1.1 if rank == 7 else 1.0)
+        return {
+            "step": list(range(first, first + n)),
+            "t_start_ns": (t0 + np.arange(first, first + n) * step_ns).tolist(),
+            "dur_ns": [step_ns] * n,
+            "data_ns": rng.integers(10_000_000, 40_000_000, n).tolist(),
+            "forward_ns": (compute / 3).astype(np.int64).tolist(),
+            "backward_ns": (compute * 2 / 3).astype(np.int64).tolist(),
+            "optimizer_ns": [20_000_000] * n,
+            "comm_ns": (750e6 - compute).clip(0).astype(np.int64).tolist(),
+            "flops": [0.4 * 989.4e12 * 0.6] * n,
+            "tokens": [8192] * n,
+        }
+
+    print(f"[setup] {args.ranks:,} ranks x {args.steps:,} steps …", flush=True)
+    t = time.perf_counter()
+    for rank in range(args.ranks):
+        steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, 0, args.steps))
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE telemetry_step")
+    print(f"[setup] stored {args.ranks * args.steps:,} rows in {time.perf_counter() - t:.0f} s", flush=True)
+
+    def state_bytes() -> int:
+        return len(bytes(RunAnalysis.objects.values_list("state", flat=True).get(run=run)))
+
+    fulls = []
+    for _ in range(3):
+        RunAnalysis.objects.filter(run=run).delete()
+        t = time.perf_counter()
+        run_analyze(run_id=run.pk)
+        fulls.append(time.perf_counter() - t)
+    full_state = state_bytes()
+    print(f"full analysis: first {fulls[0]:.2f} s, then {', '.join(f'{x:.2f}' for x in fulls[1:])} s; state {full_state:,} B")
+
+    incrementals = []
+    next_step = args.steps
+    for _ in range(args.repeat):
+        for rank in range(args.ranks):
+            steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, next_step, 1))
+        next_step += 1
+        t = time.perf_counter()
+        row = run_analyze(run_id=run.pk)
+        incrementals.append(time.perf_counter() - t)
+        assert row is not None and row.result["steps"] == next_step * args.ranks
+    live_state = state_bytes()
+    print(
+        f"incremental after one step per rank: first {incrementals[0] * 1000:.0f} ms, p50 {pct(incrementals, 50) * 1000:.0f} ms, "
+        f"p99 {pct(incrementals, 99) * 1000:.0f} ms (target p99 <= 200 ms); state {live_state:,} B"
+    )
+
+    no_new_steps = []
+    for i in range(args.repeat):
+        sample_t = t0 + next_step * step_ns + i * 1000
+        samples_ingest(run=run, rank=0, host="node-0", samples={"t_ns": [sample_t], "cpu_other_pct": [3.0]})
+        t = time.perf_counter()
+        run_analyze(run_id=run.pk)
+        no_new_steps.append(time.perf_counter() - t)
+    print(
+        f"re-analysis with no new steps (a sample): p50 {pct(no_new_steps, 50) * 1000:.0f} ms, "
+        f"p99 {pct(no_new_steps, 99) * 1000:.0f} ms"
+    )
+
+    sweeps = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        result = analysis_sweep(inline=True)
+        sweeps.append(time.perf_counter() - t)
+        assert result.analysed == 0
+    print(f"sweep with nothing dirty: p50 {pct(sweeps, 50) * 1000:.1f} ms, p99 {pct(sweeps, 99) * 1000:.1f} ms (target <= 10 ms)")
+
+    out = {
+        "benchmark": "big_job",
+        "ranks": args.ranks,
+        "steps_per_rank": args.steps,
+        "rows": args.ranks * args.steps,
+        "full_analysis_s": {"first": fulls[0], "repeats": fulls[1:]},
+        "incremental_one_step_per_rank_ms": {
+            "first": incrementals[0] * 1000, "p50": pct(incrementals, 50) * 1000, "p99": pct(incrementals, 99) * 1000,
+        },
+        "reanalysis_no_new_steps_ms": {"p50": pct(no_new_steps, 50) * 1000, "p99": pct(no_new_steps, 99) * 1000},
+        "sweep_nothing_dirty_ms": {"p50": pct(sweeps, 50) * 1000, "p99": pct(sweeps, 99) * 1000},
+        "state_bytes": {"after_full": full_state, "after_incremental": live_state},
+        "model_side_by_side_s": model,
+        "targets": {"incremental_p99_ms": 200, "sweep_nothing_dirty_ms": 10},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1min": os.getloadavg()[0]},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
