@@ -1,19 +1,28 @@
 #!/bin/sh
-# One image, three roles: web (migrates, then gunicorn), worker (Celery), beat (Celery beat).
+# One image, four roles: migrate (once per deploy, before the others start), web (gunicorn),
+# worker (Celery) and beat (Celery beat, exactly one per deployment). Web never migrates: with
+# several web containers each would race the others through the same migrations.
 set -eu
+here="$(cd "$(dirname "$0")" && pwd)"
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-phantomhub.settings}"
 role="${1:-web}"
 case "$role" in
+  migrate)
+    exec python -m django migrate --no-input
+    ;;
   web)
-    python manage.py migrate --no-input
     # Port (PHANTOMHUB_PORT, default 8000), workers and the proxies whose forwarded headers are
     # trusted (PHANTOMHUB_TRUSTED_PROXIES, none by default) come from deploy/gunicorn.py.
-    exec gunicorn phantomhub.wsgi --config /app/deploy/gunicorn.py
+    exec gunicorn phantomhub.wsgi --config "$here/gunicorn.py"
     ;;
   worker)
-    exec celery -A phantomhub worker --loglevel INFO --concurrency "${PHANTOMHUB_WORKER_CONCURRENCY:-2}"
+    # Named after the container (Docker sets HOSTNAME), as deploy/healthcheck.py worker pings it.
+    exec celery -A phantomhub worker --hostname "celery@${HOSTNAME:-%h}" --loglevel INFO \
+      --concurrency "${PHANTOMHUB_WORKER_CONCURRENCY:-2}"
     ;;
   beat)
-    exec celery -A phantomhub beat --loglevel INFO --schedule /app/var/celerybeat-schedule
+    # deploy/healthcheck.py beat reads this file's age: beat rewrites it every few minutes.
+    exec celery -A phantomhub beat --loglevel INFO --schedule "${PHANTOMHUB_VAR_DIR:-/app/var}/celerybeat-schedule"
     ;;
   *)
     exec "$@"

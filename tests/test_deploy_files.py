@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
+import json
 import os
 import re
 import runpy
+import time
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -27,7 +30,8 @@ def _settings_env_names() -> set[str]:
             continue
         names |= set(re.findall(r'"(PHANTOMHUB_[A-Z_]+)"', path.read_text()))
     for path in (ROOT / "deploy").iterdir():  # gunicorn's config, the healthcheck, the entrypoint
-        names |= set(re.findall(r"\b(PHANTOMHUB_[A-Z_]+)\b", path.read_text()))
+        if path.is_file():  # not __pycache__
+            names |= set(re.findall(r"\b(PHANTOMHUB_[A-Z_]+)\b", path.read_text()))
     return names
 
 
@@ -39,17 +43,113 @@ def _healthcheck() -> ModuleType:
     return module
 
 
-def test_compose_runs_web_worker_and_beat_from_one_image_beside_postgres_and_redis() -> None:
+def _entrypoint_role(role: str) -> str:
+    """The shell commands of one role's branch of deploy/entrypoint.sh."""
+    branch = re.search(rf"^\s+{role}\)$(.*?)^\s+;;$", ENTRYPOINT, re.M | re.S)
+    assert branch is not None, f"deploy/entrypoint.sh has no {role} role"
+    return branch.group(1)
+
+
+def _stages() -> dict[str, str]:
+    """The Dockerfile's stages by name: the text from each `FROM ... AS name` to the next."""
+    parts = re.split(r"^FROM (\S+) AS (\S+)$", DOCKERFILE, flags=re.M)
+    return {name: f"FROM {image}\n{body}" for image, name, body in zip(parts[1::3], parts[2::3], parts[3::3])}
+
+
+def test_compose_runs_migrate_web_worker_and_beat_from_one_image_beside_postgres_and_redis() -> None:
     services = COMPOSE["services"]
-    assert set(services) == {"web", "worker", "beat", "postgres", "redis"}
-    app = [services[name] for name in ("web", "worker", "beat")]
+    assert set(services) == {"migrate", "web", "worker", "beat", "postgres", "redis"}
+    app = [services[name] for name in ("migrate", "web", "worker", "beat")]
     assert len({s["image"] for s in app}) == 1
     assert all(s["environment"] == app[0]["environment"] for s in app)
-    assert [s["command"] for s in app] == [["web"], ["worker"], ["beat"]]
+    assert [s["command"] for s in app] == [["migrate"], ["web"], ["worker"], ["beat"]]
+    for role in ("migrate", "web", "worker", "beat"):
+        _entrypoint_role(role)
+    for service in app:
+        for dep in ("postgres", "redis"):
+            assert service["depends_on"][dep]["condition"] == "service_healthy"
+
+
+def test_migrations_run_once_per_deploy_before_the_roles_that_need_them() -> None:
+    services = COMPOSE["services"]
+    migrate = services["migrate"]
+    assert migrate["restart"] == "no"  # a one-shot: restart policies would run it in a loop
+    assert "migrate" not in migrate["depends_on"]
+    assert "ports" not in migrate and "healthcheck" not in migrate
+    for name in ("web", "worker", "beat"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+    assert "migrate --no-input" in _entrypoint_role("migrate")
+    for role in ("web", "worker", "beat"):  # no container but migrate's touches the schema
+        assert "migrate" not in _entrypoint_role(role), role
+
+
+def test_worker_and_beat_have_healthchecks_of_their_own_role() -> None:
     for role in ("web", "worker", "beat"):
-        assert re.search(rf"^\s+{role}\)$", ENTRYPOINT, re.M), role
-    for dep in ("postgres", "redis"):
-        assert app[0]["depends_on"][dep]["condition"] == "service_healthy"
+        check = COMPOSE["services"][role]["healthcheck"]
+        assert check["test"] == ["CMD", "python", "/app/deploy/healthcheck.py", role], role
+        assert check["retries"] >= 3
+    # beat's check reads the schedule file where the beat role writes it
+    assert '--schedule "${PHANTOMHUB_VAR_DIR:-/app/var}/celerybeat-schedule"' in _entrypoint_role("beat")
+    assert _healthcheck().BEAT_SCHEDULE == "celerybeat-schedule"
+    # the worker's node name is the one its check pings
+    assert '--hostname "celery@${HOSTNAME:-%h}"' in _entrypoint_role("worker")
+    assert "PHANTOMHUB_VAR_DIR=/app/var" in _stages()["runtime"]  # the image's ENV
+
+
+def test_beat_healthcheck_wants_a_recently_written_schedule(tmp_path: Path) -> None:
+    beat_check = _healthcheck().beat_check
+    assert beat_check(tmp_path)[0] is False  # beat never started
+    schedule = tmp_path / "celerybeat-schedule.db"  # the name some dbm modules give it
+    schedule.write_bytes(b"x")
+    now = schedule.stat().st_mtime
+    assert beat_check(tmp_path, now=now + 60)[0] is True
+    healthy, detail = beat_check(tmp_path, now=now + 601)
+    assert healthy is False and "601 s ago" in detail
+    (tmp_path / "celerybeat-schedule").write_bytes(b"x")  # the newest file counts
+    assert beat_check(tmp_path, now=time.time() + 1)[0] is True
+
+
+def test_healthcheck_refuses_an_unknown_role() -> None:
+    assert _healthcheck().main(["healthcheck.py", "flower"]) == 2
+
+
+def test_the_image_builds_the_ui_and_runs_from_the_wheel_not_the_source_tree() -> None:
+    stages = _stages()
+    assert list(stages) == ["ui", "wheel", "runtime"]
+    ui, wheel, runtime = stages["ui"], stages["wheel"], stages["runtime"]
+    node = re.match(r"FROM node:(\d+)", ui)
+    engines = json.loads((ROOT / "frontend" / "package.json").read_text())["engines"]["node"]
+    assert node is not None and engines.startswith(f">={node.group(1)}"), (node, engines)
+    assert "RUN npm ci" in ui and "RUN npm run build" in ui
+    assert "COPY --from=ui /src/frontend/dist ./frontend/dist" in wheel
+    assert re.search(r"^RUN pip wheel --no-deps --wheel-dir wheels \.$", wheel, re.M)
+    assert "COPY --from=wheel /src/wheels /tmp/wheels" in runtime
+    assert "RUN pip install /tmp/wheels/*.whl" in runtime
+    assert "COPY phantomhub" not in runtime  # the package comes from site-packages only
+    assert "collectstatic" in runtime and "USER phantomhub" in runtime
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"**/node_modules", "frontend/dist", ".venv"} <= set(ignored)  # host builds stay out
+
+
+def test_the_wheel_carries_the_ui_and_the_package_data() -> None:
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "frontend" in setuptools["packages"]["find"]["include"]
+    assert setuptools["package-data"]["frontend"] == ["dist/**/*"]
+    # Settings look for the UI beside the phantomhub package: frontend/dist in the source tree,
+    # site-packages/frontend/dist in an installed wheel.
+    assert re.search(r'^FRONTEND_DIST = BASE_DIR / "frontend" / "dist"$', (ROOT / "phantomhub" / "settings.py").read_text(), re.M)
+    data = {
+        path.relative_to(ROOT / "phantomhub")
+        for path in (ROOT / "phantomhub").rglob("*")
+        if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
+    }
+    assert data, "the package has data files (the GPU catalog at least)"
+    for path in data:
+        package = ".".join(("phantomhub", *path.parent.parts))
+        globs = setuptools["package-data"].get(package, [])
+        assert any(fnmatch.fnmatch(path.name, glob) for glob in globs), (
+            f"phantomhub/{path} would be missing from the wheel: list it in [tool.setuptools.package-data]"
+        )
 
 
 def test_compose_environment_uses_only_settings_that_exist() -> None:
@@ -63,12 +163,13 @@ def test_compose_environment_uses_only_settings_that_exist() -> None:
 
 def test_compose_healthcheck_and_port_match_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     web = COMPOSE["services"]["web"]
-    assert web["healthcheck"]["test"] == ["CMD", "python", "/app/deploy/healthcheck.py"]
-    assert re.search(r"^WORKDIR /app$", DOCKERFILE, re.M) and re.search(r"^COPY deploy \./deploy$", DOCKERFILE, re.M)
+    runtime = _stages()["runtime"]
+    assert re.search(r"^WORKDIR /app$", runtime, re.M) and re.search(r"^COPY deploy \./deploy$", runtime, re.M)
+    assert 'ENTRYPOINT ["/app/deploy/entrypoint.sh"]' in runtime
     assert _healthcheck().PATH == "/api/v1/health"
     assert web["ports"] == ["8000:8000"]
-    assert "EXPOSE 8000" in DOCKERFILE
-    assert "gunicorn phantomhub.wsgi --config /app/deploy/gunicorn.py" in ENTRYPOINT
+    assert "EXPOSE 8000" in runtime
+    assert 'gunicorn phantomhub.wsgi --config "$here/gunicorn.py"' in _entrypoint_role("web")  # /app/deploy/gunicorn.py
     assert "forwarded-allow-ips" not in ENTRYPOINT  # it comes from PHANTOMHUB_TRUSTED_PROXIES
     for name in list(os.environ):
         if name.startswith("PHANTOMHUB_"):
@@ -98,9 +199,16 @@ def test_the_healthcheck_host_is_one_a_production_allowed_hosts_accepts(allowed_
 
 
 def test_dockerfile_copies_files_that_exist_and_installs_the_server_without_torch() -> None:
+    stages = list(_stages())
     for source in re.findall(r"^COPY (\S+(?: \S+)*) \S+$", DOCKERFILE, re.M):
+        if source.startswith("--from="):
+            stage = source.split()[0].removeprefix("--from=")
+            assert stage in stages, f"COPY from an unknown stage {stage}"
+            continue
         for item in source.split():
             assert (ROOT / item).exists(), item
+    pythons = set(re.findall(r"^FROM python:(\d+\.\d+)", DOCKERFILE, re.M))
+    assert len(pythons) == 1, pythons  # the wheel is built and installed by the same Python
     python = re.search(r"^FROM python:(\d+\.\d+)", DOCKERFILE, re.M)
     assert python is not None
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
