@@ -70,8 +70,13 @@ def _train(run: Any, stall_s: float) -> None:
 
 
 def test_an_injected_data_stall_is_priced_at_its_share(live_server: Any, token: str, tmp_path: Path) -> None:
+    # Allocated now: a later run of this (test) process would otherwise be billed from the end of
+    # the previous run of the process, whatever test that was (docs/agent.md).
+    from datetime import UTC, datetime
+
     run = pa.init(project="ground-truth", team="ml", name="stalled", gpu_model="L4", gpu_count=1, dtype="fp32",
-                  server=live_server.url, token=token, debug=True, spool_dir=str(tmp_path / "spool"))  # fmt: skip
+                  server=live_server.url, token=token, debug=True, spool_dir=str(tmp_path / "spool"),
+                  allocation_start=datetime.now(UTC))  # fmt: skip
     _train(run, STALL_S)
     run.finish()
     stored = Run.objects.get(name="stalled")
