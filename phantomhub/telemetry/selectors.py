@@ -74,37 +74,7 @@ def _copy_dtype() -> np.dtype[Any]:
 
 def steps_arrays(*, run_id: uuid.UUID, rank: int, after_step: int = -1) -> dict[str, npt.NDArray[Any]]:
     """One rank's steps after `after_step`, ordered by step, as numpy columns (nulls: -1 / NaN)."""
-    select = ", ".join("COALESCE(flops, 'NaN'::float8)" if c == "flops" else f"COALESCE({c}, -1)" for c in ANALYSIS_COLUMNS)
-    if connection.vendor == "postgresql":
-        sql = (
-            f"COPY (SELECT {select} FROM telemetry_step WHERE run_id = %s AND rank = %s AND step > %s "
-            "ORDER BY step) TO STDOUT (FORMAT BINARY)"
-        )
-        connection.ensure_connection()
-        raw = connection.connection
-        assert raw is not None
-        buf = bytearray()
-        with raw.cursor() as cur, cur.copy(sql, (run_id, rank, after_step)) as copy:
-            for chunk in copy:
-                buf += chunk
-        body = bytes(buf[19:-2])  # 19-byte header (no extension), 2-byte trailer
-        rows = np.frombuffer(body, dtype=_copy_dtype())
-        return {name: rows[name].astype(np.float64 if name == "flops" else np.int64) for name in ANALYSIS_COLUMNS}
-    select = select.replace("'NaN'::float8", "NULL")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {select} FROM telemetry_step WHERE run_id = %s AND rank = %s AND step > %s ORDER BY step",
-            [run_id.hex, rank, after_step],
-        )
-        fetched = cursor.fetchall()
-    out: dict[str, npt.NDArray[Any]] = {}
-    for i, name in enumerate(ANALYSIS_COLUMNS):
-        column = [row[i] for row in fetched]
-        if name == "flops":
-            out[name] = np.array([np.nan if v is None else v for v in column], dtype=np.float64)
-        else:
-            out[name] = np.array(column, dtype=np.int64)
-    return out
+    return steps_arrays_after(run_id=run_id, after={rank: after_step})[rank]
 
 
 def steps_arrays_after(*, run_id: uuid.UUID, after: dict[int, int]) -> dict[int, dict[str, npt.NDArray[Any]]]:

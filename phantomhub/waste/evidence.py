@@ -249,6 +249,49 @@ def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
+@dataclass(frozen=True)
+class Levels:
+    """The references a run's own stretches and its peers demonstrate for one figure."""
+
+    reference: float  # the better of own best stretch and peers' better quartile
+    kind: str  # which of the two it is
+    conservative: float  # the better of own better-quartile block and peers' median
+    best: float  # the best single one: own best stretch or best peer
+
+
+def _levels(stretch: Stretch | None, pv: list[tuple[str, float]], *, lower_is_better: bool) -> Levels | None:
+    better = min if lower_is_better else max
+    candidates: list[tuple[float, str]] = []
+    conservative: list[float] = []
+    best: list[float] = []
+    if stretch is not None:
+        candidates.append((stretch.best, "own_stretch"))
+        conservative.append(stretch.quartile)
+        best.append(stretch.best)
+    if pv:
+        values = np.array([v for _, v in pv])
+        candidates.append((float(np.percentile(values, 25 if lower_is_better else 75)), "peers"))
+        conservative.append(float(np.percentile(values, 50)))
+        best.append(float(better(values)))
+    if not candidates:
+        return None
+    reference, kind = better(candidates)
+    return Levels(reference, kind, better(conservative), better(best))
+
+
+def _demonstrated(
+    kind: str, stretch: Stretch | None, pv: list[tuple[str, float]], *, did: str, run_did: str, lower_is_better: bool
+) -> tuple[str, tuple[str, ...]]:
+    """The evidence in words, and the peer runs it cites (best first)."""
+    if kind == "own_stretch":
+        assert stretch is not None
+        return f"In its best stretch of {stretch.window.steps:,.0f} steps the run {did}; over the whole run it {run_did}.", ()
+    runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
+    quartile = "" if len(pv) == 1 else " (their better quartile)"
+    ordered = sorted(pv, key=lambda x: x[1] if lower_is_better else -x[1])
+    return f"{runs} of this project {did}{quartile}; this run {run_did}.", tuple(rid for rid, _ in ordered)
+
+
 def per_step_recoverable(
     *,
     label: str,
@@ -264,47 +307,24 @@ def per_step_recoverable(
     if usd_cents <= 0 or not run_ns:
         return none_recoverable(f"Nothing spent on {label}: nothing to recover.", "ms/step", _ms(run_ns))
     pv = _peer_values(peers, attr)
-    candidates: list[tuple[float, str]] = []
-    conservative: list[float] = []
-    best: list[float] = []
-    if stretch is not None:
-        candidates.append((stretch.best, "own_stretch"))
-        conservative.append(stretch.quartile)
-        best.append(stretch.best)
-    if pv:
-        values = np.array([v for _, v in pv])
-        candidates.append((float(np.percentile(values, 25)), "peers"))
-        conservative.append(float(np.percentile(values, 50)))
-        best.append(float(values.min()))
-    if not candidates:
+    levels = _levels(stretch, pv, lower_is_better=True)
+    if levels is None:
         return none_recoverable(
             f"No evidence: the run has fewer than {STRETCH_MIN_STEPS} steps per rank to compare stretches "
             "and no comparable finished run of the project on this GPU model.",
             "ms/step",
             _ms(run_ns),
         )
-    ref, kind = min(candidates)
-    low_ref, high_ref = min(conservative), min(best)
+    ref, kind, low_ref, high_ref = levels.reference, levels.kind, levels.conservative, levels.best
 
     def fraction(r: float) -> float:
         return 1.0 - r / run_ns
 
     point = _cents_at(usd_cents, fraction(ref))
-    if kind == "own_stretch":
-        assert stretch is not None
-        summary = (
-            f"In its best stretch of {stretch.window.steps:,.0f} steps the run spent {duration_text(ref)} per step on "
-            f"{label}; over the whole run, {duration_text(run_ns)}."
-        )
-        peer_ids: tuple[str, ...] = ()
-    else:
-        runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
-        quartile = "" if len(pv) == 1 else " (their better quartile)"
-        summary = (
-            f"{runs} of this project spent {duration_text(ref)} per step on {label}{quartile}; "
-            f"this run spent {duration_text(run_ns)}."
-        )
-        peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: x[1]))
+    summary, peer_ids = _demonstrated(
+        kind, stretch, pv, did=f"spent {duration_text(ref)} per step on {label}", run_did=f"spent {duration_text(run_ns)}",
+        lower_is_better=True,
+    )  # fmt: skip
     if point == 0:
         summary += " No better level was demonstrated, so none of it is counted as recoverable."
     ev = CategoryEvidence(
@@ -339,48 +359,26 @@ def compute_recoverable(
     if not run_mfu:
         return none_recoverable("No evidence: MFU is unknown (no FLOPs or no peak for this GPU and dtype).", "MFU")
     pv = _peer_values(peers, "mfu_compute")
-    candidates: list[tuple[float, str]] = []
-    conservative: list[float] = []
-    best: list[float] = [target_mfu]
-    if stretch is not None:
-        candidates.append((stretch.best, "own_stretch"))
-        conservative.append(stretch.quartile)
-        best.append(stretch.best)
-    if pv:
-        values = np.array([v for _, v in pv])
-        candidates.append((float(np.percentile(values, 75)), "peers"))
-        conservative.append(float(np.percentile(values, 50)))
-        best.append(float(values.max()))
-    if not candidates:
+    levels = _levels(stretch, pv, lower_is_better=False)
+    if levels is None:
         return none_recoverable(
             f"No evidence: fewer than {STRETCH_MIN_STEPS} steps per rank and no comparable finished run; the "
             f"target MFU ({target_mfu:.0%}) alone is not a demonstrated level.",
             "MFU",
             run_mfu,
         )
-    ref, kind = max(candidates)
-    ref = min(ref, target_mfu)
-    low_ref = min(max(conservative), ref)
+    kind = levels.kind
+    ref = min(levels.reference, target_mfu)
+    low_ref = min(levels.conservative, ref)
 
     def cents(r: float) -> int:
         return min(_cents_at(compute_cents, 1.0 - run_mfu / r), inefficiency_cents) if r > 0 else 0
 
     point = cents(ref)
-    if kind == "own_stretch":
-        assert stretch is not None
-        summary = (
-            f"The run's best stretch of {stretch.window.steps:,.0f} steps ran at {percent_text(ref)} MFU over compute time; "
-            f"the run averaged {percent_text(run_mfu)}."
-        )
-        peer_ids: tuple[str, ...] = ()
-    else:
-        runs = "A comparable finished run" if len(pv) == 1 else f"{len(pv)} comparable finished runs"
-        quartile = "" if len(pv) == 1 else " (their better quartile)"
-        summary = (
-            f"{runs} of this project ran at {percent_text(ref)} MFU over compute time{quartile}; "
-            f"this run averaged {percent_text(run_mfu)}."
-        )
-        peer_ids = tuple(rid for rid, v in sorted(pv, key=lambda x: -x[1]))
+    summary, peer_ids = _demonstrated(
+        kind, stretch, pv, did=f"ran at {percent_text(ref)} MFU over compute time",
+        run_did=f"averaged {percent_text(run_mfu)}", lower_is_better=False,
+    )  # fmt: skip
     if point == 0:
         summary += " No better level was demonstrated, so none of it is counted as recoverable."
     summary += f" The high end assumes the target MFU of {target_mfu:.0%}."
