@@ -1,0 +1,372 @@
+"""A fleet of ranks against the whole server: what it costs in server CPU per GPU per minute.
+
+Simulated ranks (8 per run, spread over a few processes) each go through the real agent's
+background sender (``phantomhub_agent._worker.Worker``: batching, gzip, retries, spool), fed by a
+driver that records steps at 1-10 steps/s (a rate per rank, drawn once), with realistic stage
+times, system samples (a host row and a GPU row a second, from a stand-in for NVML/psutil) and
+the agent's counters. The server is gunicorn + one Celery worker (analysis) + PostgreSQL +
+Redis, with the ingest rate limit off. After a warm-up, the CPU time of the gunicorn master and
+workers and of the Celery worker and its children is read before and after a steady window:
+
+- requests per GPU per minute (all ingest POSTs the senders made in the window);
+- server CPU ms per GPU per minute, web and worker (analysis) separately and together;
+- rows sent vs stored (steps and samples, after every rank finished and flushed);
+- p50 / p99 request latency as the senders saw it.
+
+Profiles are agent settings: ``defaults`` (what the agent ships) and ``v1`` (the settings the
+agent shipped before the combined batch: 2 s flushes, one request per kind).
+
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles defaults v1] [--window 120]
+
+Writes bench/results/fleet.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "agent"))
+from bench.common import database_recreate, free_port, manage, wait_healthy  # noqa: E402
+
+RANKS_PER_RUN = 8
+# Agent settings per profile; "defaults" is whatever the agent ships.
+PROFILES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "v1": {"flush_interval_s": 2.0, "system_interval_s": 1.0, "counters_interval_s": 10.0},
+}
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+# -- the simulated ranks (child processes) ---------------------------------------------------------
+
+
+class FakeSampler:
+    """The agent's SystemSampler rows (a host row and one GPU row), without NVML or /proc."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def sample(self, t_ns: int) -> list[list[Any]]:
+        r = self.rng
+        return [
+            [t_ns, None, None, None, None, None, round(r.uniform(80, 100), 2), round(r.uniform(0, 5), 2), 0.0, 12 * 2**30],
+            [t_ns, 0, float(r.randint(60, 100)), r.choice((1755, 1980)), 60 * 2**30, round(r.uniform(300, 700), 1),
+             None, None, None, None],
+        ]  # fmt: skip
+
+
+class TimedTransport:
+    """Wraps the sender's transport: every request's latency and when it ended."""
+
+    def __init__(self, inner: Any, log: list[tuple[float, float, int]]) -> None:
+        self.inner = inner
+        self.log = log
+
+    def request(self, method: str, path: str, body: bytes | None = None, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            response = self.inner.request(method, path, body, **kw)
+        except Exception:
+            self.log.append((time.time(), time.perf_counter() - t0, 0))
+            raise
+        self.log.append((time.time(), time.perf_counter() - t0, response.status))
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class SimRank:
+    def __init__(self, worker: Any, rate: float, rng: random.Random) -> None:
+        self.worker = worker
+        self.period_ns = int(1e9 / rate)
+        self.rng = rng
+        self.step = 0
+        self.next_pc = time.perf_counter_ns() + rng.randrange(self.period_ns)
+        self.sent = 0
+
+    def due(self, now_pc: int) -> None:
+        """Records every step that has started by ``now_pc`` (the hot path's raw record)."""
+        while self.next_pc <= now_pc:
+            start, p = self.next_pc, self.period_ns
+            r = self.rng.random()
+            data, fwd, bwd, opt = int(p * (0.02 + 0.08 * r)), int(p * 0.3), int(p * 0.45), int(p * 0.05)
+            comm = int(p * 0.05 * r)
+            end = start + data + fwd + bwd + opt + comm
+            self.worker.steps.append(
+                (self.step, start, end, data, fwd, bwd, opt, comm, 4 * 10**14, 8192, 8, 30 * 2**30, 40 * 2**30,
+                 35 * 2**30, 0, None)
+            )  # fmt: skip
+            self.step += 1
+            self.sent += 1
+            self.next_pc += p
+
+
+def child_main(spec: dict[str, Any], out: Any) -> None:
+    from phantomhub_agent._config import settings_from
+    from phantomhub_agent._spool import token_fingerprint
+    from phantomhub_agent._worker import MARK_END, Worker, WorkerContext
+
+    # Hundreds of senders in one process: the agent's once-per-sender warnings would flood the output.
+    logging.getLogger("phantomhub_agent").setLevel(logging.CRITICAL)
+    rng = random.Random(spec["seed"])
+    log: list[tuple[float, float, int]] = []
+    sims: list[SimRank] = []
+    spool = Path(spec["spool"])
+    for run_id, rank in spec["ranks"]:
+        settings = settings_from(
+            {"server": spec["server"], "token": spec["token"], "spool_dir": str(spool), **spec["settings"]}, environ={}
+        )
+        clock = time.time_ns() - time.perf_counter_ns()
+        ctx = WorkerContext(run_id=run_id, rank=rank, host=f"node-{rank // 8}", token_fp=token_fingerprint(spec["token"]),
+                            clock_offset_ns=clock, gpu_devices=[0])  # fmt: skip
+        worker = Worker(settings, ctx)
+        worker.transport = TimedTransport(worker.transport, log)  # type: ignore[assignment]
+        worker._sampler = FakeSampler(rng.randrange(2**31))
+        metadata = {"id": run_id, "name": f"fleet-{run_id[:8]}", "gpu_model": "H100-SXM", "gpu_count": RANKS_PER_RUN,
+                    "world_size": RANKS_PER_RUN, "dtype": "bf16", "pricing_tier": "on_demand"}  # fmt: skip
+        worker.items.append(("request", worker.make_request("run", "/api/v1/runs", metadata)))
+        worker.ensure_started()
+        sims.append(SimRank(worker, rng.uniform(1.0, 10.0), rng))
+    stop_at = spec["stop_at"]
+    while time.time() < stop_at:
+        now = time.perf_counter_ns()
+        for sim in sims:
+            sim.due(now)
+        time.sleep(0.02)
+    for sim in sims:
+        sim.worker.steps.append((MARK_END, time.perf_counter_ns()))
+        sim.worker.items.append(("event", {"id": uuid.uuid4().hex, "kind": "finish", "rank": sim.worker.ctx.rank,
+                                           "t_ns": time.time_ns() // 1000 * 1000, "status": "finished"}))  # fmt: skip
+    # Every rank finishes at once (as a job's ranks do), each within the agent's deadline.
+    finishers = [threading.Thread(target=sim.worker.finish, args=(20.0,)) for sim in sims]
+    for thread in finishers:
+        thread.start()
+    for thread in finishers:
+        thread.join()
+    counters: dict[str, int] = {}
+    for sim in sims:
+        for key, value in sim.worker.counters_snapshot().items():
+            counters[key] = counters.get(key, 0) + value
+    out.put({"steps_sent": sum(s.sent for s in sims), "requests": log, "counters": counters})
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+def _cpu_s(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+class Server:
+    def __init__(self, env: dict[str, str], web_workers: int, log_dir: Path) -> None:
+        self.port = free_port()
+        self.web = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers",
+             str(web_workers), "--log-level", "warning"],
+            cwd=ROOT, env=env, stdout=(log_dir / "web.log").open("ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        worker_log = log_dir / "worker.log"
+        worker_log.write_bytes(b"")
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "phantomhub", "worker", "--concurrency", "1", "--loglevel", "INFO",
+             "-Q", "phantomhub", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_healthy(self.port)
+        deadline = time.monotonic() + 60
+        while b"ready." not in worker_log.read_bytes():
+            if self.worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("celery worker did not start: " + worker_log.read_text()[-2000:])
+            time.sleep(0.2)
+        self.worker_log = worker_log
+
+    def cpu(self) -> tuple[float, float]:
+        return _cpu_s(_tree(self.web.pid)), _cpu_s(_tree(self.worker.pid))
+
+    def analyses(self) -> int:
+        return self.worker_log.read_text(errors="replace").count("succeeded in")
+
+    def stop(self) -> None:
+        for proc in (self.web, self.worker):
+            proc.send_signal(signal.SIGTERM)
+        for proc in (self.web, self.worker):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def stored_rows(database_url: str, run_ids: list[str]) -> tuple[int, int]:
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        steps = conn.execute("SELECT count(*) FROM telemetry_step WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        samples = conn.execute("SELECT count(*) FROM telemetry_systemsample WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+    return int(steps[0]) if steps else 0, int(samples[0]) if samples else 0
+
+
+def one_case(args: argparse.Namespace, server: Server, token: str, profile: str, ranks: int) -> dict[str, Any]:
+    runs = [str(uuid.uuid4()) for _ in range(max(1, ranks // RANKS_PER_RUN))]
+    all_ranks = [(runs[i // RANKS_PER_RUN], i % RANKS_PER_RUN) for i in range(ranks)]
+    procs_n = min(args.procs, ranks)
+    t_start = time.time()
+    stop_at = t_start + args.warmup + args.window
+    spool = Path(args.spool) / f"{profile}-{ranks}-{int(t_start)}"
+    ctx = mp.get_context("fork")
+    queue: Any = ctx.Queue()
+    children = []
+    for k in range(procs_n):
+        spec = {"ranks": all_ranks[k::procs_n], "server": f"http://127.0.0.1:{server.port}", "token": token,
+                "settings": PROFILES[profile], "seed": 1000 * k + ranks, "stop_at": stop_at, "spool": str(spool)}  # fmt: skip
+        child = ctx.Process(target=child_main, args=(spec, queue), daemon=True)
+        child.start()
+        children.append(child)
+    time.sleep(max(0.0, t_start + args.warmup - time.time()))
+    cpu0, analyses0, w0 = server.cpu(), server.analyses(), time.time()
+    time.sleep(max(0.0, stop_at - time.time()))
+    cpu1, analyses1, w1 = server.cpu(), server.analyses(), time.time()
+    results = [queue.get(timeout=300) for _ in children]
+    for child in children:
+        child.join(30)
+    time.sleep(args.settle)
+    minutes = (w1 - w0) / 60
+    gpu_minutes = ranks * minutes
+    requests = [r for res in results for r in res["requests"]]
+    in_window = [r for r in requests if w0 <= r[0] <= w1]
+    latencies_ms = [r[1] * 1000 for r in in_window]
+    counters: dict[str, int] = {}
+    for res in results:
+        for key, value in res["counters"].items():
+            counters[key] = counters.get(key, 0) + value
+    steps_sent = sum(res["steps_sent"] for res in results)
+    steps_stored, samples_stored = stored_rows(args.database_url, runs)
+    web_ms = (cpu1[0] - cpu0[0]) * 1000 / gpu_minutes
+    worker_ms = (cpu1[1] - cpu0[1]) * 1000 / gpu_minutes
+    case = {
+        "profile": profile,
+        "agent_settings": PROFILES[profile],
+        "ranks": ranks,
+        "runs": len(runs),
+        "window_s": round(w1 - w0, 1),
+        "requests_per_gpu_min": round(len(in_window) / gpu_minutes, 2),
+        "cpu_ms_per_gpu_min": {"web": round(web_ms, 2), "worker": round(worker_ms, 2), "total": round(web_ms + worker_ms, 2)},
+        "analyses_in_window": analyses1 - analyses0,
+        "latency_ms": {"p50": round(pct(latencies_ms, 50) or 0, 2), "p99": round(pct(latencies_ms, 99) or 0, 2)},
+        "non_2xx_in_window": sum(1 for r in in_window if not 200 <= r[2] < 300),
+        "steps": {"sent": steps_sent, "stored": steps_stored},
+        "samples": {"stored": samples_stored, "dropped": counters.get("dropped_samples", 0)},
+        "agent_counters": {k: counters.get(k, 0) for k in ("dropped_steps", "rejected_batches", "send_failures",
+                                                            "spooled_batches", "replayed_batches", "sent_batches")},
+    }  # fmt: skip
+    c = case
+    print(
+        f"{profile:>9} {ranks:>4} ranks: {c['requests_per_gpu_min']:6.2f} req/GPU/min, CPU ms/GPU/min web "
+        f"{web_ms:6.2f} worker {worker_ms:6.2f} total {web_ms + worker_ms:6.2f}; latency p50 "
+        f"{c['latency_ms']['p50']} ms p99 {c['latency_ms']['p99']} ms; steps sent {steps_sent} stored {steps_stored}; "
+        f"analyses {c['analyses_in_window']}",
+        flush=True,
+    )
+    return case
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--profiles", nargs="+", default=["defaults"], choices=sorted(PROFILES))
+    parser.add_argument("--window", type=float, default=120.0, help="measured seconds (after the warm-up)")
+    parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds after the ranks finish, before counting rows")
+    parser.add_argument("--procs", type=int, default=4, help="processes the ranks are spread over")
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument(
+        "--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ph_bench_fleet")
+    )
+    parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5"))
+    parser.add_argument("--spool", default="/tmp/ph-fleet-spool")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet.json"))
+    args = parser.parse_args()
+
+    import redis
+
+    database_recreate(args.database_url)
+    redis.Redis.from_url(args.redis_url).flushdb()
+    env = {
+        **os.environ,
+        "PHANTOMHUB_DATABASE_URL": args.database_url,
+        "PHANTOMHUB_REDIS_URL": args.redis_url,
+        "PHANTOMHUB_SECRET_KEY": "f" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "PHANTOMHUB_SECURE_COOKIES": "0",
+        "PHANTOMHUB_INGEST_RATE": "off",
+        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+    }
+    print("[setup] migrating …", flush=True)
+    manage(env, "migrate", "--no-input")
+    token = manage(env, "createtoken", "--team", "bench", "--project", "fleet")
+    log_dir = Path(args.spool)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    server = Server(env, args.web_workers, log_dir)
+    cases = []
+    try:
+        # Profiles alternate within each fleet size, so both see the same machine load.
+        for ranks in args.ranks:
+            for profile in args.profiles:
+                cases.append(one_case(args, server, token, profile, ranks))
+    finally:
+        server.stop()
+    result = {
+        "bench": "fleet",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
+        "server": {"web_workers": args.web_workers, "celery_concurrency": 1, "ingest_rate": "off"},
+        "window_s": args.window,
+        "warmup_s": args.warmup,
+        "ranks_per_run": RANKS_PER_RUN,
+        "steps_per_s_per_rank": "uniform 1-10, drawn once per rank",
+        "target_cpu_ms_per_gpu_min": 10,
+        "cases": cases,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
