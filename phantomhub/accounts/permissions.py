@@ -30,6 +30,7 @@ PROJECT_TOKEN_ENDPOINTS = frozenset(
         "run-steps",
         "run-samples",
         "run-events",
+        "run-batch",
         "run-analysis",
         "run-series",
         "portal-runs",

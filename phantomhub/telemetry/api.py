@@ -394,3 +394,50 @@ class RunEventsApi(APIView):
         serializer.is_valid(raise_exception=True)
         result = services.events_ingest(run=run, events=serializer.validated_data["events"])
         return Response(result.as_dict())
+
+
+RankBatchSerializer = inline_serializer(
+    "RankBatch",
+    {
+        "rank": serializers.IntegerField(min_value=0),
+        "host": serializers.CharField(required=False),
+        "steps": _columns_schema("RankBatchStepColumns", STEP_COLUMNS),
+        "samples": _columns_schema("RankBatchSampleColumns", SAMPLE_COLUMNS),
+        "events": EventSerializer(many=True, required=False, help_text="an event without a rank is the batch's rank's"),
+    },
+)
+RankBatchResultSerializer = inline_serializer(
+    "RankBatchResult",
+    {
+        "steps": StepIngestResultSerializer,
+        "samples": IngestResultSerializer,
+        "events": IngestResultSerializer,
+    },
+)
+BATCH_PARTS = ("steps", "samples", "events")
+
+
+class RunBatchApi(APIView):
+    @extend_schema(
+        request=RankBatchSerializer,
+        responses={200: RankBatchResultSerializer, **_ERRORS},
+        summary="Store one rank's steps, samples and events of one interval in one request (all or nothing)",
+    )
+    def post(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = _run_for_write(request, run_id)
+        body = _object(request.data, {"rank", "host", *BATCH_PARTS}, {"rank"})
+        rank = _int_field(body, "rank", 0, 1_000_000)
+        if not any(part in body for part in BATCH_PARTS):
+            raise invalid("steps", "a batch needs at least one of steps, samples, events")
+        events = None
+        if "events" in body:
+            raw = body["events"]
+            if isinstance(raw, list):
+                raw = [{"rank": rank, **event} if isinstance(event, dict) else event for event in raw]
+            serializer = EventBatchSerializer(data={"events": raw})
+            serializer.is_valid(raise_exception=True)
+            events = serializer.validated_data["events"]
+        result = services.batch_ingest(
+            run=run, rank=rank, host=_host(body), steps=body.get("steps"), samples=body.get("samples"), events=events
+        )
+        return Response(result.as_dict())
