@@ -30,6 +30,7 @@ from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.portal import exports, finance, selectors, services
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
+from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.telemetry.selectors import run_get_visible
@@ -69,7 +70,8 @@ class SessionApi(APIView):
         return Response(self._view(request))
 
     @method_decorator(csrf_protect)
-    @extend_schema(request=SignInInput, responses=OBJ, auth=[])
+    # 429: too many wrong passwords for this username from this address (accounts/signin.py).
+    @extend_schema(request=SignInInput, responses={200: OBJ, 429: ErrorSerializer}, auth=[])
     def post(self, request: Request) -> Response:
         data = self.SignInInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -325,7 +327,7 @@ def _finance_or_admin(user: Any) -> bool:
 
 
 class FinanceCloseApi(APIView):
-    @extend_schema(request=None, responses=OBJ, summary="Close a month (finance or admin)")
+    @extend_schema(request=None, responses={200: OBJ, 409: ErrorSerializer}, summary="Close a month (finance or admin)")
     def post(self, request: Request, month: str) -> Response:
         if not _finance_or_admin(request.user):
             raise ApiError("forbidden", "closing a month needs finance or an organization admin", status_code=403)
@@ -334,7 +336,7 @@ class FinanceCloseApi(APIView):
 
 
 class FinanceReopenApi(APIView):
-    @extend_schema(request=None, responses=OBJ, summary="Reopen a closed month (admin)")
+    @extend_schema(request=None, responses={200: OBJ, 409: ErrorSerializer}, summary="Reopen a closed month (admin)")
     def post(self, request: Request, month: str) -> Response:
         if isinstance(request.user, ProjectPrincipal) or not is_org_admin(request.user):
             raise ApiError("forbidden", "reopening a month needs an organization admin", status_code=403)
@@ -404,7 +406,8 @@ class TokenListApi(APIView):
         tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
         return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
 
-    @extend_schema(request=TokenInput, responses={201: OBJ})
+    # 404: the project is not one you administer
+    @extend_schema(request=TokenInput, responses={201: OBJ, 404: ErrorSerializer})
     def post(self, request: Request) -> Response:
         self._people_only(request)
         data = self.TokenInput(data=request.data)

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
 from phantomhub.errors import ApiError, invalid, query_int
+from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry import selectors, services
 from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
 from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS
@@ -30,17 +31,6 @@ MAX_RUN_BODY_BYTES = 1024 * 1024
 MAX_EVENTS_BODY_BYTES = 4 * 1024 * 1024
 
 
-class ErrorSerializer(serializers.Serializer[Any]):
-    error = inline_serializer(
-        "ErrorBody",
-        {
-            "code": serializers.CharField(),
-            "message": serializers.CharField(),
-            "fields": serializers.DictField(child=serializers.CharField()),
-        },
-    )
-
-
 IngestResultSerializer = inline_serializer(
     "IngestResult", {"accepted": serializers.IntegerField(), "duplicates": serializers.IntegerField()}
 )
@@ -52,7 +42,9 @@ StepIngestResultSerializer = inline_serializer(
         "reused_step": serializers.IntegerField(help_text="rows refused: step number stored with another start"),
     },
 )
-_ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer, 413: ErrorSerializer}
+# Ingest is rate limited per token (phantomhub/accounts/throttles.py); the other errors every
+# operation documents come from phantomhub.schema.
+_ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer, 413: ErrorSerializer, 429: ErrorSerializer}
 
 
 def _writer_project(request: Request) -> Any:

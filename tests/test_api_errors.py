@@ -1,0 +1,80 @@
+"""What the fuzzer (tests/test_fuzz_api.py) found, one test each: answers that contradicted the
+OpenAPI schema (undocumented error statuses, HTML error pages under /api/, arrays documented as
+objects, query parameters the schema did not name) and a 500 on bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from phantomhub.accounts.models import Profile
+
+pytestmark = [pytest.mark.django_db]
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def _operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()]
+
+
+@pytest.fixture
+def admin() -> APIClient:
+    user = User.objects.create_user("ada")
+    Profile.objects.create(user=user, is_org_admin=True)
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_every_operation_documents_the_errors_it_can_answer(schema: dict[str, Any]) -> None:
+    for path, method, op in _operations(schema):
+        statuses = set(op["responses"])
+        expected = {"400"}  # a NUL in any query parameter
+        if path != "/api/v1/health":
+            expected |= {"401"}
+        if path != "/api/v1/health" and not (path == "/api/v1/portal/session" and method == "get"):
+            expected |= {"403"}
+        if "{" in path:
+            expected |= {"404"}
+        if "requestBody" in op:
+            expected |= {"413", "415"}
+        assert expected <= statuses, (method, path, sorted(statuses))
+        for status in expected:
+            body = op["responses"][status]["content"]["application/json"]["schema"]
+            assert body == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+
+
+def test_rate_limited_operations_document_429(schema: dict[str, Any]) -> None:
+    limited = {
+        ("/api/v1/runs", "post"),
+        ("/api/v1/runs/{run_id}/steps", "post"),
+        ("/api/v1/runs/{run_id}/samples", "post"),
+        ("/api/v1/runs/{run_id}/events", "post"),
+        ("/api/v1/portal/session", "post"),
+    }
+    for path, method in limited:
+        assert "429" in schema["paths"][path][method]["responses"], (method, path)
+
+
+def test_closing_a_closed_month_is_a_documented_409(admin: APIClient, schema: dict[str, Any]) -> None:
+    assert admin.post("/api/v1/portal/finance/2026-09/close").status_code == 200
+    again = admin.post("/api/v1/portal/finance/2026-09/close")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    assert admin.post("/api/v1/portal/finance/2026-08/reopen").status_code == 409
+    for action in ("close", "reopen"):
+        assert "409" in schema["paths"][f"/api/v1/portal/finance/{{month}}/{action}"]["post"]["responses"]
+
+
+def test_a_token_for_a_project_you_do_not_administer_is_a_documented_404(admin: APIClient, schema: dict[str, Any]) -> None:
+    response = admin.post("/api/v1/portal/tokens", {"project": "nowhere"}, format="json")
+    assert response.status_code == 404
+    assert "404" in schema["paths"]["/api/v1/portal/tokens"]["post"]["responses"]
