@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -105,3 +105,14 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         detail = getattr(exc, "detail", str(exc))
         response.data = error_body(code, str(detail))
     return response
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler404: under /api/ a URL no route takes (a run id that is no UUID, a month that is no
+    YYYY-MM) answers in the API's error shape, like every other API error; Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("not_found", "no such API endpoint or object"), status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Http404())
+

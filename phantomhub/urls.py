@@ -16,3 +16,6 @@ urlpatterns = [
     # Everything else is a client-side route of the web UI.
     re_path(r"^(?!api/|admin/|static/|assets/|metrics$).*$", spa, name="spa"),
 ]
+
+# Under /api/, a URL that matches no route answers in the API's error shape (phantomhub/errors.py).
+handler404 = "phantomhub.errors.not_found"

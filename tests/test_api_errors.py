@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Profile
+from tests.conftest import Tenant
 
 pytestmark = [pytest.mark.django_db]
 
@@ -78,3 +80,21 @@ def test_a_token_for_a_project_you_do_not_administer_is_a_documented_404(admin: 
     response = admin.post("/api/v1/portal/tokens", {"project": "nowhere"}, format="json")
     assert response.status_code == 404
     assert "404" in schema["paths"]["/api/v1/portal/tokens"]["post"]["responses"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/runs/not-a-uuid", "/api/v1/runs/null,null/steps", "/api/v1/portal/finance/%C2%84", "/api/v1/nothing-here"],
+)
+def test_a_url_no_route_takes_answers_404_in_the_api_error_shape(owner: Tenant, settings: Any, path: str) -> None:
+    settings.DEBUG = False  # as deployed (debugging shows Django's technical page instead)
+    response = owner.client.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_outside_the_api_a_missing_page_is_still_a_page(settings: Any) -> None:
+    settings.DEBUG = False
+    response = Client().get("/static/no-such-file.js")
+    assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
