@@ -116,3 +116,12 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
     return page_not_found(request, exception or Http404())
 
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: a refused CSRF check (signing in without the token) in the API's error
+    shape under /api/; Django's page elsewhere (the admin's sign-in)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body("forbidden", f"CSRF check failed: {reason}"), status=403)
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    return django_csrf_failure(request, reason=reason)

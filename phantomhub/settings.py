@@ -184,6 +184,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 LOGIN_URL = "/login"
+CSRF_FAILURE_VIEW = "phantomhub.errors.csrf_failure"  # the API's error shape under /api/
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

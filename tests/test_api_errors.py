@@ -98,3 +98,15 @@ def test_outside_the_api_a_missing_page_is_still_a_page(settings: Any) -> None:
     settings.DEBUG = False
     response = Client().get("/static/no-such-file.js")
     assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
+
+
+def test_signing_in_without_the_csrf_token_answers_403_in_the_api_error_shape() -> None:
+    User.objects.create_user("ada", password="a-long-password-1")
+    client = Client(enforce_csrf_checks=True)
+    response = client.post(
+        "/api/v1/portal/session", {"username": "ada", "password": "a-long-password-1"}, content_type="application/json"
+    )
+    assert response.status_code == 403
+    assert response["Content-Type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"] == "forbidden" and "CSRF" in error["message"]
