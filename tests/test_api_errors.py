@@ -110,3 +110,14 @@ def test_signing_in_without_the_csrf_token_answers_403_in_the_api_error_shape() 
     assert response["Content-Type"] == "application/json"
     error = response.json()["error"]
     assert error["code"] == "forbidden" and "CSRF" in error["message"]
+
+
+def test_the_teams_and_tokens_lists_are_documented_as_the_arrays_they_are(admin: APIClient, schema: dict[str, Any]) -> None:
+    assert isinstance(admin.get("/api/v1/portal/teams").json(), list)
+    assert isinstance(admin.get("/api/v1/portal/tokens").json(), list)
+    for path in ("/api/v1/portal/teams", "/api/v1/portal/tokens"):
+        body = schema["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert body["type"] == "array", path
+    created = schema["paths"]["/api/v1/portal/tokens"]["post"]["responses"]["201"]["content"]["application/json"]
+    assert created["schema"] == {"$ref": "#/components/schemas/TokenIssued"}
+    assert "token" in schema["components"]["schemas"]["TokenIssued"]["properties"]

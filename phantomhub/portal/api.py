@@ -14,7 +14,7 @@ from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -205,7 +205,19 @@ class OverviewApi(APIView):
 
 class TeamListApi(APIView):
     @extend_schema(
-        responses=OBJ, summary="Teams and projects you may see (for filters and navigation)", operation_id="portal_teams_list"
+        responses=inline_serializer(
+            "TeamVisible",
+            {
+                "slug": serializers.CharField(),
+                "name": serializers.CharField(),
+                "projects": inline_serializer(
+                    "ProjectVisible", {"slug": serializers.CharField(), "name": serializers.CharField()}, many=True
+                ),
+            },
+            many=True,
+        ),
+        summary="Teams and projects you may see (for filters and navigation)",
+        operation_id="portal_teams_list",
     )
     def get(self, request: Request) -> Response:
         return Response(selectors.teams_visible(principal=request.user))
@@ -373,6 +385,20 @@ class SettingsApi(APIView):
         return Response(self._view())
 
 
+def _token_row_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+    return {
+        "id": serializers.IntegerField(),
+        "prefix": serializers.CharField(),
+        "kind": serializers.CharField(help_text="project or personal"),
+        "name": serializers.CharField(),
+        "project": serializers.CharField(allow_null=True),
+        "user": serializers.CharField(allow_null=True),
+        "created_at": serializers.DateTimeField(),
+        "last_used_at": serializers.DateTimeField(allow_null=True),
+        "revoked_at": serializers.DateTimeField(allow_null=True),
+    }
+
+
 def _token_row(token: ApiToken) -> dict[str, Any]:
     return {
         "id": token.pk, "prefix": token.prefix, "kind": token.kind, "name": token.name,
@@ -399,15 +425,22 @@ class TokenListApi(APIView):
         if isinstance(request.user, ProjectPrincipal) or getattr(request.auth, "kind", None) == TokenKind.PERSONAL:
             raise ApiError("forbidden", "tokens are managed by signed-in people", status_code=403)
 
-    @extend_schema(responses=OBJ)
+    @extend_schema(responses=inline_serializer("TokenRow", _token_row_fields(), many=True))
     def get(self, request: Request) -> Response:
         self._people_only(request)
         user = cast(User, request.user)
         tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
         return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
 
-    # 404: the project is not one you administer
-    @extend_schema(request=TokenInput, responses={201: OBJ, 404: ErrorSerializer})
+    @extend_schema(
+        request=TokenInput,
+        responses={
+            201: inline_serializer(
+                "TokenIssued", {**_token_row_fields(), "token": serializers.CharField(help_text="the token, shown only once")}
+            ),
+            404: ErrorSerializer,  # the project is not one you administer
+        },
+    )
     def post(self, request: Request) -> Response:
         self._people_only(request)
         data = self.TokenInput(data=request.data)
