@@ -121,3 +121,16 @@ def test_the_teams_and_tokens_lists_are_documented_as_the_arrays_they_are(admin:
     created = schema["paths"]["/api/v1/portal/tokens"]["post"]["responses"]["201"]["content"]["application/json"]
     assert created["schema"] == {"$ref": "#/components/schemas/TokenIssued"}
     assert "token" in schema["components"]["schemas"]["TokenIssued"]["properties"]
+
+
+def test_the_portal_query_parameters_are_in_the_schema(schema: dict[str, Any]) -> None:
+    def names(path: str) -> set[str]:
+        return {p["name"] for p in schema["paths"][path]["get"].get("parameters", []) if p["in"] == "query"}
+
+    filters = {"team", "project", "status", "gpu", "tag", "from", "to", "q", "sort"}
+    assert names("/api/v1/portal/runs") == filters | {"page", "page_size"}
+    assert names("/api/v1/portal/runs.csv") == filters
+    for path in ("/api/v1/portal/leaderboards/{kind}", "/api/v1/portal/leaderboards/{kind}.csv"):
+        assert names(path) == {"period", "sort"}
+    for path in ("/api/v1/portal/overview", "/api/v1/portal/teams/{slug}", "/api/v1/portal/projects/{slug}"):
+        assert names(path) == {"period"}

@@ -14,7 +14,7 @@ from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -39,6 +39,30 @@ from phantomhub.waste.models import OrgSettings
 from phantomhub.waste.selectors import analysis_failure, analysis_row, analysis_series, analysis_view
 
 OBJ = OpenApiTypes.OBJECT
+
+# The query parameters the portal reads (docs/portal-api.md), so clients and the fuzzer know them.
+PERIOD = OpenApiParameter("period", str, description="7d, 30d (default), 90d, a month YYYY-MM, or days YYYY-MM-DD..YYYY-MM-DD")
+SORT = OpenApiParameter(
+    "sort",
+    str,
+    description="recoverable_usd (default, descending), cost_usd, waste_usd, gpu_hours, mfu, waste_share, started_at; "
+    "a leading '-' sorts descending",
+)
+RUN_FILTERS = [
+    OpenApiParameter("team", str, description="team slug"),
+    OpenApiParameter("project", str, description="project slug"),
+    OpenApiParameter("status", str, description="running, finished, failed or crashed"),
+    OpenApiParameter("gpu", str, description="GPU model, as analysed or as reported"),
+    OpenApiParameter("tag", str, description="runs carrying this tag"),
+    OpenApiParameter("from", OpenApiTypes.DATE, description="runs billed on this day (UTC) or later"),
+    OpenApiParameter("to", OpenApiTypes.DATE, description="runs billed on this day (UTC) or earlier"),
+    OpenApiParameter("q", str, description="part of the run's name"),
+    SORT,
+]
+PAGE = [
+    OpenApiParameter("page", int, description="page number, from 1"),
+    OpenApiParameter("page_size", int, description="runs per page, 1 to 200 (default 50)"),
+]
 
 
 def _user_view(user: Any) -> dict[str, Any] | None:
@@ -111,7 +135,12 @@ def _csv_response(rows: Any, filename: str) -> StreamingHttpResponse:
 
 
 class RunListApi(APIView):
-    @extend_schema(responses=OBJ, summary="Runs, filtered, sorted and paged", operation_id="portal_runs_list")
+    @extend_schema(
+        parameters=[*RUN_FILTERS, *PAGE],
+        responses=OBJ,
+        summary="Runs, filtered, sorted and paged",
+        operation_id="portal_runs_list",
+    )
     def get(self, request: Request) -> Response:
         page, page_size = _page_params(request)
         filters = _run_filters(request)
@@ -127,7 +156,7 @@ class RunListApi(APIView):
 
 
 class RunListCsvApi(APIView):
-    @extend_schema(responses={(200, "text/csv"): str}, summary="Every run of the filtered list, as CSV")
+    @extend_schema(parameters=RUN_FILTERS, responses={(200, "text/csv"): str}, summary="Every run of the filtered list, as CSV")
     def get(self, request: Request) -> StreamingHttpResponse:
         filters = _run_filters(request)
         rows = selectors.runs_all(principal=request.user, filters=filters, sort=request.query_params.get("sort"))
@@ -179,7 +208,7 @@ class RunPageApi(APIView):
 
 
 class LeaderboardApi(APIView):
-    @extend_schema(responses=OBJ, summary="Teams, projects or runs ranked over a period")
+    @extend_schema(parameters=[PERIOD, SORT], responses=OBJ, summary="Teams, projects or runs ranked over a period")
     def get(self, request: Request, kind: str) -> Response:
         period = period_parse(request.query_params.get("period"))
         return Response(
@@ -188,7 +217,7 @@ class LeaderboardApi(APIView):
 
 
 class LeaderboardCsvApi(APIView):
-    @extend_schema(responses={(200, "text/csv"): str}, summary="Every row of a leaderboard, as CSV")
+    @extend_schema(parameters=[PERIOD, SORT], responses={(200, "text/csv"): str}, summary="Every row of a leaderboard, as CSV")
     def get(self, request: Request, kind: str) -> StreamingHttpResponse:
         period = period_parse(request.query_params.get("period"))
         board = selectors.leaderboard(
@@ -198,7 +227,7 @@ class LeaderboardCsvApi(APIView):
 
 
 class OverviewApi(APIView):
-    @extend_schema(responses=OBJ, summary="Organization overview for a period")
+    @extend_schema(parameters=[PERIOD], responses=OBJ, summary="Organization overview for a period")
     def get(self, request: Request) -> Response:
         return Response(selectors.overview(principal=request.user, period=period_parse(request.query_params.get("period"))))
 
@@ -247,7 +276,7 @@ def _may_rename(user: Any, team: Team) -> None:
 
 
 class TeamPageApi(APIView):
-    @extend_schema(responses=OBJ)
+    @extend_schema(parameters=[PERIOD], responses=OBJ)
     def get(self, request: Request, slug: str) -> Response:
         team = _team_visible(request, slug)
         period = period_parse(request.query_params.get("period"))
@@ -265,7 +294,7 @@ class TeamPageApi(APIView):
 
 
 class ProjectPageApi(APIView):
-    @extend_schema(responses=OBJ)
+    @extend_schema(parameters=[PERIOD], responses=OBJ)
     def get(self, request: Request, slug: str) -> Response:
         project = _project_visible(request, slug)
         period = period_parse(request.query_params.get("period"))
