@@ -134,3 +134,10 @@ def test_the_portal_query_parameters_are_in_the_schema(schema: dict[str, Any]) -
         assert names(path) == {"period", "sort"}
     for path in ("/api/v1/portal/overview", "/api/v1/portal/teams/{slug}", "/api/v1/portal/projects/{slug}"):
         assert names(path) == {"period"}
+
+
+@pytest.mark.parametrize("query", [{"status": "¿bogus"}, {"sort": "nonsense"}, {"from": "2026-13-01"}])
+def test_the_runs_csv_refuses_a_bad_filter_with_a_400_before_streaming(admin: APIClient, query: dict[str, str]) -> None:
+    response = admin.get("/api/v1/portal/runs.csv", query)
+    assert response.status_code == 400, response
+    assert set(response.json()["error"]["fields"]) == set(query)

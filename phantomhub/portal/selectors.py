@@ -136,9 +136,10 @@ def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page
 
 
 def runs_all(*, principal: Any, filters: dict[str, str], sort: str | None, chunk: int = 500) -> Iterator[dict[str, Any]]:
-    """Every row of the filtered list (for CSV export), read in chunks."""
-    for run in _runs_filtered(principal, filters, sort).iterator(chunk_size=chunk):
-        yield run_row(run, getattr(run, "analysis", None))
+    """Every row of the filtered list (for CSV export), read in chunks. The filters and the sort are
+    checked now, not when the first row is read: by then a streamed answer has begun (a 500)."""
+    runs = _runs_filtered(principal, filters, sort)
+    return (run_row(run, getattr(run, "analysis", None)) for run in runs.iterator(chunk_size=chunk))
 
 
 # -- rollup aggregates -----------------------------------------------------------------------
