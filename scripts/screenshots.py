@@ -5,7 +5,10 @@
 Runs against a running PhantomHub (default http://127.0.0.1:8000, e.g. `make run`), signs in,
 and uses headless Chromium from the system (never a downloaded browser). Every page is light,
 the overview and the run page also dark; the run page also at 800 px wide (run-detail-narrow)
-and with a category's best stretch highlighted on the step-time chart (run-evidence).
+and with a category's best stretch highlighted on the step-time chart (run-evidence). The pages
+with wide tables (runs, finance, the run page, a team, the leaderboards) are also taken at 800,
+1,280 and 1,600 px wide (`<page>-<width>.png`, the first screen): every money column is in view
+there, or the table shows that it scrolls sideways to it.
 """
 
 from __future__ import annotations
@@ -105,6 +108,31 @@ def shoot(page: Page, out: Path, name: str, path: str, *, full_page: bool = True
     print(f"  {name}.png  ←  {path}")
 
 
+def shoot_widths(page: Page, out: Path, widths: list[int], run_id: str | None, width: int) -> None:
+    """The wide-table pages at each width: the first screen, where a money column either shows
+    or the table's sideways-scroll cue does."""
+    board = api_json(page, "/api/v1/portal/leaderboards/teams?period=30d") or {"rows": []}
+    pages = [("runs", "/runs"), ("finance", f"/finance?month={busiest_month(page)}")]
+    pages.append(("leaderboards", "/leaderboards?kind=projects"))
+    if board["rows"]:
+        pages.append(("team", f"/teams/{board['rows'][0]['key']}"))
+    if run_id:
+        pages.append(("run-detail", f"/runs/{run_id}"))
+    for w in widths:
+        page.set_viewport_size({"width": w, "height": 900})
+        for name, path in pages:
+            page.goto(path)
+            settle(page)
+            if name in ("team", "run-detail"):  # the table further down: the projects, the breakdown
+                target = page.locator('[data-testid="team-projects"], [data-testid="breakdown"]').first
+                if target.count():
+                    target.scroll_into_view_if_needed()
+                    page.wait_for_timeout(200)
+            page.screenshot(path=str(out / f"{name}-{w}.png"))
+            print(f"  {name}-{w}.png  ←  {path}")
+    page.set_viewport_size({"width": width, "height": 900})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("url", nargs="?", default="http://127.0.0.1:8000")
@@ -112,6 +140,8 @@ def main() -> int:
     parser.add_argument("--password", default="phantomhub-demo")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--width", type=int, default=1440)
+    parser.add_argument("--widths", default="800,1280,1600", help="widths for the wide-table pages (comma-separated)")
+    parser.add_argument("--only-widths", action="store_true", help="take only the pages at --widths")
     args = parser.parse_args()
     chromium = os.environ.get("PHANTOMHUB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -147,6 +177,11 @@ def main() -> int:
             page.get_by_role("heading", name="Overview").wait_for()
 
             run_id = pick_run(page)
+            if scheme == "light":
+                shoot_widths(page, args.out, [int(w) for w in args.widths.split(",") if w], run_id, args.width)
+                if args.only_widths:
+                    context.close()
+                    break
             shoot(page, args.out, f"overview{suffix}", "/")
             if run_id:
                 shoot(page, args.out, f"run-detail{suffix}", f"/runs/{run_id}")

@@ -123,7 +123,8 @@ def test_a_run_opened_from_the_leaderboard_shows_its_breakdown(signed_in: Any, a
     # Every figure can show its formula and inputs: the cost's comes from the analysis' explain map.
     page.get_by_role("button", name="How cost is computed").click()
     dialog = page.get_by_role("dialog", name="cost: formula and inputs")
-    assert analysis["explain"]["cost_usd"]["formula"] in dialog.inner_text()
+    # In words on the page, and as the analysis wrote it under "As the analysis writes it".
+    assert analysis["explain"]["cost_usd"]["formula"] in str(dialog.text_content())
     page.keyboard.press("Escape")
     assert dialog.count() == 0
 
@@ -212,10 +213,12 @@ def test_a_peer_run_is_one_click_away_and_a_best_stretch_lights_up_on_the_chart(
     page = signed_in
     analyses = _analyses(api, server)
     run_id, category = _category_where(analyses, "peers", peers=True)
-    peer = analyses[run_id]["categories"][category]["evidence"]["peer_run_ids"][0]
+    evidence = analyses[run_id]["categories"][category]["evidence"]
+    peer = evidence["peer_run_ids"][0]
+    name = next(r["name"] for r in evidence["peer_runs"] if r["id"] == peer)
     page.goto(f"/runs/{run_id}?period=7d")
     line = page.get_by_test_id("breakdown").locator(f'tr[data-evidence-for="{category}"]')
-    line.get_by_role("link", name=peer[:8]).click()
+    line.get_by_role("link", name=name, exact=True).click()
     page.wait_for_url(f"**/runs/{peer}?period=7d")
     page.get_by_test_id("breakdown").wait_for()
 

@@ -59,13 +59,38 @@ function useSideScroll() {
 }
 
 /**
+ * A box that scrolls a wide table sideways and shows that it does: shaded edges and a note above
+ * it ("scroll sideways for more columns →"), so no column is hidden without a sign of it.
+ */
+export function ScrollBox({ children, label, testId, focusable = true }: { children: ReactNode; label: string; testId?: string; focusable?: boolean }) {
+  const scroll = useSideScroll();
+  return (
+    <div className={`table-scroll${scroll.left ? " more-left" : ""}${scroll.right ? " more-right" : ""}`}>
+      {scroll.overflow && (
+        <div className="scroll-cue" data-testid={testId ? `${testId}-scroll-cue` : undefined} aria-hidden="true">
+          {scroll.right ? "scroll sideways for more columns →" : "← more columns to the left"}
+        </div>
+      )}
+      <div
+        className="table-wrap"
+        ref={scroll.ref}
+        tabIndex={scroll.overflow && focusable ? 0 : undefined}
+        role={scroll.overflow && focusable ? "region" : undefined}
+        aria-label={scroll.overflow && focusable ? `${label} (scrolls sideways)` : undefined}
+      >
+        {children}
+      </div>
+    </div>
+  );
+}
+
+/**
  * A table whose sortable headers are buttons and whose rows are reachable by Tab, move with the
  * arrow keys (Home/End for the first and last) and open with Enter. When it is wider than its card
  * it scrolls sideways, and says so: shaded edges and a "scroll for more columns" note.
  */
 export function DataTable<T>({ caption, columns, rows, rowKey, sort, onSort, onOpen, rowLabel, footer, dense, testId, stickyFirst }: Props<T>) {
   const current = sort ? parseSort(sort) : null;
-  const scroll = useSideScroll();
 
   const open = (row: T) => (e: MouseEvent | KeyboardEvent) => {
     if (!onOpen) return;
@@ -94,8 +119,7 @@ export function DataTable<T>({ caption, columns, rows, rowKey, sort, onSort, onO
   const cls = (col: Column<T>) => `align-${col.align ?? "left"} ${col.className ?? ""}${col.priority === "low" ? " col-low" : ""}`;
 
   return (
-    <div className={`table-scroll${scroll.left ? " more-left" : ""}${scroll.right ? " more-right" : ""}`}>
-      <div className="table-wrap" ref={scroll.ref} tabIndex={scroll.overflow && !onOpen ? 0 : undefined} aria-label={scroll.overflow && !onOpen ? `${caption} (scrolls sideways)` : undefined} role={scroll.overflow && !onOpen ? "region" : undefined}>
+    <ScrollBox label={caption} testId={testId} focusable={!onOpen}>
         <table className={`table${dense ? " table-dense" : ""}${onOpen ? " table-clickable" : ""}${stickyFirst ? " table-sticky-first" : ""}`} data-testid={testId}>
           <caption className="visually-hidden">{caption}</caption>
           <thead>
@@ -145,12 +169,6 @@ export function DataTable<T>({ caption, columns, rows, rowKey, sort, onSort, onO
           </tbody>
           {footer && <tfoot>{footer}</tfoot>}
         </table>
-      </div>
-      {scroll.overflow && (
-        <div className="scroll-cue" data-testid={testId ? `${testId}-scroll-cue` : undefined} aria-hidden="true">
-          {scroll.right ? "scroll sideways for more columns →" : "← more columns to the left"}
-        </div>
-      )}
-    </div>
+    </ScrollBox>
   );
 }

@@ -70,8 +70,18 @@ export function Explain({ label, entry, source }: Props) {
       if (wrap.current?.contains(target) || panel.current?.contains(target)) return;
       setOpen(false);
     };
+    // Escape closes it wherever the focus is (a click elsewhere may have moved it off the panel).
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== "Escape") return;
+      setOpen(false);
+      button.current?.focus();
+    };
     document.addEventListener("mousedown", onDown);
-    return () => document.removeEventListener("mousedown", onDown);
+    document.addEventListener("keydown", onKey);
+    return () => {
+      document.removeEventListener("mousedown", onDown);
+      document.removeEventListener("keydown", onKey);
+    };
   }, [open]);
 
   if (!info) return null;
@@ -91,6 +101,7 @@ export function Explain({ label, entry, source }: Props) {
         title="Formula and inputs"
         onClick={(e) => {
           e.stopPropagation();
+          if (!open && button.current) setPos(place(button.current.getBoundingClientRect(), 240));
           setOpen((o) => !o);
         }}
       >
@@ -102,7 +113,7 @@ export function Explain({ label, entry, source }: Props) {
           ref={panel}
           id={id}
           className="explain-panel"
-          style={pos ? { top: pos.top, left: pos.left, width: pos.width } : { visibility: "hidden" }}
+          style={pos ? { top: pos.top, left: pos.left, width: pos.width } : undefined}
           role="dialog"
           aria-label={`${label}: formula and inputs`}
           tabIndex={-1}

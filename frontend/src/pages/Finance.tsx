@@ -233,7 +233,10 @@ export function FinancePage() {
                 />
               )}
             </Card>
-            <Card title="Price-book entries used" actions={<span className="muted small">the prices these figures were computed with</span>}>
+            <Card
+              title="Price-book entries used"
+              actions={<span className="muted small">{user && (user.is_finance || user.is_org_admin) ? "the prices these figures were computed with" : "the prices that priced your teams' rows"}</span>}
+            >
               {d.price_entries.length === 0 ? (
                 <Empty title="No prices applied this month" />
               ) : (

@@ -4,7 +4,7 @@ import { Link, useParams } from "react-router";
 import { useApi } from "../api/hooks";
 import type { ApiError } from "../api/client";
 import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunMeta, Series } from "../api/types";
-import { DataTable, type Column } from "../components/DataTable";
+import { DataTable, ScrollBox, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
 import { gpuLabel } from "../components/RunTable";
@@ -27,6 +27,7 @@ import {
   tierLabel,
 } from "../lib/format";
 import { usePeriodLink } from "../lib/links";
+import { sortRows, toggleSort } from "../lib/urlState";
 import { useChartPalette } from "../lib/useChartPalette";
 import { BreakdownTable } from "./run/Breakdown";
 import { evidenceLabel } from "./run/evidence";
@@ -225,9 +226,9 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
       <Card title="Waste breakdown" id="breakdown" actions={<span className="muted small">every billed GPU-second in exactly one category · recoverable only where evidence shows a better run</span>}>
         <CategoryBar usd={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].usd]))} showLegend={false} height={20} />
         <div className="breakdown-layout">
-          <div className="table-wrap">
+          <ScrollBox label="Waste breakdown" testId="breakdown">
             <BreakdownTable a={a} t0Ns={t0} highlighted={highlighted} onHighlight={canHighlight ? onHighlight : undefined} />
-          </div>
+          </ScrollBox>
           <div>
             <h3 className="sub-title">Idle by cause</h3>
             {a.idle.some((i) => i.gpu_seconds > 0) ? (
@@ -425,8 +426,23 @@ function SeriesCharts({ run, analysis: a, series, phases, highlight, onClearHigh
   );
 }
 
+const RANK_SORT: Record<string, (r: RankFigure) => number | null> = {
+  rank: (r) => r.rank,
+  steps: (r) => r.steps,
+  step: (r) => r.step_ns_mean,
+  compute: (r) => r.compute_ns_mean,
+  data: (r) => r.data_ns_mean,
+  comm: (r) => r.comm_ns_mean,
+  hostov: (r) => r.host_ns_mean,
+  slow: (r) => r.slow_step_share,
+  caused: (r) => r.caused_wait_gpu_seconds,
+  mem: (r) => r.mem_peak_bytes,
+};
+
 function Ranks({ analysis: a }: { analysis: Analysis }) {
   const palette = useChartPalette();
+  const [sort, setSort] = useState("rank");
+  const rows = useMemo(() => sortRows(a.ranks, sort, (r, key) => RANK_SORT[key]?.(r) ?? null), [a.ranks, sort]);
   const stragglers = useMemo(() => new Set(a.stragglers.map((s) => s.rank)), [a.stragglers]);
   const option = useMemo(() => rankOption(a.ranks, stragglers, palette), [a.ranks, stragglers, palette]);
   const columns: Column<RankFigure>[] = [
@@ -474,7 +490,16 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
         </div>
       ))}
       {a.ranks.length > 1 && <EChart option={option} height={220} label="Cost by category for each rank" />}
-      <DataTable caption="Per-rank figures" columns={columns} rows={a.ranks} rowKey={(r) => String(r.rank)} dense testId="ranks-table" />
+      <DataTable
+        caption="Per-rank figures"
+        columns={columns.map((c) => ({ ...c, sortable: c.key in RANK_SORT }))}
+        rows={rows}
+        rowKey={(r) => String(r.rank)}
+        dense
+        testId="ranks-table"
+        sort={sort}
+        onSort={(key) => setSort((s) => toggleSort(s, key))}
+      />
     </Card>
   );
 }
