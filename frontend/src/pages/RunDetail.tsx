@@ -456,7 +456,7 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
         </span>
       ),
     },
-    { key: "host", header: "Host", render: (r) => r.host },
+    { key: "host", header: "Host", render: (r) => <span className="nowrap">{r.host}</span> },
     { key: "steps", header: "Steps", align: "right", render: (r) => formatNumber(r.steps) },
     { key: "step", header: "Step", align: "right", render: (r) => formatNsAsMs(r.step_ns_mean) },
     { key: "compute", header: "Compute", align: "right", render: (r) => formatNsAsMs(r.compute_ns_mean) },
