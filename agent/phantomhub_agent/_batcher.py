@@ -49,6 +49,9 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
 )
 REQUIRED_SAMPLE_COLUMNS = ("t_ns",)
 
+# Parts of a combined batch (POST /api/v1/runs/{id}/batch), besides "rank" and "host".
+BATCH_PARTS = ("steps", "samples", "events")
+
 # Positions in a raw step record, as written by the training thread.
 R_STEP, R_START, R_END, R_DATA, R_FWD, R_BWD, R_OPT, R_COMM = 0, 1, 2, 3, 4, 5, 6, 7
 R_FLOPS, R_TOKENS, R_SAMPLES, R_MEM_ALLOC, R_MEM_RES, R_MEM_PEAK, R_RETRIES, R_MARKS = range(8, 16)
@@ -316,3 +319,27 @@ def fit_columns(key: str, columns: Columns, extra: dict[str, Any], max_bytes: in
             stack.append(first)
             continue
         yield payload, body, rows
+
+
+def fit_batch(
+    parts: dict[str, Any], extra: dict[str, Any], max_bytes: int, *, rebase: bool = False
+) -> Iterator[tuple[bytes, int, bool]]:
+    """A combined batch ``{**extra, **parts}`` encoded: (body, step rows, rebase) per request.
+
+    One request when it fits ``max_bytes`` (the usual case: an interval of one rank is a few KB);
+    otherwise each part on its own, columns halved until each fits. Only the requests that carry
+    steps keep ``rebase``.
+    """
+    body = encode_json({**extra, **parts})
+    steps = parts.get("steps")
+    if len(body) <= max_bytes or set(parts) == {"events"}:  # events come at most 500 a request
+        yield body, column_rows(steps) if steps is not None else 0, rebase and steps is not None
+        return
+    for name in BATCH_PARTS:
+        if name not in parts:
+            continue
+        if name == "events":
+            yield encode_json({**extra, "events": parts["events"]}), 0, False
+            continue
+        for _payload, part_body, rows in fit_columns(name, parts[name], extra, max_bytes):
+            yield part_body, rows if name == "steps" else 0, rebase and name == "steps"

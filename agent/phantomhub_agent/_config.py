@@ -17,6 +17,7 @@ MODES = ("online", "offline", "disabled")
 PRICING_TIERS = ("on_demand", "reserved", "spot")
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 TIMINGS = ("auto", "cpu", "cuda")
+WIRES = ("batch", "separate")
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 GIB = 1024**3
@@ -37,8 +38,10 @@ class Settings:
     debug: bool = False
     spool_dir: Path = dataclasses.field(default_factory=default_spool_dir)
     spool_max_bytes: int = GIB
-    # Batches leave when any limit is reached: rows, encoded bytes, or age.
-    flush_interval_s: float = 2.0
+    # Batches leave when any limit is reached: rows, encoded bytes, or age. Every 10 s, like the
+    # collectors a platform team already runs (Prometheus scrapes, DCGM exporters): what a rank
+    # costs the server is mostly per request, not per row (docs/performance.md, "Fleet").
+    flush_interval_s: float = 10.0
     batch_max_rows: int = 5000
     batch_max_bytes: int = 1024 * 1024
     # Steps waiting for the background thread; beyond this they are dropped and counted.
@@ -52,7 +55,11 @@ class Settings:
     retry_after_max_s: float = 60.0
     finish_timeout_s: float = 5.0
     system_interval_s: float = 1.0
-    counters_interval_s: float = 10.0
+    counters_interval_s: float = 60.0
+    # "batch": one POST /api/v1/runs/{id}/batch per interval with the steps, samples and events of
+    # this rank; "separate": one request per kind (/steps, /samples, /events), for servers older
+    # than the batch endpoint.
+    wire: str = "batch"
     gzip_min_bytes: int = 1024
     timing: str = "auto"
     # Allocator stats are read at most this often (they cost tens of microseconds).
@@ -71,6 +78,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "request_timeout_s": ("PHANTOMHUB_REQUEST_TIMEOUT", float),
     "system_interval_s": ("PHANTOMHUB_SYSTEM_INTERVAL", float),
     "timing": ("PHANTOMHUB_TIMING", str),
+    "wire": ("PHANTOMHUB_WIRE", str),
 }
 
 
@@ -126,6 +134,8 @@ def _check(settings: Settings) -> None:
         problems.append(f"mode must be one of {MODES}, not {settings.mode!r}")
     if settings.timing not in TIMINGS:
         problems.append(f"timing must be one of {TIMINGS}, not {settings.timing!r}")
+    if settings.wire not in WIRES:
+        problems.append(f"wire must be one of {WIRES}, not {settings.wire!r}")
     if not settings.server.startswith(("http://", "https://")):
         problems.append(f"server must be an http(s) URL, not {settings.server!r}")
     if not 1 <= settings.batch_max_rows <= 10000:

@@ -57,7 +57,8 @@ class SpooledRequest:
     path: str
     body: bytes
     gzipped: bool
-    kind: str  # "run" | "steps" | "samples" | "events"
+    kind: str  # "run" | "batch" | "steps" | "samples" | "events"
+    # (rows: the step rows of a "steps" or "batch" request, what a dropped file is counted in)
     run_id: str
     rows: int = 0
     token_fp: str = ""
@@ -160,7 +161,7 @@ def writer_of(name: str) -> tuple[int, int] | None:
 
 
 def shift_request(request: SpooledRequest, base: int) -> SpooledRequest:
-    """A rebase-marked steps request with its step numbers shifted by ``base``."""
+    """A rebase-marked steps request (or combined batch) with its step numbers shifted by ``base``."""
     body = gzip.decompress(request.body) if request.gzipped else request.body
     payload = json.loads(body.decode("utf-8"))
     payload["steps"] = shift_steps(payload["steps"], base)
@@ -218,7 +219,7 @@ class Spool:
                 self._known_bytes = None  # other processes write here too: recount now and then
             if not self._make_room(len(data)) and request.kind != "run":
                 self.dropped_batches += 1
-                self.dropped_rows += request.rows if request.kind == "steps" else 0
+                self.dropped_rows += request.rows if request.kind in ("steps", "batch") else 0
                 return None
             run_dir = self.root / request.run_id
             if not run_dir.is_dir():
@@ -271,7 +272,7 @@ class Spool:
         current = claimed or path
         try:
             request = decode_file(current.read_bytes())
-            if request.kind != "steps" or not request.rebase:
+            if request.kind not in ("steps", "batch") or not request.rebase:
                 return False
             _write_atomic(current, encode_file(shift_request(request, base)), stale_tmp=True)
             return True
@@ -437,7 +438,7 @@ def _rows_of(path: Path) -> int:
     try:
         with path.open("rb") as fh:
             header = json.loads(fh.readline().decode("utf-8"))
-        return int(header.get("rows", 0)) if header.get("kind") == "steps" else 0
+        return int(header.get("rows", 0)) if header.get("kind") in ("steps", "batch") else 0
     except (OSError, ValueError):
         return 0
 

@@ -5,6 +5,11 @@ One daemon thread per run and process, started lazily on first use and again in 
 deques; everything else (durations, CUDA event resolution, JSON, gzip, HTTP, the spool, system
 sampling) happens here.
 
+One request per interval (``wire="batch"``, the default): once any part is due, the rank's
+steps, samples and events leave together in one ``POST /api/v1/runs/{id}/batch``; a server
+without that endpoint (a 404 that is not "run not found") gets one request per kind from then
+on, the batch in hand split into them (``unbatch``).
+
 Delivery order is FIFO per process: while this process has spooled requests of its run, new ones
 are appended to the spool too, and the replay drains it in order. So the run's metadata always
 reaches the server before its steps, whatever failed in between.
@@ -298,6 +303,9 @@ class Worker:
         self._step_cols.append(row, now_ns, auto)
 
     def _cut(self, *, force: bool) -> None:
+        if self.settings.wire == "batch":
+            self._cut_batches(force=force)
+            return
         s = self.settings
         now_ns = time.monotonic_ns()
         max_age = int(s.flush_interval_s * 1e9)
@@ -329,6 +337,52 @@ class Worker:
                 chunk = events[lo : lo + EVENTS_PER_REQUEST]
                 body = b.encode_json({"events": chunk})
                 self._outbox.append(self._request("events", run_path + "/events", body, len(chunk)))
+
+    def _parts_due(self, now_ns: int, force: bool) -> bool:
+        s = self.settings
+        max_age = int(s.flush_interval_s * 1e9)
+        if force:
+            return bool(len(self._step_cols) or len(self._sample_cols) or self._events)
+        if self._step_cols.due(now_ns, s.batch_max_rows, max_age) or self._sample_cols.due(now_ns, s.batch_max_rows, max_age):
+            return True
+        events_due = self._events_oldest is not None and now_ns - self._events_oldest >= max_age
+        return bool(self._events) and (events_due or len(self._events) >= EVENTS_PER_REQUEST)
+
+    def _cut_batches(self, *, force: bool) -> None:
+        """One request per interval: once any part is due, everything pending rides along.
+
+        Steps stay behind while the registration's answer (their base) is awaited; the samples
+        and events go meanwhile, as they do on the separate wire.
+        """
+        s = self.settings
+        now_ns = time.monotonic_ns()
+        extra = {"rank": self.ctx.rank, "host": self.ctx.host}
+        path = f"/api/v1/runs/{self.ctx.run_id}/batch"
+        self._steps_held = False
+        while self._parts_due(now_ns, force):
+            parts: dict[str, Any] = {}
+            rebase = False
+            if len(self._step_cols) and self._base_pending:
+                self._steps_held = True  # cut again once the registration is answered
+            elif len(self._step_cols):
+                auto = self._step_cols.head_is_auto
+                cols = self._step_cols.take(s.batch_max_rows)
+                base = self._step_base
+                if auto and base:
+                    cols = b.shift_steps(cols, base)
+                parts["steps"] = b.compact_columns(cols, b.REQUIRED_STEP_COLUMNS)
+                rebase = auto and base is None
+            if len(self._sample_cols):
+                parts["samples"] = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
+            if self._events:
+                parts["events"] = self._events[:EVENTS_PER_REQUEST]
+                del self._events[:EVENTS_PER_REQUEST]
+                if not self._events:
+                    self._events_oldest = None
+            if not parts:
+                return  # only held steps are pending
+            for body, rows, part_rebase in b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase):
+                self._outbox.append(self._request("batch", path, body, rows, rebase=part_rebase))
 
     def _request(self, kind: str, path: str, body: bytes, rows: int, *, rebase: bool = False) -> SpooledRequest:
         gzipped = len(body) >= self.settings.gzip_min_bytes
@@ -480,12 +534,25 @@ class Worker:
             if outcome == TOO_LARGE:
                 self._split_and_deliver(request, response)
                 return
+            if outcome == HALT and self._batch_unknown(request, response):
+                for part in unbatch(request):
+                    self._deliver(part)
+                return
             if outcome == HALT:
                 self._halt(request, response)
                 self._spool(request)
                 return
             self._reject(request, response)
             return
+
+    def _batch_unknown(self, request: SpooledRequest, response: Response | None) -> bool:
+        """A server older than the batch endpoint: the separate endpoints from now on."""
+        if request.kind != "batch" or not batch_endpoint_missing(response):
+            return False
+        if self.settings.wire == "batch":
+            self.settings.wire = "separate"
+            logger.info("phantomhub: server %s has no batch endpoint; sending one request per kind", self.settings.server)
+        return True
 
     def _send(self, request: SpooledRequest, timeout: float) -> tuple[str, Response | None]:
         try:
@@ -586,7 +653,7 @@ class Worker:
             written = self.spool.write(request)
         except OSError as exc:
             self.counters.spool_dropped_batches += 1
-            if request.kind == "steps":
+            if request.kind in ("steps", "batch"):  # a batch's rows are its steps
                 self.counters.dropped_steps += request.rows
             self.once.error("spool-write", "phantomhub: cannot write the spool (%s); telemetry dropped", exc)
             return
@@ -676,6 +743,14 @@ class Worker:
                 self.spool.release(entry)
             self._mark_unhealthy(_retry_after(response))
             return False
+        if outcome == HALT and self._batch_unknown(request, response):
+            for part in unbatch(request):
+                if own:
+                    self._spool(part)
+                else:
+                    self._deliver(part)
+            self.spool.remove(entry)
+            return True
         if outcome == HALT:
             if own:
                 self._halt(request, response)
@@ -788,8 +863,75 @@ def _retry_after(response: Response | None) -> float | None:
     return _parse_retry_after(response.headers.get("retry-after"))
 
 
+def batch_endpoint_missing(response: Response | None) -> bool:
+    """A 404 that is not "run not found": the server has no POST /api/v1/runs/{id}/batch."""
+    if response is None or response.status != 404:
+        return False
+    data = response.json()
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return not (isinstance(message, str) and message.startswith("run not found"))
+
+
+def unbatch(request: SpooledRequest) -> list[SpooledRequest]:
+    """A combined batch as the separate requests an older server takes (/steps, /samples, /events)."""
+    raw = gzip.decompress(request.body) if request.gzipped else request.body
+    payload = json.loads(raw.decode("utf-8"))
+    extra = {key: value for key, value in payload.items() if key not in b.BATCH_PARTS}
+    base_path = request.path[: -len("/batch")]
+    out = []
+    for name in b.BATCH_PARTS:
+        if name not in payload:
+            continue
+        body = b.encode_json({"events": payload[name]} if name == "events" else {**extra, name: payload[name]})
+        rows = len(payload[name]) if name == "events" else b.column_rows(payload[name])
+        gzipped = request.gzipped and len(body) >= 1024
+        out.append(
+            dataclasses.replace(
+                request,
+                path=f"{base_path}/{name}",
+                body=b.gzip_bytes(body) if gzipped else body,
+                gzipped=gzipped,
+                kind=name,
+                rows=rows,
+                rebase=request.rebase and name == "steps",
+            )
+        )
+    return out
+
+
+def split_batch(request: SpooledRequest, payload: dict[str, Any]) -> list[SpooledRequest] | None:
+    """A combined batch the server found too large: its parts apart, or one part halved."""
+    parts = [name for name in b.BATCH_PARTS if name in payload]
+    extra = {key: value for key, value in payload.items() if key not in b.BATCH_PARTS}
+    pieces: list[tuple[dict[str, Any], int, bool]] = []
+    if len(parts) > 1:
+        for name in parts:
+            rows = b.column_rows(payload[name]) if name == "steps" else 0
+            pieces.append(({**extra, name: payload[name]}, rows, request.rebase and name == "steps"))
+    elif parts and parts[0] == "events" and len(payload["events"]) > 1:
+        events = payload["events"]
+        half = (len(events) + 1) // 2
+        pieces = [({**extra, "events": events[:half]}, 0, False), ({**extra, "events": events[half:]}, 0, False)]
+    elif parts and parts[0] != "events" and b.column_rows(payload[parts[0]]) > 1:
+        name = parts[0]
+        for cols in b.halve_columns(payload[name]):
+            pieces.append(({**extra, name: cols}, b.column_rows(cols) if name == "steps" else 0, request.rebase))
+    else:
+        return None
+    out = []
+    for part, rows, rebase in pieces:
+        raw = b.encode_json(part)
+        body = b.gzip_bytes(raw) if request.gzipped else raw
+        out.append(dataclasses.replace(request, body=body, rows=rows, rebase=rebase))
+    return out
+
+
 def split_request(request: SpooledRequest) -> list[SpooledRequest] | None:
     """Halves a columnar batch (steps or samples) for a server that answered 413."""
+    if request.kind == "batch":
+        raw = gzip.decompress(request.body) if request.gzipped else request.body
+        return split_batch(request, json.loads(raw.decode("utf-8")))
     if request.kind not in ("steps", "samples", "events") or request.rows <= 1:
         return None
     body = gzip.decompress(request.body) if request.gzipped else request.body

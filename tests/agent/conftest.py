@@ -121,6 +121,14 @@ class Recorded:
 Answer = tuple[int, dict[str, str], bytes]
 
 
+def carries(req: Recorded, part: str) -> bool:
+    """Whether ``req`` carries ``part`` ("steps", "samples", "events"): sent on its own, or in a
+    combined batch (the agent's default wire)."""
+    if req.path.endswith("/" + part):
+        return True
+    return req.path.endswith("/batch") and isinstance(req.body, dict) and part in req.body
+
+
 @dataclass
 class FakeServer:
     """Records every request; ``script`` (if set) picks the answer, default 200 {"accepted": n}."""
@@ -136,14 +144,39 @@ class FakeServer:
             return [r.path for r in self.requests]
 
     def of(self, suffix: str) -> list[Recorded]:
+        """Requests to the path ending in ``suffix``; for "/steps", "/samples" and "/events" also
+        the parts of that kind in combined batches (``/batch``), as if sent on their own."""
         with self.lock:
-            return [r for r in self.requests if r.path.endswith(suffix)]
+            requests = list(self.requests)
+        part = suffix.rsplit("/", 1)[-1]
+        out = []
+        for r in requests:
+            if r.path.endswith(suffix):
+                out.append(r)
+            elif part in ("steps", "samples", "events") and r.path.endswith("/batch") and part in (r.body or {}):
+                body = {key: value for key, value in r.body.items() if key not in ("steps", "samples", "events")}
+                body[part] = r.body[part]
+                headers = {k: v for k, v in r.headers.items() if k != "content-encoding"}
+                path = r.path[: -len("/batch")] + "/" + part
+                out.append(Recorded(r.method, path, headers, json.dumps(body).encode(), r.client_port))
+        return out
+
+
+def _rows_of(key: str, part: Any) -> int:
+    if key == "events":
+        return len(part)
+    return len(part.get("step" if key == "steps" else "t_ns", []))
 
 
 def _default_answer(req: Recorded) -> Answer:
     if req.path.endswith("/runs"):
         return 201, {}, json.dumps(req.body).encode()
     body = req.body or {}
+    if req.path.endswith("/batch"):
+        answer = {
+            key: {"accepted": _rows_of(key, body[key]), "duplicates": 0} for key in ("steps", "samples", "events") if key in body
+        }
+        return 200, {}, json.dumps(answer).encode()
     rows = 0
     for key in ("steps", "samples"):
         if isinstance(body.get(key), dict):

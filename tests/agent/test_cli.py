@@ -13,7 +13,7 @@ import pytest
 import phantomhub_agent as pa
 from phantomhub_agent import cli
 
-from .conftest import FakeServer, Recorded
+from .conftest import FakeServer, Recorded, carries
 
 
 def spool_a_run(spool_dir: Path, agent_kwargs: dict[str, Any], steps: int = 30) -> str:
@@ -64,7 +64,7 @@ def test_an_invalid_batch_is_set_aside_and_the_rest_delivered(
     spool_a_run(spool_dir, agent_kwargs)
 
     def script(req: Recorded, index: int) -> Any:
-        if req.path.endswith("/steps") and 0 in req.body["steps"]["step"]:
+        if carries(req, "steps") and 0 in req.body["steps"]["step"]:
             return 400, {}, b'{"error": {"code": "invalid", "message": "bad", "fields": {"step": "no"}}}'
         return None
 

@@ -87,6 +87,6 @@ def test_memory_stays_bounded_with_the_server_down(agent_kwargs: dict[str, Any])
     spooled_rows = sum(
         decode_file(path.read_bytes()).rows
         for path in (agent_kwargs["spool_dir"] / run.id).glob("*.phk")
-        if decode_file(path.read_bytes()).kind == "steps"
+        if decode_file(path.read_bytes()).kind in ("steps", "batch")
     )
     assert spooled_rows + run.counters["dropped_steps"] == 60_000  # every step is on disk or counted

@@ -150,7 +150,7 @@ def test_injected_500_and_429_lose_nothing_and_double_nothing(
     live: LiveServer, fault_proxy: FaultProxy, agent_kwargs: dict[str, Any]
 ) -> None:
     def rule(index: int, path: str) -> Any:
-        if path.endswith("/steps") or path.endswith("/events"):
+        if path.endswith(("/steps", "/events", "/batch")):
             if index % 4 == 1:
                 return ("after", 500, {})  # stored, but the agent is told it failed
             if index % 4 == 2:

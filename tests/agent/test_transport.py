@@ -25,7 +25,7 @@ from phantomhub_agent._transport import (
     parse_retry_after,
 )
 
-from .conftest import FakeServer, Recorded, free_port
+from .conftest import FakeServer, Recorded, carries, free_port
 
 
 def loop(run: pa.Run, n: int, first: int = 0) -> None:
@@ -100,7 +100,7 @@ def test_batches_are_gzipped_and_carry_rank_and_host(fake_server: FakeServer, ag
     run.finish()
     [create] = fake_server.of("/runs")
     assert create.body["id"] == run.id and create.body["name"] == "gz"
-    steps = fake_server.of("/steps")
+    steps = [r for r in fake_server.requests if carries(r, "steps")]
     assert steps and all(r.headers.get("content-encoding") == "gzip" for r in steps)
     body = steps[0].body
     assert body["rank"] == 0 and body["host"]
@@ -112,7 +112,7 @@ def test_5xx_is_retried_with_backoff_until_it_succeeds(fake_server: FakeServer, 
     failures = {"left": 2}
 
     def script(req: Recorded, index: int) -> Any:
-        if req.path.endswith("/steps") and failures["left"] > 0:
+        if carries(req, "steps") and failures["left"] > 0:
             failures["left"] -= 1
             return error(503, "unavailable")
         return None
@@ -121,7 +121,7 @@ def test_5xx_is_retried_with_backoff_until_it_succeeds(fake_server: FakeServer, 
     run = pa.init(server=fake_server.url, token="t", **agent_kwargs)
     loop(run, 5)
     run.finish()
-    attempts = fake_server.of("/steps")
+    attempts = [r for r in fake_server.requests if carries(r, "steps")]
     assert len(attempts) == 3
     assert attempts[0].raw_body == attempts[2].raw_body  # the same batch, resent
     assert run.counters["send_failures"] == 2
@@ -134,7 +134,7 @@ def test_429_waits_at_least_retry_after(fake_server: FakeServer, agent_kwargs: d
 
     def script(req: Recorded, index: int) -> Any:
         answered.append(time.monotonic())
-        if req.path.endswith("/steps") and len(fake_server.of("/steps")) == 1:
+        if carries(req, "steps") and sum(carries(r, "steps") for r in fake_server.requests) == 1:
             return error(429, "throttled", **{"Retry-After": "0.6"})
         return None
 
@@ -142,7 +142,7 @@ def test_429_waits_at_least_retry_after(fake_server: FakeServer, agent_kwargs: d
     run = pa.init(server=fake_server.url, token="t", **agent_kwargs)
     loop(run, 3)
     run.finish()
-    steps_times = [t for t, r in zip(answered, fake_server.requests) if r.path.endswith("/steps")]
+    steps_times = [t for t, r in zip(answered, fake_server.requests) if carries(r, "steps")]
     assert len(steps_times) == 2
     assert steps_times[1] - steps_times[0] >= 0.6
 
@@ -150,13 +150,13 @@ def test_429_waits_at_least_retry_after(fake_server: FakeServer, agent_kwargs: d
 def test_other_4xx_is_never_retried_logged_once_and_counted(
     fake_server: FakeServer, agent_kwargs: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake_server.script = lambda req, i: error(400) if req.path.endswith("/steps") else None
+    fake_server.script = lambda req, i: error(400) if carries(req, "steps") else None
     agent_kwargs["debug"] = False
     caplog.set_level(logging.WARNING, logger="phantomhub_agent")
     run = pa.init(server=fake_server.url, token="t", batch_max_rows=10, **agent_kwargs)
     loop(run, 30)
     run.finish()
-    attempts = fake_server.of("/steps")
+    attempts = [r for r in fake_server.requests if carries(r, "steps")]
     assert len(attempts) == 3  # three batches of 10, each tried exactly once
     assert run.counters["rejected_batches"] == 3
     rejected_logs = [r for r in caplog.records if "rejected" in r.getMessage()]
@@ -165,7 +165,7 @@ def test_other_4xx_is_never_retried_logged_once_and_counted(
 
 
 def test_a_rejected_batch_fails_finish_in_debug_mode(fake_server: FakeServer, agent_kwargs: dict[str, Any]) -> None:
-    fake_server.script = lambda req, i: error(400) if req.path.endswith("/steps") else None
+    fake_server.script = lambda req, i: error(400) if carries(req, "steps") else None
     run = pa.init(server=fake_server.url, token="t", **agent_kwargs)
     loop(run, 3)
     with pytest.raises(pa.AgentError, match="rejected with 400"):
@@ -174,7 +174,7 @@ def test_a_rejected_batch_fails_finish_in_debug_mode(fake_server: FakeServer, ag
 
 def test_413_splits_the_batch_until_it_fits(fake_server: FakeServer, agent_kwargs: dict[str, Any]) -> None:
     def script(req: Recorded, index: int) -> Any:
-        if req.path.endswith("/steps") and len(req.body["steps"]["step"]) > 25:
+        if carries(req, "steps") and len(req.body["steps"]["step"]) > 25:
             return error(413, "too_large")
         return None
 
