@@ -45,8 +45,9 @@ def wait_healthy(port: int, timeout_s: float = 60) -> None:
 
 
 @contextmanager
-def gunicorn(env: dict[str, str], workers: int) -> Iterator[int]:
-    """PhantomHub under gunicorn on a free port, healthy, for the duration of the block."""
+def gunicorn_server(env: dict[str, str], workers: int) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """PhantomHub under gunicorn on a free port, healthy, for the duration of the block:
+    (port, the gunicorn master process; its children are the workers)."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
@@ -56,10 +57,17 @@ def gunicorn(env: dict[str, str], workers: int) -> Iterator[int]:
     )  # fmt: skip
     try:
         wait_healthy(port)
-        yield port
+        yield port, server
     finally:
         server.terminate()
         server.wait(30)
+
+
+@contextmanager
+def gunicorn(env: dict[str, str], workers: int) -> Iterator[int]:
+    """PhantomHub under gunicorn on a free port, healthy, for the duration of the block."""
+    with gunicorn_server(env, workers) as (port, _server):
+        yield port
 
 
 def manage(env: dict[str, str], *args: str) -> str:
