@@ -62,6 +62,7 @@ export function RunsPage() {
   const set = (patch: Partial<RunsQuery>, replace = false) => setParams(runsQueryToParams(updateRunsQuery(query, patch)), { replace });
 
   const teams = user?.teams ?? [];
+  const badDates = (["from", "to"] as const).map((k) => [k, (params.get(k) ?? "").trim()] as const).filter(([k, v]) => v && !query[k]);
   const filters = activeFilterCount(query);
   const data = state.data;
   const first = data ? (data.page - 1) * data.page_size + 1 : 0;
@@ -84,6 +85,11 @@ export function RunsPage() {
           </a>
         }
       />
+      {badDates.length > 0 && (
+        <div className="notice" role="status" data-testid="param-notice">
+          {badDates.map(([k, v]) => `“${v}” is not a day (YYYY-MM-DD) for “${k === "from" ? "billed from" : "to"}”`).join("; ")}: that filter is left out.
+        </div>
+      )}
       <Card>
         <form className="filters" role="search" aria-label="Filter runs" onSubmit={(e) => e.preventDefault()}>
           <TextFilter id="f-q" label="Search" value={query.q} placeholder="Run name…" onCommit={(v) => set({ q: v }, true)} />

@@ -85,6 +85,16 @@ describe("Runs page", () => {
     expect(await screen.findByText("No runs match these filters")).toBeInTheDocument();
   });
 
+  it("says a day in the URL that is not one is left out, instead of quietly dropping it", async () => {
+    vi.stubGlobal("fetch", mockFetch({
+      "/api/v1/portal/session": signedIn,
+      "/api/v1/portal/runs": { count: 1, page: 1, page_size: 50, results: [runRow()] },
+      "/api/v1/pricing/gpus": [],
+    }).fn);
+    renderAt("/runs?from=yesterday&to=2026-11-30", <RunsPage />, "/runs");
+    expect(await screen.findByTestId("param-notice")).toHaveTextContent("“yesterday” is not a day (YYYY-MM-DD) for “billed from”: that filter is left out.");
+  });
+
   it("says a page past the last one is past it, and goes to the last page", async () => {
     vi.stubGlobal("fetch", mockFetch({
       "/api/v1/portal/session": signedIn,
