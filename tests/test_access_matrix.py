@@ -73,12 +73,16 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-session", "post"): ALL_OK,
     ("portal-session", "delete"): ALL_OK,
     ("portal-runs", "get"): "401 ok ok ok ok ok ok ok",  # each lists what it may see
+    ("portal-runs-csv", "get"): ORG_READ,
+    ("portal-leaderboard-csv", "get"): ORG_READ,
     ("portal-run", "get"): RUN_READ,
     ("portal-leaderboard", "get"): ORG_READ,
     ("portal-overview", "get"): ORG_READ,
     ("portal-teams", "get"): ORG_READ,
     ("portal-team", "get"): ORG_READ,
+    ("portal-team", "patch"): "401 403 403 403 403 ok 403 ok",  # display names: team and org admins
     ("portal-project", "get"): ORG_READ,
+    ("portal-project", "patch"): "401 403 403 403 403 ok 403 ok",
     ("portal-finance-csv", "get"): ORG_READ,
     ("portal-finance", "get"): ORG_READ,
     ("portal-finance-close", "post"): "401 403 403 403 403 403 ok ok",
@@ -192,6 +196,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "price-detail": {"price_id": world.price_id},
         "portal-token": {"token_id": world.token_id},
         "portal-leaderboard": {"kind": "teams"},
+        "portal-leaderboard-csv": {"kind": "teams"},
         "portal-team": {"slug": "nlp"},
         "portal-project": {"slug": "llm-pretrain"},
         "portal-finance-csv": {"month": "2026-09"},
@@ -212,6 +217,8 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-session", "post"): lambda: {"username": "nobody", "password": "wrong"},
     ("portal-settings", "put"): lambda: {"target_mfu": 0.4},
     ("portal-tokens", "post"): lambda: {"kind": "personal", "name": "matrix"},
+    ("portal-team", "patch"): lambda: {"display_name": "NLP"},
+    ("portal-project", "patch"): lambda: {"display_name": "LLM pre-training"},
 }
 
 
