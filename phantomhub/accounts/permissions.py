@@ -46,6 +46,11 @@ def is_org_admin(user: Any) -> bool:
     return user_id is not None and Profile.objects.filter(user_id=user_id, is_org_admin=True).exists()
 
 
+def is_finance(user: Any) -> bool:
+    user_id = getattr(user, "pk", None)
+    return user_id is not None and Profile.objects.filter(user_id=user_id, is_finance=True).exists()
+
+
 def is_personal_token(request: Request) -> bool:
     return getattr(request.auth, "kind", None) == TokenKind.PERSONAL
 
@@ -84,6 +89,18 @@ class ReadAnyoneWriteOrgAdmin(TokenScopes):
         if request.method in SAFE_METHODS or is_org_admin(request.user):
             return True
         self.message = "changing this needs an organization admin"
+        return False
+
+
+class OrgAdminOrFinanceReads(TokenScopes):
+    """Organization admins; finance people read too (the price book's audit trail)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        if is_org_admin(request.user) or (request.method in SAFE_METHODS and is_finance(request.user)):
+            return True
+        self.message = "this needs an organization admin (finance people may read it)"
         return False
 
 

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from phantomhub.accounts.permissions import OrgAdminOnly, ReadAnyoneWriteOrgAdmin
+from phantomhub.accounts.permissions import OrgAdminOrFinanceReads, ReadAnyoneWriteOrgAdmin
 from phantomhub.errors import ApiError
 from phantomhub.pricing import services
 from phantomhub.pricing.catalog import gpu_catalog
@@ -164,7 +164,7 @@ class PriceCsvApi(APIView):
 
 
 class PriceAuditApi(APIView):
-    permission_classes = [OrgAdminOnly]
+    permission_classes = [OrgAdminOrFinanceReads]
 
     @extend_schema(responses=inline_serializer("PriceAudit", {"action": serializers.CharField()}, many=True))
     def get(self, request: Request) -> Response:

@@ -286,19 +286,29 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
     )
     if data_heavy and s.data_ns_mean is not None:
         ev.append(Evidence("its data wait per step", round(s.data_ns_mean / 1e6, 2), "ms"))
-    fixes = [
-        f"Inspect node {s.host}: nvidia-smi -q -d CLOCK,PERFORMANCE for thermal or power throttling, "
-        "XID/ECC errors in dmesg, a degraded PCIe or NVLink link.",
-        f"Look for other processes on {s.host} (CPU contention) and compare its data shard sizes.",
-        f"Cordon {s.host} and rerun on another node; if the slowness follows the rank rather than "
-        "the node, rebalance work per rank (pack or bucket sequence lengths).",
-    ]
+    one_node = len({r.host for r in a.ranks}) == 1
+    if one_node:  # every rank shares the node: the rank, not the node, is slow
+        fixes = [
+            f"Rank {s.rank}'s GPU on {s.host}: nvidia-smi -q -d CLOCK,PERFORMANCE -i <its GPU> for thermal or power "
+            "throttling, and its PCIe/NVLink link (nvidia-smi topo -m).",
+            f"Work that only rank {s.rank} does: logging, checkpointing or evaluation on rank 0, an uneven data "
+            "shard; move it off the critical path or spread it over the ranks.",
+            "Rebalance work per rank (pack or bucket sequence lengths) when the slowness follows the data.",
+        ]
+    else:
+        fixes = [
+            f"Inspect node {s.host}: nvidia-smi -q -d CLOCK,PERFORMANCE for thermal or power throttling, "
+            "XID/ECC errors in dmesg, a degraded PCIe or NVLink link.",
+            f"Look for other processes on {s.host} (CPU contention) and compare its data shard sizes.",
+            f"Cordon {s.host} and rerun on another node; if the slowness follows the rank rather than "
+            "the node, rebalance work per rank (pack or bucket sequence lengths).",
+        ]
     if data_heavy:
         fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
     saving, explain, claimed = _claimed(a, claims, f"STRAGGLER:{s.rank}")
     return Recommendation(
         code="STRAGGLER",
-        title=f"Rank {s.rank} on {s.host} holds the other ranks up",
+        title=f"Rank {s.rank} holds the other ranks up" if one_node else f"Rank {s.rank} on {s.host} holds the other ranks up",
         category="comm_exposed",
         severity=severity,
         evidence=tuple(ev),

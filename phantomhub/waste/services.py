@@ -431,7 +431,7 @@ def _store(row: RunAnalysis, run: Run, analysis: Analysis, seq: int) -> None:
     row.analysed_seq = seq
     row.analysed_at = timezone.now()
     row.complete = run.status != RunStatus.RUNNING
-    row.started_at = run.started_at
+    row.started_at = run.allocation_start  # a run's time is its billed span (docs/ui.md)
     row.gpu_key = gpu_key_for(run.gpu_model)
     row.gpu_hours = analysis.billed_gpu_seconds / 3600
     row.cost_usd = Decimal(analysis.cost_cents) / 100

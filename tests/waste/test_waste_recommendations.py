@@ -202,3 +202,11 @@ def test_checkpoint_phases_get_async_checkpointing():
     rec = by_code(recommend(analyze(run)))["IDLE"]
 
     assert any("async_save" in f for f in rec.fixes)
+
+
+def test_a_straggler_on_a_node_every_rank_shares_is_not_told_to_cordon_the_node():
+    run = lockstep({2: 60})
+    one_node = dataclasses.replace(run, steps=[dataclasses.replace(b, host="box") for b in run.steps])
+    s = by_code(recommend(analyze(one_node)))["STRAGGLER"]
+    assert s.title == "Rank 2 holds the other ranks up"
+    assert not any("Cordon" in f for f in s.fixes) and any("rank 0" in f for f in s.fixes)
