@@ -153,8 +153,29 @@ def _claimed(a: Analysis, claims: Claims, key: str) -> tuple[float, Explained, d
     )
 
 
+# The product's words for the categories and idle causes (texts people read; codes stay codes).
+WORDS = {
+    "useful_compute": "useful compute",
+    "compute_inefficiency": "compute inefficiency",
+    "data_stall": "data stall",
+    "comm_exposed": "exposed communication",
+    "host_overhead": "host overhead",
+    "idle": "idle",
+    "startup": "start-up",
+    "teardown": "tear-down",
+    "gap": "gaps between steps",
+    "no_steps": "no step telemetry",
+}
+
+
+def _words(label: str) -> str:
+    if label.startswith("phase:"):
+        return f"'{label[6:]}' phases"
+    return WORDS.get(label, label.replace("_", " "))
+
+
 def _unpriced(reason: str) -> Explained:
-    return Explained(None, "USD/month", f"not priced separately: {reason}", {})
+    return Explained(None, "USD", f"not priced separately: {reason}", {})
 
 
 def _severity(share: float, t: Thresholds) -> str:
@@ -167,9 +188,9 @@ def _severity(share: float, t: Thresholds) -> str:
 
 def _category_evidence(fig: CategoryFigure) -> list[Evidence]:
     return [
-        Evidence(f"{fig.category} share of billed GPU time", round(fig.share, 4), "ratio"),
-        Evidence(f"{fig.category} GPU-hours", round(fig.gpu_seconds / 3600, 3), "GPU-h"),
-        Evidence(f"{fig.category} cost", fig.usd, "USD"),
+        Evidence(f"{_words(fig.category)}, share of billed GPU time", round(fig.share, 4), "ratio"),
+        Evidence(f"{_words(fig.category)}, GPU-hours", round(fig.gpu_seconds / 3600, 3), "GPU-h"),
+        Evidence(f"{_words(fig.category)}, cost", fig.usd, "USD"),
         Evidence(fig.evidence.summary, fig.recoverable_usd, "USD"),
     ]
 
@@ -203,7 +224,7 @@ def _data_stall(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendati
         "workers, cache the dataset on local NVMe, or move augmentation to the GPU.",
     ]
     if _contended(a):
-        fixes.append("Free CPU for the loader workers first: see HOST_CONTENTION.")
+        fixes.append("Free CPU for the loader workers first: see the CPU contention recommendation.")
     saving, explain, claimed = _claimed(a, claims, "DATA_STALL")
     return [
         Recommendation(
@@ -230,7 +251,7 @@ def _comm(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
         ev.append(Evidence("mean exposed gradient-sync wait per step", round(comm_ms / 1e6, 2), "ms"))
     straggler_usd = sum(s.caused_wait_usd for s in a.stragglers)
     if straggler_usd:
-        ev.append(Evidence("of which caused by stragglers (see STRAGGLER)", round(straggler_usd, 2), "USD"))
+        ev.append(Evidence("of which caused by stragglers (see the straggler recommendation)", round(straggler_usd, 2), "USD"))
     fixes = (
         "DistributedDataParallel(bucket_cap_mb=...): try 50-100 (default 25) so fewer, larger "
         "all-reduces start earlier in backward.",
@@ -263,12 +284,14 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
     severity = "high" if share >= t.straggler_high_share else "medium" if share >= t.straggler_medium_share else "low"
     ev = [
         Evidence(
-            f"rank {s.rank} on {s.host} is >=5% slower than the median rank in",
+            f"share of steps in which rank {s.rank} on {s.host} is at least 5% slower than the median rank",
             round(s.slow_step_share, 4),
-            "ratio of steps",
+            "ratio",
         ),
         Evidence("mean lead over the median rank when it holds the others up", round(s.excess_ns_mean / 1e6, 2), "ms"),
-        Evidence("others' comm wait attributed to it", round(s.caused_wait_gpu_seconds / 3600, 3), "GPU-h"),
+        Evidence(
+            "the other ranks' exposed communication spent waiting for it", round(s.caused_wait_gpu_seconds / 3600, 3), "GPU-h"
+        ),
         Evidence("cost of that wait", round(s.caused_wait_usd, 2), "USD"),
     ]
     if s.compute_ns_mean is not None and s.median_rank_compute_ns_mean:
@@ -379,7 +402,7 @@ def _host_overhead(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommend
         "Move per-step Python work (metrics, bookkeeping) off the critical path or to a thread.",
     ]
     if _contended(a):
-        fixes.append("Busy CPUs on the node slow the Python loop: see HOST_CONTENTION.")
+        fixes.append("Busy CPUs on the node slow the Python loop: see the CPU contention recommendation.")
     saving, explain, claimed = _claimed(a, claims, "HOST_OVERHEAD")
     return [
         Recommendation(
@@ -405,9 +428,9 @@ def _host_contention(a: Analysis, t: Thresholds, claims: Claims) -> list[Recomme
             Evidence(f"CPU used by other processes on {h.host}, mean", _r(h.cpu_other_pct_mean, 1), "%"),
             Evidence(f"CPU used by other processes on {h.host}, p95", _r(h.cpu_other_pct_p95, 1), "%"),
             Evidence(f"CPU steal on {h.host}, mean", _r(h.cpu_steal_pct_mean, 2), "%"),
-            Evidence(f"host_overhead share of step time on {h.host}", _r(h.host_overhead_share, 4), "ratio"),
-            Evidence("host_overhead share of step time, whole run", _r(a.host.host_overhead_share, 4), "ratio"),
-            Evidence(f"host_overhead + data_stall cost of ranks on {h.host}", round(exposed, 2), "USD"),
+            Evidence(f"host overhead, share of step time on {h.host}", _r(h.host_overhead_share, 4), "ratio"),
+            Evidence("host overhead, share of step time over the whole run", _r(a.host.host_overhead_share, 4), "ratio"),
+            Evidence(f"host overhead and data stall, cost of the ranks on {h.host}", round(exposed, 2), "USD"),
         ]
         fixes = [
             f"Find and stop background processes on {h.host} (top sorted by CPU: stray notebooks, "
@@ -428,7 +451,7 @@ def _host_contention(a: Analysis, t: Thresholds, claims: Claims) -> list[Recomme
             saving, claimed = None, {}
             explain = _unpriced(
                 "no uncontended host in the run shows what its ranks would do without the contention, so "
-                "their data-stall and host-overhead dollars stay with DATA_STALL and HOST_OVERHEAD"
+                "their data-stall and host-overhead dollars stay with those recommendations"
             )
         out.append(
             Recommendation(
@@ -465,7 +488,7 @@ def _idle(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     for part in sorted(a.idle, key=lambda i: -i.gpu_seconds):
         if part.gpu_seconds <= 0:
             continue
-        ev.append(Evidence(f"idle: {part.label}", round(part.gpu_seconds / 3600, 3), "GPU-h"))
+        ev.append(Evidence(f"idle: {_words(part.label)}", round(part.gpu_seconds / 3600, 3), "GPU-h"))
         if part.label.startswith("phase:"):
             name = part.label[len("phase:") :]
             if "checkpoint" in name or "ckpt" in name or "save" in name:
@@ -523,7 +546,7 @@ def _memory(a: Analysis, t: Thresholds) -> list[Recommendation]:
                 ),
                 saving_usd=None,
                 explain=_unpriced(
-                    "the device syncs that allocator retries force already count as host_overhead, "
+                    "the device syncs that allocator retries force already count as host overhead, "
                     "and fragmentation costs memory, not GPU time"
                 ),
             )

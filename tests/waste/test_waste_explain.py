@@ -168,7 +168,7 @@ def test_every_recommendation_explains_its_saving():
     for r in recs:
         assert r.explain is not None, r.code
         assert r.explain.value == r.saving_usd, r.code
-        assert r.explain.unit == ("USD/month" if r.saving_usd is None else "USD")
+        assert r.explain.unit == "USD"
         assert r.to_json()["explain"]["formula"] == r.explain.formula
         if r.saving_usd is None:
             assert r.explain.formula.startswith("not priced separately")

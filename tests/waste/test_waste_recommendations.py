@@ -210,3 +210,13 @@ def test_a_straggler_on_a_node_every_rank_shares_is_not_told_to_cordon_the_node(
     s = by_code(recommend(analyze(one_node)))["STRAGGLER"]
     assert s.title == "Rank 2 holds the other ranks up"
     assert not any("Cordon" in f for f in s.fixes) and any("rank 0" in f for f in s.fixes)
+
+
+def test_recommendation_texts_use_the_product_s_words():
+    import re
+
+    a = analyze(dataclasses.replace(worked_example_run(), refs=worked_example_refs()))
+    texts = [r.title for r in recommend(a)] + [e.observation for r in recommend(a) for e in r.evidence]
+    # (fixes quote code people type: find_unused_parameters=True, PYTORCH_CUDA_ALLOC_CONF, ...)
+    for text in texts:
+        assert not re.search(r"\b[a-z]+_[a-z_]+\b|\b[A-Z]{3,}_[A-Z_]+\b", text), text
