@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --disable-pip-version-check -q
 PHANTOMHUB_PORT ?= 8000
 export PHANTOMHUB_PORT
 
-.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-frontend lint fmt typecheck check bench screenshots clean
+.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-frontend lint fmt typecheck check bench soak screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -84,6 +84,9 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/savings.py
 	$(PY) bench/portal.py --browser
+
+soak: venv-dev ## load with faults: restarts PostgreSQL, stops Redis, kills the worker (disturbs anything else using them)
+	$(PY) bench/soak.py
 
 screenshots: frontend ## render docs/screenshots/*.png from a running server (make run first)
 	$(PY) scripts/screenshots.py http://127.0.0.1:$(PHANTOMHUB_PORT)
