@@ -74,7 +74,7 @@ def worker_check(node: str, timeout_s: float = WORKER_PING_TIMEOUT_S) -> tuple[b
     try:
         replies = app.control.ping(destination=[node], timeout=timeout_s)
     except Exception as exc:  # the broker is unreachable: the worker cannot be working either
-        return False, f"ping {node}: {exc!r}"
+        return False, f"ping {node}: {type(exc).__name__}: {exc}"
     if not any(node in reply for reply in replies):
         return False, f"{node} did not answer a ping within {timeout_s:g} s"
     return True, f"{node}: pong"

@@ -327,13 +327,16 @@ def test_the_installed_wheel_serves_the_ui_it_carries(image: Image) -> None:
 
 
 def test_worker_and_beat_healthchecks_fail_until_their_role_runs(image: Image) -> None:
-    before = image.healthcheck("worker")
-    assert before.returncode == 1 and "did not answer" in before.stderr, before.stderr
+    for _ in range(3):  # a broker that drops the connection is a failed check too, but not the one meant here
+        before = image.healthcheck("worker")
+        if "ConnectionError" not in before.stderr:
+            break
+    assert before.returncode == 1 and "did not answer" in before.stderr, (before.returncode, before.stdout, before.stderr)
     worker = image.role("worker")
     image.wait_healthy("worker", worker)
 
     before = image.healthcheck("beat")
-    assert before.returncode == 1 and "beat has not started" in before.stderr, before.stderr
+    assert before.returncode == 1 and "beat has not started" in before.stderr, (before.returncode, before.stdout, before.stderr)
     beat = image.role("beat")
     image.wait_healthy("beat", beat, timeout_s=60)
     assert list(image.var.glob("celerybeat-schedule*"))
