@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django import db
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
@@ -80,6 +82,10 @@ def query_int(params: Any, name: str, default: int, lo: int, hi: int) -> int:
     return value
 
 
+log = logging.getLogger(__name__)
+DB_RETRY_AFTER_S = 5
+
+
 def error_body(code: str, message: str, fields: dict[str, str] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
@@ -89,6 +95,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
     if isinstance(exc, ApiError):
         return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        # The database is restarting or unreachable: nothing is wrong with the request. A 503 with
+        # Retry-After in the API's shape, which the agent waits out (its telemetry stays spooled).
+        log.warning("database unavailable: %s", exc)
+        body = error_body("unavailable", "the database is unavailable; retry shortly")
+        return Response(body, status=503, headers={"Retry-After": str(DB_RETRY_AFTER_S)})
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

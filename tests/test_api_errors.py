@@ -141,3 +141,15 @@ def test_the_runs_csv_refuses_a_bad_filter_with_a_400_before_streaming(admin: AP
     response = admin.get("/api/v1/portal/runs.csv", query)
     assert response.status_code == 400, response
     assert set(response.json()["error"]["fields"]) == set(query)
+
+
+def test_a_database_outage_answers_503_with_retry_after_in_the_api_shape() -> None:
+    # What a request meets while PostgreSQL restarts (bench/soak.py): not an HTML 500.
+    from django import db
+
+    from phantomhub.errors import api_exception_handler
+
+    response = api_exception_handler(db.OperationalError("the database system is shutting down"), {})
+    assert response is not None and response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.data["error"]["code"] == "unavailable"

@@ -11,6 +11,7 @@ keeps in the same transaction as the rows.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -606,6 +607,12 @@ def analyses_invalidate(*, gpu_key: str | None = None) -> int:
     return rows.update(analysed_seq=-1, failures=0, retry_at=None)
 
 
+# While the broker is down every ingest request fails to enqueue: warn once a minute, not once
+# a request (a 30 s Redis outage logged ~930 tracebacks in bench/soak.py).
+ENQUEUE_WARNING_INTERVAL_S = 60.0
+_enqueue_warned_at = -ENQUEUE_WARNING_INTERVAL_S
+
+
 def analysis_request(run_id: uuid.UUID) -> None:
     """After new telemetry committed: analyse soon, at most once per debounce interval per run.
 
@@ -622,7 +629,11 @@ def analysis_request(run_id: uuid.UUID) -> None:
         if first:
             analyze_run.apply_async(args=[str(run_id)], countdown=debounce)
     except Exception:  # the beat sweep catches up; ingest must not fail because the broker is down
-        log.warning("could not enqueue analysis of run %s; the periodic sweep will pick it up", run_id, exc_info=True)
+        global _enqueue_warned_at
+        now = time.monotonic()
+        if now - _enqueue_warned_at >= ENQUEUE_WARNING_INTERVAL_S:  # once a minute, not every request
+            _enqueue_warned_at = now
+            log.warning("could not enqueue analysis of run %s; the periodic sweep will pick it up", run_id, exc_info=True)
 
 
 @dataclass(frozen=True)
