@@ -80,6 +80,7 @@ check: lint typecheck test ## everything CI runs
 bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/results/*.json)
 	$(PY) bench/ingest.py
 	$(PY) bench/analysis.py
+	$(PY) bench/big_job.py
 	$(PY) bench/waste_model.py
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/savings.py
