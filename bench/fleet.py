@@ -13,10 +13,12 @@ workers and of the Celery worker and its children is read before and after a ste
 - rows sent vs stored (steps and samples, after every rank finished and flushed);
 - p50 / p99 request latency as the senders saw it.
 
-Profiles are agent settings: ``defaults`` (what the agent ships) and ``v1`` (the settings the
-agent shipped before the combined batch: 2 s flushes, one request per kind).
+Profiles are agent settings and the server's analysis debounce: ``defaults`` (what the agent and
+the server ship), ``v1`` (what they shipped before the combined batch: 2 s flushes, counters
+every 10 s, one request per kind, analysis at most every 5 s) and ``flush30`` (the defaults with
+30 s flushes, to show the slope).
 
-    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles defaults v1] [--window 120]
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 defaults flush30] [--window 120]
 
 Writes bench/results/fleet.json.
 """
@@ -50,8 +52,11 @@ RANKS_PER_RUN = 8
 # Agent settings per profile; "defaults" is whatever the agent ships.
 PROFILES: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "v1": {"flush_interval_s": 2.0, "system_interval_s": 1.0, "counters_interval_s": 10.0},
+    "v1": {"flush_interval_s": 2.0, "system_interval_s": 1.0, "counters_interval_s": 10.0, "wire": "separate"},
+    "flush30": {"flush_interval_s": 30.0},
 }
+# The server's analysis debounce (OrgSettings.analysis_debounce_s) per profile; None: its default.
+DEBOUNCE_S: dict[str, int | None] = {"defaults": None, "v1": 5, "flush30": None}
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -179,11 +184,13 @@ def child_main(spec: dict[str, Any], out: Any) -> None:
 
 
 def _cpu_s(procs: list[psutil.Process]) -> float:
+    """CPU seconds of a process tree: the live processes' own, plus what each has reaped of its
+    children (a gunicorn or Celery child that exits mid-window keeps counting, in its parent)."""
     total = 0.0
     for proc in procs:
         try:
             t = proc.cpu_times()
-            total += t.user + t.system
+            total += t.user + t.system + t.children_user + t.children_system
         except psutil.NoSuchProcess:
             continue
     return total
@@ -196,6 +203,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 class Server:
     def __init__(self, env: dict[str, str], web_workers: int, log_dir: Path) -> None:
+        self.env = env
         self.port = free_port()
         self.web = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers",
@@ -209,16 +217,23 @@ class Server:
              "-Q", "phantomhub", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        wait_healthy(self.port)
-        deadline = time.monotonic() + 60
-        while b"ready." not in worker_log.read_bytes():
-            if self.worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("celery worker did not start: " + worker_log.read_text()[-2000:])
-            time.sleep(0.2)
         self.worker_log = worker_log
+        try:
+            wait_healthy(self.port)
+            deadline = time.monotonic() + 60
+            while b"ready." not in worker_log.read_bytes():
+                if self.worker.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("celery worker did not start: " + worker_log.read_text()[-2000:])
+                time.sleep(0.2)
+        except BaseException:
+            self.stop()
+            raise
 
     def cpu(self) -> tuple[float, float]:
         return _cpu_s(_tree(self.web.pid)), _cpu_s(_tree(self.worker.pid))
+
+    def alive(self) -> bool:
+        return self.web.poll() is None and self.worker.poll() is None
 
     def analyses(self) -> int:
         return self.worker_log.read_text(errors="replace").count("succeeded in")
@@ -242,7 +257,29 @@ def stored_rows(database_url: str, run_ids: list[str]) -> tuple[int, int]:
     return int(steps[0]) if steps else 0, int(samples[0]) if samples else 0
 
 
+def spooled_step_rows(spool: Path) -> int:
+    """Step rows still in the spool (not lost: the next agent or `phantomhub-agent sync` sends them)."""
+    rows = 0
+    for path in spool.rglob("*.phk*"):
+        with path.open("rb") as fh:
+            header = json.loads(fh.readline())
+        if header.get("kind") in ("steps", "batch"):
+            rows += int(header.get("rows", 0))
+    return rows
+
+
+def debounce_set(env: dict[str, str], seconds: int | None) -> int:
+    """Sets the organization's analysis debounce (None: the model's default); returns it."""
+    code = (
+        "from phantomhub.waste.models import OrgSettings as O; o = O.get(); "
+        f"o.analysis_debounce_s = {seconds!r} or O._meta.get_field('analysis_debounce_s').default; o.save(); "
+        "print(o.analysis_debounce_s)"
+    )
+    return int(manage(env, "shell", "-c", code).splitlines()[-1])
+
+
 def one_case(args: argparse.Namespace, server: Server, token: str, profile: str, ranks: int) -> dict[str, Any]:
+    debounce = debounce_set(server.env, DEBOUNCE_S[profile])
     runs = [str(uuid.uuid4()) for _ in range(max(1, ranks // RANKS_PER_RUN))]
     all_ranks = [(runs[i // RANKS_PER_RUN], i % RANKS_PER_RUN) for i in range(ranks)]
     procs_n = min(args.procs, ranks)
@@ -262,6 +299,8 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
     cpu0, analyses0, w0 = server.cpu(), server.analyses(), time.time()
     time.sleep(max(0.0, stop_at - time.time()))
     cpu1, analyses1, w1 = server.cpu(), server.analyses(), time.time()
+    if not server.alive():  # e.g. the broker restarted under the worker: no figure to keep
+        raise RuntimeError(f"a server process died during the window; see {server.worker_log.parent}")
     results = [queue.get(timeout=300) for _ in children]
     for child in children:
         child.join(30)
@@ -282,6 +321,7 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
     case = {
         "profile": profile,
         "agent_settings": PROFILES[profile],
+        "analysis_debounce_s": debounce,
         "ranks": ranks,
         "runs": len(runs),
         "window_s": round(w1 - w0, 1),
@@ -290,15 +330,15 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         "analyses_in_window": analyses1 - analyses0,
         "latency_ms": {"p50": round(pct(latencies_ms, 50) or 0, 2), "p99": round(pct(latencies_ms, 99) or 0, 2)},
         "non_2xx_in_window": sum(1 for r in in_window if not 200 <= r[2] < 300),
-        "steps": {"sent": steps_sent, "stored": steps_stored},
+        "steps": {"sent": steps_sent, "stored": steps_stored, "left_in_spool": spooled_step_rows(spool)},
         "samples": {"stored": samples_stored, "dropped": counters.get("dropped_samples", 0)},
         "agent_counters": {k: counters.get(k, 0) for k in ("dropped_steps", "rejected_batches", "send_failures",
                                                             "spooled_batches", "replayed_batches", "sent_batches")},
     }  # fmt: skip
     c = case
     print(
-        f"{profile:>9} {ranks:>4} ranks: {c['requests_per_gpu_min']:6.2f} req/GPU/min, CPU ms/GPU/min web "
-        f"{web_ms:6.2f} worker {worker_ms:6.2f} total {web_ms + worker_ms:6.2f}; latency p50 "
+        f"{profile:>9} {ranks:>4} ranks (debounce {debounce} s): {c['requests_per_gpu_min']:6.2f} req/GPU/min, CPU ms/GPU/min "
+        f"web {web_ms:6.2f} worker {worker_ms:6.2f} total {web_ms + worker_ms:6.2f}; latency p50 "
         f"{c['latency_ms']['p50']} ms p99 {c['latency_ms']['p99']} ms; steps sent {steps_sent} stored {steps_stored}; "
         f"analyses {c['analyses_in_window']}",
         flush=True,
@@ -344,14 +384,20 @@ def main() -> None:
     log_dir = Path(args.spool)
     log_dir.mkdir(parents=True, exist_ok=True)
     server = Server(env, args.web_workers, log_dir)
-    cases = []
+    cases: list[dict[str, Any]] = []
     try:
-        # Profiles alternate within each fleet size, so both see the same machine load.
+        # The profiles run one after the other for each fleet size, on the same server and
+        # machine load; the file is written after every case.
         for ranks in args.ranks:
             for profile in args.profiles:
                 cases.append(one_case(args, server, token, profile, ranks))
+                write_result(args, cases)
     finally:
         server.stop()
+    print(f"wrote {args.out}")
+
+
+def write_result(args: argparse.Namespace, cases: list[dict[str, Any]]) -> None:
     result = {
         "bench": "fleet",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
@@ -365,7 +411,6 @@ def main() -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

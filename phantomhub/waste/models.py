@@ -31,8 +31,10 @@ class OrgSettings(models.Model):
     recoverability = models.JSONField(default=dict, blank=True)
     # A running run with no sign of life for this long is marked crashed and stops accruing cost.
     crash_after_s = models.PositiveIntegerField(default=900)
-    # A busy run is analysed at most once per this many seconds.
-    analysis_debounce_s = models.PositiveIntegerField(default=5)
+    # A busy run is analysed at most once per this many seconds. 30: agents report every 10 s, so
+    # a run is analysed within ~40 s of its telemetry, and analysis costs ~12 ms of worker CPU per
+    # GPU-minute instead of ~70 at 5 s (bench/fleet.py; docs/performance.md, "Fleet").
+    analysis_debounce_s = models.PositiveIntegerField(default=30)
 
     def __str__(self) -> str:
         return "organization settings"
