@@ -131,7 +131,12 @@ class SimRank:
             self.next_pc += p
 
 
-def child_main(spec: dict[str, Any], out: Any) -> None:
+def ranks_run(
+    spec: dict[str, Any], *, name: str, ranks_per_host: int, rate: tuple[float, float], finish_timeout_s: float
+) -> tuple[list[SimRank], list[tuple[float, float, int]], dict[str, int]]:
+    """Run ``spec["ranks"]`` through the agent's real senders until ``spec["stop_at"]``, then finish
+    every rank at once (as a job's ranks do): the ranks, each request's (end, latency, status),
+    and the agents' summed counters. Shared by bench/fleet.py and bench/soak.py."""
     from phantomhub_agent._config import settings_from
     from phantomhub_agent._spool import token_fingerprint
     from phantomhub_agent._worker import MARK_END, Worker, WorkerContext
@@ -141,24 +146,23 @@ def child_main(spec: dict[str, Any], out: Any) -> None:
     rng = random.Random(spec["seed"])
     log: list[tuple[float, float, int]] = []
     sims: list[SimRank] = []
-    spool = Path(spec["spool"])
     for run_id, rank in spec["ranks"]:
         settings = settings_from(
-            {"server": spec["server"], "token": spec["token"], "spool_dir": str(spool), **spec["settings"]}, environ={}
+            {"server": spec["server"], "token": spec["token"], "spool_dir": str(spec["spool"]), **spec["settings"]},
+            environ={},
         )
         clock = time.time_ns() - time.perf_counter_ns()
-        ctx = WorkerContext(run_id=run_id, rank=rank, host=f"node-{rank // 8}", token_fp=token_fingerprint(spec["token"]),
-                            clock_offset_ns=clock, gpu_devices=[0])  # fmt: skip
+        ctx = WorkerContext(run_id=run_id, rank=rank, host=f"node-{rank // ranks_per_host}",
+                            token_fp=token_fingerprint(spec["token"]), clock_offset_ns=clock, gpu_devices=[0])  # fmt: skip
         worker = Worker(settings, ctx)
         worker.transport = TimedTransport(worker.transport, log)  # type: ignore[assignment]
         worker._sampler = FakeSampler(rng.randrange(2**31))
-        metadata = {"id": run_id, "name": f"fleet-{run_id[:8]}", "gpu_model": "H100-SXM", "gpu_count": RANKS_PER_RUN,
+        metadata = {"id": run_id, "name": f"{name}-{run_id[:8]}", "gpu_model": "H100-SXM", "gpu_count": RANKS_PER_RUN,
                     "world_size": RANKS_PER_RUN, "dtype": "bf16", "pricing_tier": "on_demand"}  # fmt: skip
         worker.items.append(("request", worker.make_request("run", "/api/v1/runs", metadata)))
         worker.ensure_started()
-        sims.append(SimRank(worker, rng.uniform(1.0, 10.0), rng))
-    stop_at = spec["stop_at"]
-    while time.time() < stop_at:
+        sims.append(SimRank(worker, rng.uniform(*rate), rng))
+    while time.time() < spec["stop_at"]:
         now = time.perf_counter_ns()
         for sim in sims:
             sim.due(now)
@@ -167,8 +171,7 @@ def child_main(spec: dict[str, Any], out: Any) -> None:
         sim.worker.steps.append((MARK_END, time.perf_counter_ns()))
         sim.worker.items.append(("event", {"id": uuid.uuid4().hex, "kind": "finish", "rank": sim.worker.ctx.rank,
                                            "t_ns": time.time_ns() // 1000 * 1000, "status": "finished"}))  # fmt: skip
-    # Every rank finishes at once (as a job's ranks do), each within the agent's deadline.
-    finishers = [threading.Thread(target=sim.worker.finish, args=(20.0,)) for sim in sims]
+    finishers = [threading.Thread(target=sim.worker.finish, args=(finish_timeout_s,)) for sim in sims]
     for thread in finishers:
         thread.start()
     for thread in finishers:
@@ -177,6 +180,11 @@ def child_main(spec: dict[str, Any], out: Any) -> None:
     for sim in sims:
         for key, value in sim.worker.counters_snapshot().items():
             counters[key] = counters.get(key, 0) + value
+    return sims, log, counters
+
+
+def child_main(spec: dict[str, Any], out: Any) -> None:
+    sims, log, counters = ranks_run(spec, name="fleet", ranks_per_host=8, rate=(1.0, 10.0), finish_timeout_s=20.0)
     out.put({"steps_sent": sum(s.sent for s in sims), "requests": log, "counters": counters})
 
 

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import http.client
 import json
-import logging
 import multiprocessing as mp
 import os
 import platform
@@ -48,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
 from bench.common import database_recreate, free_port, manage, wait_healthy  # noqa: E402
-from bench.fleet import FakeSampler, SimRank, TimedTransport, pct  # noqa: E402
+from bench.fleet import pct, ranks_run  # noqa: E402
 
 RANKS_PER_RUN = 8
 HOST = "127.0.0.1"
@@ -82,48 +81,10 @@ def _child_signals() -> None:
 
 
 def ranks_main(spec: dict[str, Any], out: Any) -> None:
-    from phantomhub_agent._config import settings_from
-    from phantomhub_agent._spool import token_fingerprint
-    from phantomhub_agent._worker import MARK_END, Worker, WorkerContext
-
     _child_signals()
-    logging.getLogger("phantomhub_agent").setLevel(logging.CRITICAL)  # 16 senders a process: no warning floods
-    rng = random.Random(spec["seed"])
-    log: list[tuple[float, float, int]] = []
-    sims: list[SimRank] = []
-    for run_id, rank in spec["ranks"]:
-        settings = settings_from(
-            {"server": spec["server"], "token": spec["token"], "spool_dir": spec["spool"], **spec["settings"]}, environ={}
-        )
-        clock = time.time_ns() - time.perf_counter_ns()
-        ctx = WorkerContext(run_id=run_id, rank=rank, host=f"node-{rank // 4}", token_fp=token_fingerprint(spec["token"]),
-                            clock_offset_ns=clock, gpu_devices=[0])  # fmt: skip
-        worker = Worker(settings, ctx)
-        worker.transport = TimedTransport(worker.transport, log)  # type: ignore[assignment]
-        worker._sampler = FakeSampler(rng.randrange(2**31))
-        metadata = {"id": run_id, "name": f"soak-{run_id[:8]}", "gpu_model": "H100-SXM", "gpu_count": RANKS_PER_RUN,
-                    "world_size": RANKS_PER_RUN, "dtype": "bf16", "pricing_tier": "on_demand"}  # fmt: skip
-        worker.items.append(("request", worker.make_request("run", "/api/v1/runs", metadata)))
-        worker.ensure_started()
-        sims.append(SimRank(worker, rng.uniform(*spec["steps_per_s"]), rng))
-    while time.time() < spec["stop_at"]:
-        now = time.perf_counter_ns()
-        for sim in sims:
-            sim.due(now)
-        time.sleep(0.02)
-    for sim in sims:
-        sim.worker.steps.append((MARK_END, time.perf_counter_ns()))
-        sim.worker.items.append(("event", {"id": uuid.uuid4().hex, "kind": "finish", "rank": sim.worker.ctx.rank,
-                                           "t_ns": time.time_ns() // 1000 * 1000, "status": "finished"}))  # fmt: skip
-    finishers = [threading.Thread(target=sim.worker.finish, args=(spec["finish_timeout_s"],)) for sim in sims]
-    for thread in finishers:
-        thread.start()
-    for thread in finishers:
-        thread.join()
-    counters: dict[str, int] = {}
-    for sim in sims:
-        for key, value in sim.worker.counters_snapshot().items():
-            counters[key] = counters.get(key, 0) + value
+    sims, log, counters = ranks_run(
+        spec, name="soak", ranks_per_host=4, rate=tuple(spec["steps_per_s"]), finish_timeout_s=spec["finish_timeout_s"]
+    )
     sent = [(sim.worker.ctx.run_id, sim.worker.ctx.rank, sim.sent) for sim in sims]
     out.put({"sent": sent, "requests": log, "counters": counters})
 
