@@ -34,6 +34,7 @@ from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.telemetry.selectors import run_get_visible
+from phantomhub.waste.baseline import run_vs_baseline
 from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
 from phantomhub.waste.selectors import analysis_failure, analysis_row, analysis_series, analysis_view
@@ -202,6 +203,8 @@ class RunPageApi(APIView):
                 "analysis_error": failure,
                 "analysis": analysis,
                 "series": analysis_series(run=run, row=row),
+                # This run against its project's baseline, priced at the project's volume (waste/baseline.py).
+                "baseline": run_vs_baseline(run),
                 "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
             }
         )

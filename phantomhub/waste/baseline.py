@@ -1,0 +1,378 @@
+"""Project baselines: what a run's step usually looks like, and what this run's difference costs.
+
+A run's **baseline** is the rolling median of the step composition of the project's recent
+finished runs that did the same work on the same GPU model:
+
+- same project, same GPU model (``RunAnalysis.gpu_key``), finished (``Run.status``), analysed to
+  the end (``RunAnalysis.complete``), started before this run;
+- a comparable step: FLOPs, tokens and samples per step per rank within ``PEER_TOLERANCE`` where
+  both report them — the peers' notion of comparability (``RunProfile.signature_matches`` in
+  waste/evidence.py), reused as is;
+- the ``BASELINE_RUNS`` most recent such runs; each figure is the median over them, figure by
+  figure (so the parts' medians need not add up to the median step).
+
+A run's step composition comes from its stored analysis alone (``RunAnalysis.result``, the
+windowed series and MFU), never from raw step rows: the mean per step of the step time and of each
+part of it (data wait, forward, backward, optimizer, exposed communication, host overhead), each
+part's share of the step, and MFU over step time.
+
+The difference is priced at the project's recent volume: the project's GPU-hours over the trailing
+``RECURRENCE_DAYS`` days before the run ended (RunDay rows, as ``recurrence`` in selectors.py), at
+the project's average price over those days::
+
+    delta_usd_per_month = (run_ms - baseline_ms) / baseline_step_ms
+                          x project_gpu_hours_30d x usd_per_gpu_hour_30d
+
+that is, if every step of the project's work took as long as this run's, the same work would need
+that much more GPU time. A part's figure is its own excess over the baseline step; MFU is not
+priced separately (its change is the step time's, for the same work per step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.db.models import Sum
+
+from phantomhub.telemetry.models import Run, RunStatus
+from phantomhub.waste.evidence import PEER_TOLERANCE, PEERS_MAX, RunProfile
+from phantomhub.waste.models import RunAnalysis, RunDay
+from phantomhub.waste.selectors import RECURRENCE_DAYS
+
+BASELINE_RUNS = 10  # the most recent comparable finished runs the median is taken over
+NO_SIGNATURE = "The run reports no FLOPs, tokens or samples per step: nothing says which runs did the same work."
+
+# The parts of a step, in the order the run page shows them, and the windowed series they come from.
+PARTS: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "comm", "host")
+PART_LABELS: Mapping[str, str] = {
+    "step": "Step time",
+    "data": "Data wait",
+    "forward": "Forward",
+    "backward": "Backward",
+    "optimizer": "Optimizer",
+    "comm": "Exposed communication",
+    "host": "Host overhead",
+}
+SIGNATURE: tuple[str, ...] = ("flops_per_step", "tokens_per_step", "samples_per_step")
+
+DELTA_FORMULA = (
+    "delta_usd_per_month = (run_ms - baseline_ms) / baseline_step_ms * project_gpu_hours_30d * usd_per_gpu_hour_30d; "
+    "usd_per_gpu_hour_30d = project_usd_30d / project_gpu_hours_30d"
+)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Mean per step of the step time and of each part (ms), and MFU over step time."""
+
+    step_ms: float
+    parts_ms: Mapping[str, float]
+    mfu_step_time: float | None
+
+    def share(self, part: str) -> float | None:
+        return self.parts_ms[part] / self.step_ms if self.step_ms > 0 else None
+
+
+def composition_from_result(result: Mapping[str, Any]) -> Composition | None:
+    """A run's composition from its stored analysis (``RunAnalysis.result``): the windowed series
+    hold, per window, the mean per step and the step-equivalents in it, so
+    ``Σ mean x steps / Σ steps`` is the run's mean per step. None when no step ran."""
+    windows = result.get("windows") or {}
+    steps = windows.get("steps") or []
+    if not steps:
+        return None
+    weights = np.asarray(steps, dtype=float)
+    total = float(weights.sum())
+    if not total > 0:
+        return None
+
+    def mean(name: str) -> float:
+        values = np.asarray([np.nan if v is None else v for v in windows.get(f"{name}_ms") or [None] * len(weights)], float)
+        used = (weights > 0) & np.isfinite(values)
+        return float((values[used] * weights[used]).sum() / total)
+
+    step = mean("step")
+    if not step > 0:
+        return None
+    mfu = result.get("mfu_step_time")
+    return Composition(step, {p: mean(p) for p in PARTS}, float(mfu) if isinstance(mfu, (int, float)) else None)
+
+
+def median_composition(compositions: Sequence[Composition]) -> Composition:
+    """Figure by figure, the median over the runs (MFU over the runs that know it)."""
+    assert compositions, "a median of no runs"
+    mfus = [c.mfu_step_time for c in compositions if c.mfu_step_time is not None]
+    return Composition(
+        float(np.median([c.step_ms for c in compositions])),
+        {p: float(np.median([c.parts_ms[p] for c in compositions])) for p in PARTS},
+        float(np.median(mfus)) if mfus else None,
+    )
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    run_id: str
+    name: str
+    started_at: datetime | None
+    composition: Composition
+
+
+@dataclass(frozen=True)
+class Baseline:
+    gpu_key: str
+    signature: Mapping[str, float | None]  # the run's own step signature, per rank
+    runs: tuple[BaselineRun, ...]  # most recent first
+    candidates: int  # finished runs of the project on this GPU model that were looked at
+    composition: Composition  # the medians
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """A baseline, or why there is none (``reason``), and the run's own analysis."""
+
+    row: RunAnalysis | None
+    profile: RunProfile | None
+    baseline: Baseline | None
+    reason: str
+    candidates: int = 0
+
+
+def _row(run: Run) -> RunAnalysis | None:
+    row = RunAnalysis.objects.filter(run=run).defer("state", "rank_rows", "rank_last_step", "result", "recommendations").first()
+    return row if row is not None and row.analysed_at is not None else None
+
+
+def _signature(profile: RunProfile) -> dict[str, float | None]:
+    return {name: getattr(profile, name) for name in SIGNATURE}
+
+
+def _lookup(run: Run) -> _Lookup:
+    row = _row(run)
+    if row is None:
+        return _Lookup(None, None, None, "The run has not been analysed yet.")
+    profile = RunProfile.from_json(row.profile) if isinstance(row.profile, dict) else None
+    if profile is None:
+        return _Lookup(row, None, None, "The run has no step rows yet: it has no step to compare.")
+    if not any(v is not None and v > 0 for v in _signature(profile).values()):
+        return _Lookup(row, profile, None, NO_SIGNATURE)
+    gpu = row.gpu_key or "an unknown GPU model"
+    candidates = RunAnalysis.objects.filter(
+        project_id=row.project_id, gpu_key=row.gpu_key, complete=True, profile__isnull=False, run__status=RunStatus.FINISHED
+    ).exclude(run_id=run.pk)
+    if row.started_at is not None:
+        candidates = candidates.filter(started_at__lt=row.started_at)
+    rows = list(candidates.order_by("-started_at").values_list("run_id", "profile")[: PEERS_MAX * 4])
+    matching: list[str] = []
+    for run_id, raw in rows:
+        peer = RunProfile.from_json(raw) if isinstance(raw, dict) else None
+        if peer is not None and profile.signature_matches(peer):
+            matching.append(str(run_id))
+        if len(matching) == BASELINE_RUNS:
+            break
+    if not matching:
+        what = "no finished run" if not rows else f"{len(rows)} finished run{'' if len(rows) == 1 else 's'}, none"
+        return _Lookup(
+            row,
+            profile,
+            None,
+            f"No comparable finished runs: this project has {what} on {gpu} before this one with a step within "
+            f"±{PEER_TOLERANCE:.0%} of this run's FLOPs, tokens and samples per step.",
+            len(rows),
+        )
+    found = {
+        str(rid): (name, started, result)
+        for rid, name, started, result in RunAnalysis.objects.filter(run_id__in=matching).values_list(
+            "run_id", "run__name", "started_at", "result"
+        )
+    }
+    runs: list[BaselineRun] = []
+    for rid in matching:
+        name, started, result = found[rid]
+        comp = composition_from_result(result) if isinstance(result, dict) else None
+        if comp is not None:
+            runs.append(BaselineRun(rid, name, started, comp))
+    if not runs:
+        return _Lookup(row, profile, None, "No comparable finished runs with step time in their analysis.", len(rows))
+    baseline = Baseline(
+        row.gpu_key, _signature(profile), tuple(runs), len(rows), median_composition([r.composition for r in runs])
+    )
+    return _Lookup(row, profile, baseline, "", len(rows))
+
+
+def baseline_for(run: Run) -> Baseline | None:
+    """The run's project baseline, or None (``run_vs_baseline`` says why)."""
+    return _lookup(run).baseline
+
+
+@dataclass(frozen=True)
+class Volume:
+    project_gpu_hours_30d: float
+    project_usd_30d: float
+
+    @property
+    def usd_per_gpu_hour_30d(self) -> float | None:
+        return self.project_usd_30d / self.project_gpu_hours_30d if self.project_gpu_hours_30d > 0 else None
+
+
+def project_volume(*, run: Run, row: RunAnalysis) -> Volume:
+    """The project's GPU-hours and cost over the trailing 30 days before the run's end (the window
+    of ``recurrence`` in selectors.py: the same figures as leaderboards and finance)."""
+    end = run.finished_at or row.analysed_at or run.last_seen_at
+    assert end is not None
+    since = (end - timedelta(days=RECURRENCE_DAYS)).date()
+    agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=end.date()).aggregate(
+        gpu_seconds=Sum("gpu_seconds"), cost=Sum("cost_usd")
+    )
+    return Volume(float(agg["gpu_seconds"] or 0.0) / 3600, float(agg["cost"] or 0))
+
+
+def delta_usd_per_month(*, run_ms: float, baseline_ms: float, baseline_step_ms: float, volume: Volume) -> float | None:
+    """What the difference would cost a month at the project's recent volume (module docstring)."""
+    if not baseline_step_ms > 0 or volume.usd_per_gpu_hour_30d is None:
+        return None
+    return (run_ms - baseline_ms) / baseline_step_ms * volume.project_gpu_hours_30d * volume.usd_per_gpu_hour_30d
+
+
+def _pct(run: float | None, base: float | None) -> float | None:
+    if run is None or base is None or base == 0:
+        return None
+    return run / base - 1
+
+
+def _metric(metric: str, run_c: Composition, base: Composition, volume: Volume) -> dict[str, Any]:
+    run_ms = run_c.step_ms if metric == "step" else run_c.parts_ms[metric]
+    base_ms = base.step_ms if metric == "step" else base.parts_ms[metric]
+    usd = delta_usd_per_month(run_ms=run_ms, baseline_ms=base_ms, baseline_step_ms=base.step_ms, volume=volume)
+    out: dict[str, Any] = {
+        "metric": f"{metric}_ms",
+        "label": PART_LABELS[metric],
+        "unit": "ms",
+        "baseline": base_ms,
+        "run": run_ms,
+        "delta": run_ms - base_ms,
+        "delta_pct": _pct(run_ms, base_ms),
+        "baseline_share": None if metric == "step" else base.share(metric),
+        "run_share": None if metric == "step" else run_c.share(metric),
+        "delta_usd_per_month": usd,
+        "explain": {
+            "value": usd,
+            "unit": "USD/month",
+            "formula": DELTA_FORMULA,
+            "inputs": {
+                "run_ms": run_ms,
+                "baseline_ms": base_ms,
+                "baseline_step_ms": base.step_ms,
+                "project_gpu_hours_30d": volume.project_gpu_hours_30d,
+                "project_usd_30d": volume.project_usd_30d,
+                "usd_per_gpu_hour_30d": volume.usd_per_gpu_hour_30d,
+            },
+            "input_units": {
+                "run_ms": "ms",
+                "baseline_ms": "ms",
+                "baseline_step_ms": "ms",
+                "project_gpu_hours_30d": "GPU-h",
+                "project_usd_30d": "USD",
+                "usd_per_gpu_hour_30d": "USD/GPU-h",
+            },
+        },
+    }
+    return out
+
+
+def _mfu_metric(run_c: Composition, base: Composition) -> dict[str, Any]:
+    run, b = run_c.mfu_step_time, base.mfu_step_time
+    return {
+        "metric": "mfu_step_time",
+        "label": "MFU over step time",
+        "unit": "ratio",
+        "baseline": b,
+        "run": run,
+        "delta": None if run is None or b is None else run - b,
+        "delta_pct": _pct(run, b),
+        "baseline_share": None,
+        "run_share": None,
+        "delta_usd_per_month": None,  # its cost is the step time's: not priced twice
+        "explain": {
+            "value": None if run is None or b is None else run - b,
+            "unit": "ratio",
+            "formula": "delta = run_mfu_step_time - baseline_mfu_step_time; baseline = median over the baseline runs; "
+            "not priced on its own (for the same work per step its change is the step time's)",
+            "inputs": {"run_mfu_step_time": run, "baseline_mfu_step_time": b},
+            "input_units": {"run_mfu_step_time": "ratio", "baseline_mfu_step_time": "ratio"},
+        },
+    }
+
+
+def summary_text(delta_pct: float | None, usd: float | None) -> str:
+    """ "+7% step time ≈ +$4,100/month at this project's recent volume"."""
+    if delta_pct is None:
+        return ""
+    text = f"{delta_pct:+.0%} step time" if abs(delta_pct) >= 0.01 else f"{delta_pct:+.1%} step time"
+    if usd is None:
+        return text + " (the project's recent volume is unpriced)"
+    sign = "+" if usd >= 0 else "−"
+    amount = abs(usd)
+    money = f"${amount:,.0f}" if amount >= 10 else f"${amount:,.2f}"
+    return f"{text} ≈ {sign}{money}/month at this project's recent volume"
+
+
+def run_vs_baseline(run: Run) -> dict[str, Any]:
+    """This run against its project baseline, for the run page, the API, the CI gate and alerts.
+
+    ``status``: ``compared``; ``no_baseline`` (``reason`` says why: no comparable finished runs, no
+    step signature); ``pending`` (not analysed yet). ``complete``: the run's analysis has seen all
+    its telemetry and the run has ended (a CI gate waits for it)."""
+    look = _lookup(run)
+    row = look.row
+    complete = bool(row is not None and row.complete and row.analysed_seq >= run.ingest_seq)
+    out: dict[str, Any] = {
+        "status": "pending" if row is None else "no_baseline",
+        "reason": look.reason or None,
+        "complete": complete,
+        "gpu_key": row.gpu_key if row is not None else None,
+        "signature": _signature(look.profile) if look.profile is not None else None,
+        "tolerance": PEER_TOLERANCE,
+        "candidates": look.candidates,
+        "baseline_runs": [],
+        "volume": None,
+        "metrics": [],
+        "delta_usd_per_month": None,
+        "summary": "",
+    }
+    if row is None or look.baseline is None:
+        return out
+    run_result = RunAnalysis.objects.filter(run=run).values_list("result", flat=True).first()
+    run_c = composition_from_result(run_result) if isinstance(run_result, dict) else None
+    if run_c is None:
+        return out | {"reason": "The run's analysis has no step time yet."}
+    base = look.baseline.composition
+    volume = project_volume(run=run, row=row)
+    metrics = [_metric(m, run_c, base, volume) for m in ("step", *PARTS)] + [_mfu_metric(run_c, base)]
+    step = metrics[0]
+    return out | {
+        "status": "compared",
+        "reason": None,
+        "baseline_runs": [
+            {
+                "id": r.run_id,
+                "name": r.name,
+                "started_at": r.started_at.isoformat() if r.started_at else None,
+                "step_ms": r.composition.step_ms,
+                "mfu_step_time": r.composition.mfu_step_time,
+            }
+            for r in look.baseline.runs
+        ],
+        "volume": {
+            "days": RECURRENCE_DAYS,
+            "project_gpu_hours_30d": volume.project_gpu_hours_30d,
+            "project_usd_30d": volume.project_usd_30d,
+            "usd_per_gpu_hour_30d": volume.usd_per_gpu_hour_30d,
+        },
+        "metrics": metrics,
+        "delta_usd_per_month": step["delta_usd_per_month"],
+        "summary": summary_text(step["delta_pct"], step["delta_usd_per_month"]),
+    }
