@@ -5,12 +5,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import orjson
 from django.db import connection
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -53,9 +55,14 @@ def _writer_project(request: Request) -> Any:
     return request.user.project
 
 
+# What the write path reads of a run (its config and environment, up to 64 KiB of JSON each, are
+# never decoded for a batch).
+_WRITE_FIELDS = ("id", "project_id", "status", "allocation_start")
+
+
 def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
     project = _writer_project(request)
-    run = selectors.run_find(Run.objects.filter(project=project), run_id)
+    run = selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)
     if run is None:
         raise ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
     return run
@@ -84,6 +91,23 @@ def _host(body: dict[str, Any]) -> str | None:
     if host is not None and (not isinstance(host, str) or len(host) > 255):
         raise invalid("host", "must be a string of at most 255 characters")
     return host
+
+
+class FastJSONRenderer(JSONRenderer):
+    """JSON through orjson (several times faster than the standard library on the ingest answers);
+    what orjson does not know (a Decimal, a lazy string) goes through DRF's encoder."""
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        if data is None:
+            return b""
+        return orjson.dumps(data, default=self._fallback)
+
+    def _fallback(self, value: Any) -> Any:
+        return self.encoder_class().default(value)
+
+
+class IngestApiView(APIView):
+    renderer_classes = [FastJSONRenderer]
 
 
 class HealthApi(APIView):
@@ -219,7 +243,7 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
         ]
 
 
-class RunCreateApi(APIView):
+class RunCreateApi(IngestApiView):
     max_body_bytes = MAX_RUN_BODY_BYTES
 
     @extend_schema(
@@ -277,7 +301,7 @@ SampleBatchSerializer = inline_serializer(
 )
 
 
-class RunStepsApi(APIView):
+class RunStepsApi(IngestApiView):
     @extend_schema(
         request=StepBatchSerializer,
         responses={200: StepIngestResultSerializer, **_ERRORS},
@@ -314,7 +338,7 @@ class RunStepsApi(APIView):
         return Response(page)
 
 
-class RunSamplesApi(APIView):
+class RunSamplesApi(IngestApiView):
     @extend_schema(
         request=SampleBatchSerializer,
         responses={200: IngestResultSerializer, **_ERRORS},
@@ -371,7 +395,7 @@ class EventBatchSerializer(StrictSerializer):
         return events
 
 
-class RunEventsApi(APIView):
+class RunEventsApi(IngestApiView):
     max_body_bytes = MAX_EVENTS_BODY_BYTES
 
     @extend_schema(
@@ -409,7 +433,7 @@ RankBatchResultSerializer = inline_serializer(
 BATCH_PARTS = ("steps", "samples", "events")
 
 
-class RunBatchApi(APIView):
+class RunBatchApi(IngestApiView):
     @extend_schema(
         request=RankBatchSerializer,
         responses={200: RankBatchResultSerializer, **_ERRORS},

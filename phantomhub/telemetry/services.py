@@ -128,36 +128,49 @@ def _run_reopen_if_marked_crashed(run: Run) -> bool:
     return bool(reopened)
 
 
+_RANK_UPSERT = (
+    "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
+    "last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
+    "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
+    "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
+    "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END"
+)
+
+
 def _after_ingest(
     run: Run, rank: int, host: str | None, result: InsertResult, last_step: int | None, changed: bool | None = None
 ) -> None:
     from django.db import connection
 
-    # One upsert, same transaction as the rows: the rank's host, its stored step count and last
-    # step (exact), and the rows refused for a reused step number.
-    greatest = "MAX" if connection.vendor == "sqlite" else "GREATEST"
+    # Same transaction as the rows: the rank's host, its stored step count and last step
+    # (exact), and the rows refused for a reused step number (one upsert); then the run's
+    # last_seen_at and, when rows were stored, its ingest_seq. On PostgreSQL both are one
+    # statement (a data-modifying WITH runs whether or not its result is read): one round trip.
     counts_steps = last_step is not None
+    bump = 1 if (result.accepted if changed is None else changed) else 0
+    now = timezone.now()
+    rank_params: list[Any] = [
+        rank,
+        host or "",
+        "{}",
+        result.accepted if counts_steps else 0,
+        last_step,
+        result.reused if counts_steps else 0,
+    ]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH rank_upsert AS ({_RANK_UPSERT.format(greatest='GREATEST')} RETURNING 1) "
+                "UPDATE telemetry_run SET last_seen_at = %s, ingest_seq = ingest_seq + %s WHERE id = %s",
+                [run.pk, *rank_params, now, bump, run.pk],
+            )
+        return
     with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
-            f"last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
-            "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
-            "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
-            "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END",
-            [
-                run.pk.hex if connection.vendor == "sqlite" else run.pk,
-                rank,
-                host or "",
-                "{}",
-                result.accepted if counts_steps else 0,
-                last_step,
-                result.reused if counts_steps else 0,
-            ],
-        )
-    updates: dict[str, Any] = {"last_seen_at": timezone.now()}
-    if result.accepted if changed is None else changed:
+        cursor.execute(_RANK_UPSERT.format(greatest="MAX"), [run.pk.hex, *rank_params])
+    updates: dict[str, Any] = {"last_seen_at": now}
+    if bump:
         updates["ingest_seq"] = F("ingest_seq") + 1
     Run.objects.filter(pk=run.pk).update(**updates)
 
