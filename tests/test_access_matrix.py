@@ -77,6 +77,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-runs-csv", "get"): ORG_READ,
     ("portal-leaderboard-csv", "get"): ORG_READ,
     ("portal-run", "get"): RUN_READ,
+    ("portal-compare", "get"): ORG_READ,  # people; the runs it names must be visible (400 here: none named)
     ("portal-leaderboard", "get"): ORG_READ,
     ("portal-overview", "get"): ORG_READ,
     ("portal-teams", "get"): ORG_READ,

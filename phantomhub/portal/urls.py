@@ -1,12 +1,13 @@
 from django.urls import path, re_path
 
-from phantomhub.portal import api
+from phantomhub.portal import api, compare
 
 urlpatterns = [
     path("session", api.SessionApi.as_view(), name="portal-session"),
     path("runs", api.RunListApi.as_view(), name="portal-runs"),
     path("runs.csv", api.RunListCsvApi.as_view(), name="portal-runs-csv"),
     path("runs/<uuid:run_id>", api.RunPageApi.as_view(), name="portal-run"),
+    path("compare", compare.CompareApi.as_view(), name="portal-compare"),
     re_path(r"^leaderboards/(?P<kind>[a-z]+)\.csv$", api.LeaderboardCsvApi.as_view(), name="portal-leaderboard-csv"),
     path("leaderboards/<str:kind>", api.LeaderboardApi.as_view(), name="portal-leaderboard"),
     path("overview", api.OverviewApi.as_view(), name="portal-overview"),
