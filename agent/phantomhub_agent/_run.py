@@ -24,6 +24,7 @@ from ._batcher import encode_json
 from ._config import DTYPES, PRICING_TIERS, Settings, settings_from
 from ._identity import Identity, detect_identity, resolve_run_id, run_id_scope
 from ._log import AgentError, OnceLogger, logger
+from ._registry import RunRecord
 from ._spool import token_fingerprint
 from ._version import __version__
 from ._worker import MARK_BOUNDARY, MARK_END, MARK_NUMBERED, Worker, WorkerContext
@@ -261,9 +262,21 @@ class Run:
             dtype=dtype or os.environ.get("PHANTOMHUB_DTYPE"),
             allocation_start=allocation_start,
         )
+        self._registry: RunRecord | None = None
         if self._rec.enabled:
             request = self._worker.make_request("run", "/api/v1/runs", self.metadata)
             self._rec.push_item(("request", request))
+            self._registry_open(project)
+
+    def _registry_open(self, project: str | None) -> None:
+        """This process's entry in the host's run registry (read by ``phantomhub-agent node``)."""
+        try:
+            record = RunRecord(run_id=self.id, project=project, server=self.settings.server, started_at=self._started_at)
+            if record.write():
+                self._registry = record
+                self._worker.on_registered = record.registered
+        except Exception as exc:
+            self._error(exc)
 
     # -- setup -----------------------------------------------------------------------------------
 
@@ -598,6 +611,8 @@ class Run:
                 self._worker.finish(self.settings.finish_timeout_s if timeout is None else timeout)
         except Exception as exc:
             self._error(exc)
+        if self._registry is not None:
+            self._registry.remove()
         if self.debug and self._worker.errors:
             first = self._worker.errors[0]
             raise AgentError(f"the agent's background thread failed: {first!r}") from first

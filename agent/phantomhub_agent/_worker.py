@@ -104,6 +104,8 @@ class Worker:
         self.spool = spool or Spool(settings.spool_dir, settings.spool_max_bytes, rank=ctx.rank)
         self.cuda = cuda_resolver
         self.extra_counters = extra_counters
+        # Told the answer to this process's registration (the run registry keeps the server's id).
+        self.on_registered: Callable[[Any], None] | None = None
         self.errors: list[BaseException] = []
         self.once = OnceLogger()
         self.halted = False
@@ -416,6 +418,15 @@ class Worker:
         if self._is_registration(request):
             self._step_base = base
             self._base_pending = False
+            self._notify_registered(response)
+
+    def _notify_registered(self, response: Response | None) -> None:
+        if self.on_registered is None or response is None:
+            return
+        try:
+            self.on_registered(response.json())
+        except Exception as exc:
+            self._internal_error(exc)
 
     # -- system samples and counters ---------------------------------------------------------------
 
@@ -711,6 +722,7 @@ class Worker:
         self.spool.rebase_after(entry, base)
         if self._is_registration(request):
             self._step_base = base
+            self._notify_registered(response)
 
     def _out_of_time(self, started: float, budget: float) -> bool:
         remaining = self._remaining()

@@ -2,6 +2,10 @@
 
     phantomhub-agent sync [DIR] [--server URL] [--token TOKEN]
     phantomhub-agent ls [DIR]
+    phantomhub-agent gate --project P --run RUN_ID --max-usd-per-month 500 [--json]
+      (the CI regression gate: docs/ci-gate.md)
+    phantomhub-agent node --server URL --token TOKEN [--interval 15] [--source nvml|dcgm] ...
+      (the node collector: docs/node-collector.md)
 
 DIR is a spool root (default: PHANTOMHUB_SPOOL_DIR or ~/.cache/phantomhub/spool) or one run's
 directory inside it. A run's files go in the order they were written, so each process's
@@ -209,7 +213,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync_p.add_argument("--token", default=None, help="project token (default: PHANTOMHUB_TOKEN)")
     ls_p = sub.add_parser("ls", help="list what is spooled")
     ls_p.add_argument("dir", nargs="?", default=None)
+    from .node import _cli as node_cli
+
+    node_cli.add_parser(sub)
+    from . import gate
+
+    gate_p = gate.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "gate":
+        return gate.main_gate(args, gate_p)
+    if args.command == "node":
+        return node_cli.main(args, parser)
     root = Path(args.dir).expanduser() if args.dir else Path(os.environ.get("PHANTOMHUB_SPOOL_DIR") or default_spool_dir())
     if args.command == "ls":
         return ls(root)
