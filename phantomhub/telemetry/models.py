@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from phantomhub.accounts.models import Project
+from phantomhub.telemetry.partitions import week_now
 
 
 class RunStatus(models.TextChoices):
@@ -59,6 +61,9 @@ class Run(models.Model):
     # Bumped by every batch that stored something: analysis compares it with the sequence it
     # last analysed to know whether the run is dirty.
     ingest_seq = models.BigIntegerField(default=0)
+    # The week whose partition holds the run's raw rows on PostgreSQL (partitions.py): the week it
+    # was registered in, never changed afterwards; 0 for runs stored before partitioning.
+    storage_week = models.IntegerField(default=week_now, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -67,6 +72,7 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["project", "-started_at"], name="run_project_started"),
             models.Index(fields=["status", "last_seen_at"], name="run_status_seen"),
+            models.Index(fields=["storage_week"], name="run_storage_week"),
         ]
 
     def __str__(self) -> str:
@@ -98,10 +104,13 @@ class RunRank(models.Model):
 
 
 class Step(models.Model):
-    """One training step of one rank. Durations in ns; memory in bytes."""
+    """One training step of one rank. Durations in ns; memory in bytes.
+
+    On PostgreSQL the table is partitioned by week on a column the model does not know, run_week
+    (partitions.py); no index on run alone: the primary key leads with it."""
 
     pk = models.CompositePrimaryKey("run_id", "rank", "step")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=True, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=True, db_index=False, related_name="+")
     rank = models.IntegerField()
     step = models.BigIntegerField()
     t_start_ns = models.BigIntegerField()
@@ -124,10 +133,10 @@ class Step(models.Model):
 
 
 class SystemSample(models.Model):
-    """About once a second per device (device = -1 for host-only readings)."""
+    """About once a second per device (device = -1 for host-only readings). Partitioned as Step."""
 
     pk = models.CompositePrimaryKey("run_id", "rank", "device", "t_ns")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_index=False, related_name="+")
     rank = models.IntegerField()
     device = models.IntegerField()
     t_ns = models.BigIntegerField()
@@ -170,3 +179,37 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} of {self.run_id}"
+
+
+class RunArchive(models.Model):
+    """A run's raw rows written to Parquet (archive.py), and whether they have left PostgreSQL.
+
+    The archive is current while `ingest_seq` equals the run's: a batch stored after archiving
+    (a late spool, a reopened run) makes it stale, and the run is archived again before any of
+    its rows may be pruned."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="archive")
+    ingest_seq = models.BigIntegerField()
+    step_rows = models.BigIntegerField()
+    sample_rows = models.BigIntegerField()
+    steps_bytes = models.BigIntegerField()
+    samples_bytes = models.BigIntegerField()
+    steps_path = models.CharField(max_length=1024)
+    samples_path = models.CharField(max_length=1024)
+    archived_at = models.DateTimeField()
+    # Set once the run's raw rows are gone from PostgreSQL (partition dropped or rows deleted):
+    # from then on the selectors read the archive.
+    pruned_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"archive of {self.run_id}"
+
+
+class ProjectRetention(models.Model):
+    """A project's own retention of raw rows in PostgreSQL, over PHANTOMHUB_RAW_RETENTION_DAYS."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, primary_key=True, related_name="raw_retention")
+    raw_retention_days = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(36_500)])
+
+    def __str__(self) -> str:
+        return f"{self.project_id}: {self.raw_retention_days} days"

@@ -11,6 +11,9 @@ A refused step row is either a true duplicate (a replay: same step, same start) 
 number (a restarted process numbering from 0 again: same step, another start). Only when some rows
 were refused do we look at the stored starts to tell the two apart, so the common all-new batch
 pays nothing for it.
+
+On PostgreSQL every row also carries its run's week (partitions.py), the key of the weekly
+partition it lands in; the week is looked up once per run and process, never per batch.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import psycopg
 from django.db import connection
 
 from phantomhub.telemetry.columns import Batch
+from phantomhub.telemetry.partitions import run_week
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,9 @@ def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch) ->
     return InsertResult(accepted, batch.n - accepted - reused, reused)
 
 
-def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> bytes:
-    """Binary COPY rows built in one numpy pass: a fixed-width record per row."""
+def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch, week: int | None = None) -> bytes:
+    """Binary COPY rows built in one numpy pass: a fixed-width record per row, for the columns
+    (run_id, rank, [run_week,] *names); without `week` the rows take run_week's default (0)."""
     fields: list[tuple[str, str]] = [
         ("nf", ">i2"),
         ("l_run", ">i4"),
@@ -103,21 +108,26 @@ def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int
         ("l_rank", ">i4"),
         ("rank", ">i4"),
     ]
+    if week is not None:
+        fields += [("l_week", ">i4"), ("week", ">i4")]
     for name in names:
         fields += [(f"l_{name}", ">i4"), (name, _NP[table.pg_types[name]])]
     rows = np.empty(batch.n, dtype=np.dtype(fields))
-    rows["nf"] = 2 + len(names)
+    rows["nf"] = 2 + len(names) + (week is not None)
     rows["l_run"] = 16
     rows["run"] = np.frombuffer(run_id.bytes, dtype="V16")[0]
     rows["l_rank"] = 4
     rows["rank"] = rank
+    if week is not None:
+        rows["l_week"] = 4
+        rows["week"] = week
     for name in names:
         rows[f"l_{name}"] = np.dtype(_NP[table.pg_types[name]]).itemsize
         rows[name] = batch.values[name]
     return _PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER
 
 
-def _row_tuples(names: list[str], run_key: Any, rank: int, batch: Batch) -> list[tuple[Any, ...]]:
+def _row_tuples(names: list[str], run_key: Any, rank: int, batch: Batch, *lead: Any) -> list[tuple[Any, ...]]:
     columns: list[list[Any]] = []
     for name in names:
         values = batch.values[name].tolist()
@@ -125,20 +135,27 @@ def _row_tuples(names: list[str], run_key: Any, rank: int, batch: Batch) -> list
         if mask is not None:
             values = [None if is_null else v for v, is_null in zip(values, mask.tolist())]
         columns.append(values)
-    return [(run_key, rank, *row) for row in zip(*columns)]
+    return [(run_key, rank, *lead, *row) for row in zip(*columns)]
 
 
 def _pg_copy(
-    cur: psycopg.Cursor[Any], target: str, table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch
+    cur: psycopg.Cursor[Any],
+    target: str,
+    table: Table,
+    names: list[str],
+    run_id: uuid.UUID,
+    rank: int,
+    batch: Batch,
+    week: int,
 ) -> None:
-    cols = ", ".join(["run_id", "rank", *names])
+    cols = ", ".join(["run_id", "rank", "run_week", *names])
     if batch.has_nulls:
         with cur.copy(f"COPY {target} ({cols}) FROM STDIN") as copy:
-            for row in _row_tuples(names, run_id, rank, batch):
+            for row in _row_tuples(names, run_id, rank, batch, week):
                 copy.write_row(row)
     else:
         with cur.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.write(pg_copy_payload(table, names, run_id, rank, batch))
+            copy.write(pg_copy_payload(table, names, run_id, rank, batch, week))
 
 
 def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> tuple[int, int]:
@@ -146,10 +163,11 @@ def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, bat
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
+    week = run_week(run_id)
     with raw.cursor() as cur:
         cur.execute("SAVEPOINT phantomhub_copy")
         try:
-            _pg_copy(cur, table.name, table, names, run_id, rank, batch)
+            _pg_copy(cur, table.name, table, names, run_id, rank, batch, week)
             cur.execute("RELEASE SAVEPOINT phantomhub_copy")
             return batch.n, 0
         except psycopg.errors.UniqueViolation:
@@ -157,8 +175,8 @@ def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, bat
         stage = f"{table.name}_stage"
         cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
         cur.execute(f"TRUNCATE {stage}")
-        _pg_copy(cur, stage, table, names, run_id, rank, batch)
-        cols = ", ".join(["run_id", "rank", *names])
+        _pg_copy(cur, stage, table, names, run_id, rank, batch, week)
+        cols = ", ".join(["run_id", "rank", "run_week", *names])
         cur.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING")
         accepted = int(cur.rowcount)
         if table.reuse_check is None or accepted == batch.n:
@@ -167,7 +185,7 @@ def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, bat
         key, value = table.reuse_check
         cur.execute(
             f"SELECT count(*) FROM {stage} s JOIN {table.name} t ON t.run_id = s.run_id AND t.rank = s.rank "
-            f"AND t.{key} = s.{key} WHERE t.{value} <> s.{value}"
+            f"AND t.run_week = s.run_week AND t.{key} = s.{key} WHERE t.{value} <> s.{value}"
         )
         row = cur.fetchone()
         return accepted, int(row[0]) if row else 0
