@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "phantomhub.pricing",
     "phantomhub.waste",
     "phantomhub.portal",
+    "phantomhub.fleet",
     "axes",
 ]
 
@@ -252,7 +253,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "phantomhub.waste.tasks.sweep",
         "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600),
     },
+    "fleet-derive": {"task": "phantomhub.fleet.tasks.fleet_derive", "schedule": 30.0},
+    "fleet-purge": {"task": "phantomhub.fleet.tasks.fleet_purge", "schedule": 3600.0},
 }
+# Node collector telemetry (phantomhub/fleet): raw GPU/process samples kept this many days (the
+# derived per-day rows stay), and the FOCUS tag whose value names a node's hostname.
+FLEET_RAW_DAYS = env_int("PHANTOMHUB_FLEET_RAW_DAYS", 14, minimum=1, maximum=3650)
+FLEET_FOCUS_NODE_TAG = env_str("PHANTOMHUB_FOCUS_NODE_TAG", "phantomhub-node")
 
 # GET /metrics publishes org-wide spend. With a token it needs `Authorization: Bearer <token>`;
 # without one it is open only when debugging or when explicitly opened (PHANTOMHUB_METRICS_PUBLIC=1,

@@ -23,12 +23,13 @@ from rest_framework.test import APIClient
 from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.accounts.services import personal_token_create, project_token_create
+from phantomhub.fleet.services import node_token_create
 from phantomhub.pricing.models import PriceEntry
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = pytest.mark.django_db
 
-PRINCIPALS = ("anonymous", "project", "other_project", "personal", "member", "lead", "finance", "admin")
+PRINCIPALS = ("anonymous", "project", "other_project", "personal", "member", "lead", "finance", "admin", "node")
 
 # Left out of the matrix, with the reason. Everything else in the URL conf must be in EXPECTED.
 NOT_API = {
@@ -47,7 +48,8 @@ ORG_READ = "401 403 403 ok ok ok ok ok"  # people and their personal tokens; no 
 ADMIN_WRITE = "401 403 403 403 403 403 403 ok"  # a signed-in organization admin only
 PEOPLE_ONLY = "401 403 403 403 ok ok ok ok"  # signed-in people, no token of any kind
 
-# (url name, method) → outcome per principal, in the order of PRINCIPALS.
+# (url name, method) → outcome per principal, in the order of PRINCIPALS but the last: the node
+# token (the node collector's), refused ("403") everywhere but in NODE_EXPECTED.
 EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): ALL_OK,
     ("run-create", "post"): "401 ok ok 403 403 403 403 403",
@@ -95,6 +97,24 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-tokens", "post"): PEOPLE_ONLY,
     ("portal-token", "delete"): "401 403 403 403 404 ok 404 ok",  # team admins and org admins
     ("metrics", "get"): "401 401 401 401 401 401 401 401",  # its own token (PHANTOMHUB_METRICS_TOKEN)
+    ("node-samples", "post"): "401 403 403 403 403 403 403 403",  # a node token only (NODE_EXPECTED)
+    ("fleet-summary", "get"): ORG_READ,
+    ("fleet-csv", "get"): ORG_READ,
+    ("fleet-rules", "get"): ORG_READ,
+    ("fleet-rules", "put"): ADMIN_WRITE,
+    ("fleet-rules-preview", "post"): ADMIN_WRITE,
+    ("fleet-invoices", "get"): "401 403 403 ok 403 403 ok ok",  # finance and admins; the personal token is the admin's
+    ("fleet-invoices", "post"): "401 403 403 403 403 403 ok ok",  # finance imports the invoice
+}
+NODE_EXPECTED: dict[tuple[str, str], str] = {
+    ("health", "get"): "ok",
+    ("schema", "get"): "ok",
+    ("api-docs", "get"): "ok",
+    ("portal-session", "get"): "ok",
+    ("portal-session", "post"): "ok",
+    ("portal-session", "delete"): "ok",
+    ("metrics", "get"): "401",
+    ("node-samples", "post"): "ok",
 }
 
 
@@ -183,6 +203,8 @@ def world(owner: Tenant, outsider: Tenant) -> World:
     price = PriceEntry.objects.order_by("id").first()
     assert price is not None
     spare = project_token_create(project=owner.project, name="spare").token
+    clients["node"] = APIClient()
+    clients["node"].credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='matrix').raw}")
     return World(clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk)
 
 
@@ -206,10 +228,20 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-finance": {"month": "2026-09"},
         "portal-finance-close": {"month": "2026-09"},
         "portal-finance-reopen": {"month": "2026-09"},
+        "fleet-csv": {"table": "nodes"},
     }.get(name, {})
 
 
 CSV = "gpu,usd_per_gpu_hour,effective_from\nH200,2.2,2026-08-01T00:00:00Z\n"
+FOCUS_CSV = (
+    "BilledCost,ChargePeriodStart,ChargePeriodEnd,BillingCurrency,ResourceId\n"
+    "9.5,2026-09-01T00:00:00Z,2026-09-02T00:00:00Z,USD,i-1\n"
+)
+NODE_BODY = {
+    "node": {"hostname": "matrix-node", "gpu_count": 1},
+    "interval_s": 15,
+    "gpus": {"t_ns": [T0_NS], "gpu_index": [0], "util_pct": [0.0], "mem_used_bytes": [0]},
+}
 BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("run-create", "post"): lambda: {"id": str(uuid.uuid4()), "name": "matrix"},
     ("run-steps", "post"): lambda: steps_body(5),
@@ -223,6 +255,9 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-tokens", "post"): lambda: {"kind": "personal", "name": "matrix"},
     ("portal-team", "patch"): lambda: {"display_name": "NLP"},
     ("portal-project", "patch"): lambda: {"display_name": "LLM pre-training"},
+    ("node-samples", "post"): lambda: NODE_BODY,
+    ("fleet-rules", "put"): lambda: {"rules": []},
+    ("fleet-rules-preview", "post"): lambda: {"rules": []},
 }
 
 
@@ -231,6 +266,8 @@ def _call(client: APIClient, method: str, path: str, name: str) -> Any:
         return client.get(path)
     if (name, method) == ("price-csv", "post"):
         return client.post(path, CSV, content_type="text/csv")
+    if (name, method) == ("fleet-invoices", "post"):
+        return client.post(path, FOCUS_CSV, content_type="text/csv")
     body = BODIES.get((name, method), lambda: None)()
     return getattr(client, method)(path, body, format="json")
 
@@ -244,7 +281,8 @@ def _outcome(status: int) -> str:
 @pytest.mark.parametrize(("name", "method"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
 @override_settings(METRICS_TOKEN="matrix-metrics-token")
 def test_access_matrix(world: World, name: str, method: str, principal: str) -> None:
-    expected = dict(zip(PRINCIPALS, EXPECTED[(name, method)].split(), strict=True))[principal]
+    outcomes = [*EXPECTED[(name, method)].split(), NODE_EXPECTED.get((name, method), "403")]
+    expected = dict(zip(PRINCIPALS, outcomes, strict=True))[principal]
     path = reverse(name, kwargs=_kwargs(name, world))
     response = _call(world.clients[principal], method, path, name)
     assert _outcome(response.status_code) == expected, (response.status_code, response.content[:300])

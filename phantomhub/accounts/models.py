@@ -82,6 +82,7 @@ class Profile(models.Model):
 class TokenKind(models.TextChoices):
     PROJECT = "project"  # ingest and read for one project; what the agent uses
     PERSONAL = "personal"  # read-only, acts with its owner's permissions (integrations)
+    NODE = "node"  # org-wide, may only POST node telemetry (the node collector); reads nothing
 
 
 class ApiToken(models.Model):
@@ -103,6 +104,7 @@ class ApiToken(models.Model):
                 condition=(
                     models.Q(kind="project", project__isnull=False, user__isnull=True)
                     | models.Q(kind="personal", user__isnull=False, project__isnull=True)
+                    | models.Q(kind="node", user__isnull=True, project__isnull=True)
                 ),
                 name="apitoken_owner_matches_kind",
             )

@@ -6,6 +6,7 @@ below extends it, so a view that names its own permission classes keeps the toke
   every other method is refused, whatever its owner may do when signed in;
 - a project token reaches its own project's runs (ingest, and the reads of those runs) and
   nothing else: no price book, org settings, leaderboards, finance or token management;
+- a node token (the node collector) reaches node telemetry ingest and nothing else;
 - a signed-in session (no token) keeps its role-based writes, checked by the views and the role
   permissions below.
 tests/test_access_matrix.py checks every endpoint of the URL conf against every principal.
@@ -38,6 +39,9 @@ PROJECT_TOKEN_ENDPOINTS = frozenset(
     }
 )
 
+# The endpoints a node token may reach (phantomhub/fleet/urls.py): it writes node samples, reads nothing.
+NODE_TOKEN_ENDPOINTS = frozenset({"node-samples"})
+
 
 def is_org_admin(user: Any) -> bool:
     if getattr(user, "is_superuser", False):
@@ -69,6 +73,11 @@ class TokenScopes(BasePermission):
         user = request.user
         if not (user and user.is_authenticated):
             return False
+        if getattr(request.auth, "kind", None) == TokenKind.NODE:
+            if _url_name(request) not in NODE_TOKEN_ENDPOINTS:
+                self.message = "a node token may only send node telemetry"
+                return False
+            return True
         if isinstance(user, ProjectPrincipal):
             if _url_name(request) not in PROJECT_TOKEN_ENDPOINTS:
                 self.message = "a project token reaches its own project's runs only"

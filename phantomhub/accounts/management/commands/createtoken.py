@@ -1,4 +1,5 @@
-"""`manage.py createtoken --team T --project P`: print a new project token, alone, on stdout."""
+"""`manage.py createtoken --team T --project P`: print a new project token, alone, on stdout.
+`manage.py createtoken --node --name N`: a node token instead (the node collector's)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,24 @@ class Command(BaseCommand):
     help = "Create a project API token (creating the team and project if missing) and print it."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--team", required=True, help="team slug")
-        parser.add_argument("--project", required=True, help="project slug")
+        parser.add_argument("--team", help="team slug")
+        parser.add_argument("--project", help="project slug")
+        parser.add_argument("--node", action="store_true", help="a node token (org-wide, only sends node telemetry)")
         parser.add_argument("--name", default="", help="a label for the token")
 
     def handle(self, *args: Any, **options: Any) -> None:
         team, project = options["team"], options["project"]
+        if options["node"]:
+            if team or project:
+                raise CommandError("a node token belongs to no team or project: drop --team and --project")
+            from phantomhub.fleet.services import node_token_create
+
+            node = node_token_create(name=options["name"])
+            self.stderr.write(f"node token {node.token.prefix}…; it is shown only once")
+            self.stdout.write(node.raw)
+            return
+        if not team or not project:
+            raise CommandError("--team and --project are required (or --node for a node token)")
         for flag, value in (("--team", team), ("--project", project)):
             if slugify(value) != value:
                 raise CommandError(f"{flag} {value!r} is not a slug (lowercase letters, digits, '-', '_')")

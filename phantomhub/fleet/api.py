@@ -1,0 +1,203 @@
+"""The fleet API: node telemetry ingest, the Fleet page's reads, attribution rules, FOCUS import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from phantomhub.accounts.models import Project, Team, TokenKind
+from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, TokenScopes, is_finance, is_org_admin
+from phantomhub.errors import ApiError, invalid
+from phantomhub.fleet import focus, selectors, services
+from phantomhub.fleet.models import AttributionRule, InvoiceImport, MatchKind
+from phantomhub.fleet.wire import node_batch_parse
+from phantomhub.portal.exports import _lines
+from phantomhub.portal.periods import period_parse
+from phantomhub.pricing.api import CsvParser
+from phantomhub.schema import ErrorSerializer
+
+OBJ = OpenApiTypes.OBJECT
+PERIOD = OpenApiParameter("period", str, description="7d, 30d (default), 90d, a month YYYY-MM, or days YYYY-MM-DD..YYYY-MM-DD")
+MAX_NODE_BODY_BYTES = 8 * 1024 * 1024
+MAX_RULES = 500
+
+NodeIngestResult = inline_serializer(
+    "NodeIngestResult",
+    {
+        "node": serializers.CharField(),
+        "stored": inline_serializer("NodeStored", {"gpu": serializers.IntegerField(), "processes": serializers.IntegerField()}),
+        "duplicates": serializers.IntegerField(help_text="entries already stored (a replay)"),
+    },
+)
+
+
+class NodeSamplesApi(APIView):
+    max_body_bytes = MAX_NODE_BODY_BYTES
+
+    @extend_schema(
+        request=OBJ,
+        responses={200: NodeIngestResult, 400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 413: ErrorSerializer},
+        summary="Store one node collector interval: GPU and process samples (columnar, idempotent)",
+    )
+    def post(self, request: Request) -> Response:
+        if getattr(request.auth, "kind", None) != TokenKind.NODE:
+            raise ApiError("forbidden", "node telemetry needs a node token", status_code=403)
+        batch = node_batch_parse(request.data)
+        return Response(services.node_samples_ingest(batch=batch).as_dict())
+
+
+class FleetSummaryApi(APIView):
+    @extend_schema(
+        parameters=[PERIOD], responses=OBJ, summary="The Fleet page: coverage, classes, idle-held GPUs now, top nodes and holders"
+    )
+    def get(self, request: Request) -> Response:
+        return Response(selectors.fleet_summary(period=period_parse(request.query_params.get("period"))))
+
+
+CSV_TABLES = {
+    "nodes": (["node", "gpu_model", "gpu_count", "provider", "region", "billed_gpu_hours", "coverage", "cost_usd",
+               "instrumented_usd", "busy_uninstrumented_usd", "idle_held_usd", "empty_usd", "unknown_gpu_hours"],
+              selectors.fleet_nodes),
+    "holders": (["holder", "kind", "team", "project", "gpu_hours", "busy_uninstrumented_usd", "idle_held_usd", "cost_usd"],
+                selectors.fleet_holders),
+    "teams": (["team", "team_name", "instrumented_usd", "busy_uninstrumented_usd", "idle_held_usd", "empty_usd"],
+              selectors.fleet_teams),
+}  # fmt: skip
+
+
+class FleetCsvApi(APIView):
+    @extend_schema(
+        parameters=[PERIOD], responses={(200, "text/csv"): str}, summary="A Fleet table (nodes, holders, teams) as CSV"
+    )
+    def get(self, request: Request, table: str) -> StreamingHttpResponse:
+        if table not in CSV_TABLES:
+            raise ApiError("not_found", f"no fleet table {table!r} (nodes, holders, teams)", status_code=404)
+        period = period_parse(request.query_params.get("period"))
+        columns, read = CSV_TABLES[table]
+        rows = read(period)
+        response = StreamingHttpResponse(
+            _lines(columns, ([row.get(c) for c in columns] for row in rows)), content_type="text/csv"
+        )
+        response["Content-Disposition"] = f'attachment; filename="phantomhub-fleet-{table}-{period.label}.csv"'
+        return response
+
+
+def _rule_out(rule: AttributionRule) -> dict[str, Any]:
+    return {
+        "match": rule.match, "key": rule.key, "pattern": rule.pattern,
+        "team": rule.team.slug if rule.team else None, "project": rule.project.slug if rule.project else None,
+    }  # fmt: skip
+
+
+def _rules_in(body: Any) -> list[services.RuleInput]:
+    if not isinstance(body, dict) or set(body) - {"rules"} or not isinstance(body.get("rules"), list):
+        raise invalid("rules", 'send {"rules": [...]} (an ordered list)')
+    raw = body["rules"]
+    if len(raw) > MAX_RULES:
+        raise invalid("rules", f"at most {MAX_RULES} rules")
+    teams = {t.slug: t for t in Team.objects.all()}
+    projects = {p.slug: p for p in Project.objects.select_related("team")}
+    out = []
+    for i, item in enumerate(raw):
+        where = f"rules[{i}]"
+        if not isinstance(item, dict):
+            raise invalid(where, "must be an object")
+        unknown = sorted(set(item) - {"match", "key", "pattern", "team", "project"})
+        if unknown:
+            raise invalid(f"{where}.{unknown[0]}", "unknown field")
+        match = item.get("match")
+        if match not in MatchKind.values:
+            raise invalid(f"{where}.match", f"must be one of {', '.join(MatchKind.values)}")
+        key = item.get("key") or ""
+        if not isinstance(key, str) or len(key) > 128 or (match == MatchKind.K8S_LABEL and not key):
+            raise invalid(f"{where}.key", "a k8s_label rule names its label (at most 128 characters)")
+        pattern = item.get("pattern")
+        if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
+            raise invalid(f"{where}.pattern", "must be a non-empty string of at most 200 characters")
+        team_slug, project_slug = item.get("team"), item.get("project")
+        if team_slug is None and project_slug is None:
+            raise invalid(f"{where}.team", "a rule names a team, a project, or both")
+        team = teams.get(team_slug) if team_slug is not None else None
+        if team_slug is not None and team is None:
+            raise invalid(f"{where}.team", f"no team {team_slug!r}")
+        project = projects.get(project_slug) if project_slug is not None else None
+        if project_slug is not None and project is None:
+            raise invalid(f"{where}.project", f"no project {project_slug!r}")
+        if team and project and project.team_id != team.pk:
+            raise invalid(f"{where}.project", f"project {project.slug!r} belongs to team {project.team.slug!r}")
+        out.append(services.RuleInput(match, key, pattern, team, project))
+    return out
+
+
+class AttributionRulesApi(APIView):
+    permission_classes = [ReadAnyoneWriteOrgAdmin]
+
+    @extend_schema(responses=OBJ, summary="The attribution rules, in order (first match wins)")
+    def get(self, request: Request) -> Response:
+        rules = AttributionRule.objects.select_related("team", "project").order_by("position")
+        return Response({"rules": [_rule_out(r) for r in rules]})
+
+    @extend_schema(request=OBJ, responses=OBJ, summary="Replace the attribution rules and re-attribute the fleet's time")
+    def put(self, request: Request) -> Response:
+        moved = services.rules_replace(rules=_rules_in(request.data))
+        rules = AttributionRule.objects.select_related("team", "project").order_by("position")
+        return Response({"rules": [_rule_out(r) for r in rules], "owners_moved": moved})
+
+
+class AttributionPreviewApi(APIView):
+    permission_classes = [ReadAnyoneWriteOrgAdmin]
+
+    @extend_schema(
+        request=OBJ, responses=OBJ, summary="What the last day's fleet time would map to under these rules (nothing saved)"
+    )
+    def post(self, request: Request) -> Response:
+        rules = [r.as_rule() for r in _rules_in(request.data)]
+        return Response(selectors.rules_preview(rules=rules))
+
+
+class FinanceOrAdmin(TokenScopes):
+    """Finance people and organization admins (importing the invoice is finance's job)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        if is_org_admin(request.user) or is_finance(request.user):
+            return True
+        self.message = "this needs finance or an organization admin"
+        return False
+
+
+class InvoiceImportApi(APIView):
+    permission_classes = [FinanceOrAdmin]
+    parser_classes = [CsvParser]
+
+    @extend_schema(responses=OBJ, summary="Invoices imported (FOCUS CSV)")
+    def get(self, request: Request) -> Response:
+        rows = InvoiceImport.objects.order_by("-imported_at")[:200]
+        return Response(
+            [
+                {"id": r.pk, "filename": r.filename, "lines": r.lines, "lines_new": r.lines_new,
+                 "imported_at": r.imported_at.isoformat(), "sha256": r.content_sha256}
+                for r in rows
+            ]
+        )  # fmt: skip
+
+    @extend_schema(
+        request={"text/csv": str},
+        parameters=[OpenApiParameter("filename", str, description="the file's name, kept with the import")],
+        responses={201: OBJ, 200: OBJ, 400: ErrorSerializer},
+        summary="Import a FOCUS CSV invoice: all or nothing, idempotent (201 imported, 200 already imported)",
+    )
+    def post(self, request: Request) -> Response:
+        result = focus.focus_import(text=str(request.data), filename=request.query_params.get("filename", ""), actor=request.user)
+        if result.errors:
+            fields = {err.split(":", 1)[0]: err.split(":", 1)[1].strip() for err in result.errors}
+            raise ApiError("invalid", "; ".join(result.errors[:10]), fields=fields)
+        return Response(result.as_dict(), status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)

@@ -1,0 +1,209 @@
+"""The fleet: GPU nodes as the node collector sees them, every GPU-minute classified and priced.
+
+Volume drives the shape. 10,000 GPUs sampled every 15 s are 57.6 M GPU samples a day, so a raw
+GPU sample is one narrow row (smallint / real / bigint columns, its class and holder decided once at
+ingest), kept for PHANTOMHUB_FLEET_RAW_DAYS and purged after; pages read `FleetDay` (one row per
+node, day, class and holder) and `GpuState` (one row per GPU: what it is doing now), never raw rows.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from phantomhub.accounts.models import Project, Team
+
+
+class GpuClass(models.IntegerChoices):
+    INSTRUMENTED = 1, "instrumented"  # a PhantomHub run holds it: its own analysis prices it
+    BUSY_UNINSTRUMENTED = 2, "busy_uninstrumented"  # a process computes, no agent sees it
+    IDLE_HELD = 3, "idle_held"  # memory held, no compute
+    EMPTY = 4, "empty"  # no process
+    UNKNOWN = 9, "unknown"  # not reporting: a gap longer than twice the interval (shown, not priced)
+
+
+CLASS_NAMES = {c.value: c.label for c in GpuClass}
+PRICED_CLASSES = ("instrumented", "busy_uninstrumented", "idle_held", "empty")
+
+
+class Node(models.Model):
+    hostname = models.CharField(max_length=255, unique=True)
+    provider = models.CharField(max_length=64, blank=True)
+    region = models.CharField(max_length=64, blank=True)
+    instance_type = models.CharField(max_length=64, blank=True)
+    resource_id = models.CharField(max_length=255, blank=True, db_index=True)
+    gpu_model = models.CharField(max_length=128, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    labels = models.JSONField(default=dict, blank=True)
+    collector_version = models.CharField(max_length=64, blank=True)
+    source = models.CharField(max_length=8, blank=True)  # nvml | dcgm
+    interval_s = models.PositiveIntegerField(default=15)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class Owner(models.Model):
+    """Who holds a process: a run, a Kubernetes pod, a Slurm job or a Unix user (deduplicated by
+    `digest`, the SHA-256 of its canonical JSON)."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=8)  # run | k8s | slurm | user
+    data = models.JSONField()
+    # Attribution (rules, or the run's project); recomputed for every owner when rules change.
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.data}"
+
+
+class GpuSample(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    gpu_index = models.SmallIntegerField()
+    t_ns = models.BigIntegerField()
+    interval_s = models.SmallIntegerField()
+    util_pct = models.FloatField(null=True)
+    mem_used_bytes = models.BigIntegerField(null=True)
+    mem_total_bytes = models.BigIntegerField(null=True)
+    power_w = models.FloatField(null=True)
+    sm_clock_mhz = models.FloatField(null=True)
+    cls = models.SmallIntegerField(choices=GpuClass.choices)
+    holder = models.ForeignKey(Owner, null=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "gpu_index", "t_ns"], name="gpusample_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} GPU {self.gpu_index} at {self.t_ns}"
+
+
+class ProcessSample(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    gpu_index = models.SmallIntegerField()
+    t_ns = models.BigIntegerField()
+    pid = models.IntegerField()
+    mem_used_bytes = models.BigIntegerField(null=True)
+    owner = models.ForeignKey(Owner, null=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "gpu_index", "t_ns", "pid"], name="processsample_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} GPU {self.gpu_index} pid {self.pid} at {self.t_ns}"
+
+
+class GpuState(models.Model):
+    """A GPU's latest class and holder, and since when (the start of the current streak)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    gpu_index = models.SmallIntegerField()
+    gpu_uuid = models.CharField(max_length=96, blank=True)
+    cls = models.SmallIntegerField(choices=GpuClass.choices)
+    holder = models.ForeignKey(Owner, null=True, on_delete=models.PROTECT, related_name="+")
+    since_ns = models.BigIntegerField()
+    last_t_ns = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "gpu_index"], name="gpustate_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} GPU {self.gpu_index}: {self.get_cls_display()}"
+
+
+class FleetDay(models.Model):
+    """GPU time and its cost per node, UTC day, class and holder: what every fleet page reads.
+    The cents of one node-day add up to the node-day's cost (largest remainder)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    cls = models.SmallIntegerField(choices=GpuClass.choices)
+    holder = models.ForeignKey(Owner, null=True, on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey(Team, null=True, on_delete=models.SET_NULL, related_name="+")
+    project = models.ForeignKey(Project, null=True, on_delete=models.SET_NULL, related_name="+")
+    gpu_ns = models.BigIntegerField()
+    cost_cents = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "node"], name="fleetday_day_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} on {self.day}: {self.get_cls_display()}"
+
+
+class DayPending(models.Model):
+    """(node, day) pairs whose FleetDay rows must be rebuilt (marked at ingest, cleared by derive)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "day"], name="daypending_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} on {self.day}"
+
+
+class MatchKind(models.TextChoices):
+    K8S_NAMESPACE = "k8s_namespace"
+    K8S_LABEL = "k8s_label"  # `key` names the label
+    SLURM_ACCOUNT = "slurm_account"
+    SLURM_PARTITION = "slurm_partition"
+    UNIX_USER = "unix_user"  # a Slurm job's user or a plain process's Unix user
+
+
+class AttributionRule(models.Model):
+    """Ordered; the first rule matching an owner decides its team and project."""
+
+    position = models.PositiveIntegerField()
+    match = models.CharField(max_length=24, choices=MatchKind.choices)
+    key = models.CharField(max_length=128, blank=True)
+    pattern = models.CharField(max_length=200)  # exact, or a shell glob (`ml-*`)
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return f"{self.position}: {self.match} {self.key} {self.pattern}"
+
+
+class InvoiceImport(models.Model):
+    content_sha256 = models.CharField(max_length=64, unique=True)
+    filename = models.CharField(max_length=255, blank=True)
+    lines = models.PositiveIntegerField(default=0)
+    lines_new = models.PositiveIntegerField(default=0)
+    imported_at = models.DateTimeField(auto_now_add=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    def __str__(self) -> str:
+        return f"{self.filename or self.content_sha256[:12]} ({self.lines} lines)"
+
+
+class InvoiceLine(models.Model):
+    """One FOCUS charge row. `identity` is the SHA-256 of the columns that name the charge, so a
+    line imported again (in the same file or another) is recognised and stored once."""
+
+    invoice = models.ForeignKey(InvoiceImport, on_delete=models.CASCADE, related_name="+")
+    identity = models.CharField(max_length=64, unique=True)
+    row = models.PositiveIntegerField()
+    billed_cost = models.DecimalField(max_digits=16, decimal_places=6)
+    currency = models.CharField(max_length=8)
+    resource_id = models.CharField(max_length=512, blank=True)
+    service_name = models.CharField(max_length=200, blank=True)
+    sku_id = models.CharField(max_length=200, blank=True)
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    tags = models.JSONField(default=dict)
+    node = models.ForeignKey(Node, null=True, on_delete=models.SET_NULL, related_name="+")
+    matched_by = models.CharField(max_length=16, blank=True)  # resource_id | tag | ""
+
+    def __str__(self) -> str:
+        return f"line {self.row}: {self.billed_cost} {self.currency}"

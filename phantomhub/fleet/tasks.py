@@ -1,0 +1,19 @@
+"""Celery tasks of the fleet: derive pending node-days, purge old raw samples."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from phantomhub.fleet import derive, services
+
+
+@shared_task(acks_late=True)
+def fleet_derive() -> int:
+    """Beat (and the embedded sweeper): rebuild the node-days that ingest marked."""
+    return derive.fleet_derive_pending()
+
+
+@shared_task(acks_late=True)
+def fleet_purge() -> int:
+    """Beat, hourly: raw samples older than PHANTOMHUB_FLEET_RAW_DAYS (derived rows stay)."""
+    return services.raw_samples_purge()

@@ -1,0 +1,70 @@
+"""A simulated node: collector requests built from a known timeline of what each GPU does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from phantomhub.fleet.services import node_token_create
+from phantomhub.pricing.models import PriceEntry
+
+NS = 10**9
+HOUR_START = datetime(2026, 9, 21, 10, 0, tzinfo=UTC)
+T0 = int(HOUR_START.timestamp()) * NS
+GIB = 2**30
+
+# What one GPU does in an interval: (util_pct, mem_used_bytes, [(pid, mem_bytes, owner index)])
+Activity = tuple[float, int, list[tuple[int, int, int | None]]]
+
+
+def node_meta(hostname: str = "gpu-a-17", gpu_count: int = 4, **extra: Any) -> dict[str, Any]:
+    return {
+        "hostname": hostname, "provider": "aws", "region": "us-east-1", "instance_type": "p5.48xlarge",
+        "resource_id": f"i-{hostname}", "gpu_model": "H100-SXM", "gpu_count": gpu_count,
+        "labels": {"k8s.node": hostname}, "collector_version": "0.1", "source": "nvml", **extra,
+    }  # fmt: skip
+
+
+def node_body(
+    *,
+    t_ns: list[int],
+    activity: Callable[[int, int], Activity],
+    owners: list[dict[str, Any]],
+    node: dict[str, Any],
+    interval_s: int = 15,
+) -> dict[str, Any]:
+    gpus: dict[str, list[Any]] = {
+        k: []
+        for k in ("t_ns", "gpu_index", "gpu_uuid", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz")
+    }
+    procs: dict[str, list[Any]] = {k: [] for k in ("t_ns", "gpu_index", "pid", "mem_used_bytes", "owner")}
+    for t in t_ns:
+        for g in range(node["gpu_count"]):
+            util, mem, held = activity(g, t)
+            for key, value in zip(gpus, (t, g, f"GPU-{g:04d}", util, mem, 80 * GIB, 300.0, 1980.0), strict=True):
+                gpus[key].append(value)
+            for pid, pmem, owner in held:
+                for key, value in zip(procs, (t, g, pid, pmem, owner), strict=True):
+                    procs[key].append(value)
+    return {"node": node, "interval_s": interval_s, "gpus": gpus, "processes": procs, "owners": owners}
+
+
+@pytest.fixture
+def node_client(db: None) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='test').raw}")
+    return client
+
+
+@pytest.fixture
+def h100_price(db: None) -> PriceEntry:
+    """A price the test controls: $3.60 per GPU-hour (one cent per 10 GPU-seconds)."""
+    return PriceEntry.objects.create(
+        gpu="H100-SXM", provider="aws", region="us-east-1", usd_per_gpu_hour=Decimal("3.6000"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
