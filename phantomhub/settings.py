@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "phantomhub.waste",
     "phantomhub.portal",
     "phantomhub.fleet",
+    "phantomhub.alerts",
     "axes",
 ]
 
@@ -253,6 +254,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "phantomhub.waste.tasks.sweep",
         "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600),
     },
+    # Alert rules, from stored analyses (phantomhub/alerts): within ~20 s of an analysis.
+    "alerts-evaluate": {
+        "task": "phantomhub.alerts.tasks.evaluate",
+        "schedule": env_float("PHANTOMHUB_ALERT_INTERVAL_S", 20.0, minimum=1, maximum=3600),
+    },
     "fleet-derive": {"task": "phantomhub.fleet.tasks.fleet_derive", "schedule": 30.0},
     "fleet-purge": {"task": "phantomhub.fleet.tasks.fleet_purge", "schedule": 3600.0},
 }
@@ -272,6 +278,23 @@ if METRICS_TOKEN is not None and len(METRICS_TOKEN) < 16 and not DEBUG:
     raise ConfigError("PHANTOMHUB_METRICS_TOKEN must be at least 16 characters")
 
 TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)
+
+# Alerts (docs/alerts.md). Links in alerts point at PUBLIC_URL (what people open the UI by).
+PUBLIC_URL = env_str("PHANTOMHUB_PUBLIC_URL", f"http://127.0.0.1:{PORT}") or f"http://127.0.0.1:{PORT}"
+# Webhook hosts alerts may be sent to; empty: any http/https host (link-local addresses never).
+ALERT_WEBHOOK_HOSTS = [h.lower() for h in env_list("PHANTOMHUB_ALERT_WEBHOOK_HOSTS", [])]
+ALERT_WEBHOOK_TIMEOUT_S = env_float("PHANTOMHUB_ALERT_WEBHOOK_TIMEOUT_S", 5.0, minimum=0.1, maximum=60)
+# A failed delivery is retried after base × 3^(attempt−1) seconds, up to ALERT_MAX_ATTEMPTS tries.
+ALERT_RETRY_BASE_S = env_float("PHANTOMHUB_ALERT_RETRY_BASE_S", 10.0, minimum=0.01, maximum=3600)
+ALERT_MAX_ATTEMPTS = env_int("PHANTOMHUB_ALERT_MAX_ATTEMPTS", 6, minimum=1, maximum=50)
+EMAIL_BACKEND = env_str("PHANTOMHUB_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend") or ""
+EMAIL_HOST = env_str("PHANTOMHUB_EMAIL_HOST", "localhost") or "localhost"
+EMAIL_PORT = env_int("PHANTOMHUB_EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("PHANTOMHUB_EMAIL_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("PHANTOMHUB_EMAIL_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("PHANTOMHUB_EMAIL_TLS", False)
+EMAIL_TIMEOUT = env_int("PHANTOMHUB_EMAIL_TIMEOUT_S", 10, minimum=1, maximum=120)
+DEFAULT_FROM_EMAIL = env_str("PHANTOMHUB_EMAIL_FROM", "phantomhub@localhost") or "phantomhub@localhost"
 
 LOGGING = {
     "version": 1,

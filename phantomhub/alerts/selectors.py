@@ -1,0 +1,97 @@
+"""Reads: rules people may see or change, the live analyses a rule covers, project baselines."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from phantomhub.accounts.auth import ProjectPrincipal
+from phantomhub.accounts.models import Membership, Project, Role
+from phantomhub.accounts.permissions import is_org_admin
+from phantomhub.accounts.selectors import projects_visible, user_sees_everything
+from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState, Scope
+from phantomhub.telemetry.models import RunStatus
+from phantomhub.waste.models import RunAnalysis
+
+BASELINE_RUNS = 10  # the project's most recent finished runs a baseline is the median of
+
+
+def rules_visible(principal: Any) -> QuerySet[AlertRule]:
+    """Organization rules for every signed-in person; a team's or project's rules for those who
+    see that team's projects (finance and organization admins see all)."""
+    if isinstance(principal, ProjectPrincipal) or principal is None:
+        return AlertRule.objects.none()
+    rules = AlertRule.objects.select_related("team", "project", "project__team")
+    if user_sees_everything(principal):
+        return rules.all()
+    projects = projects_visible(principal)
+    return rules.filter(
+        Q(scope=Scope.ORG) | Q(scope=Scope.TEAM, team__projects__in=projects) | Q(scope=Scope.PROJECT, project__in=projects)
+    ).distinct()
+
+
+def teams_administered(user: Any) -> set[int]:
+    return set(Membership.objects.filter(user=user, role=Role.ADMIN).values_list("team_id", flat=True))
+
+
+def rule_writable(*, user: Any, scope: str, team_id: int | None, project: Project | None) -> bool:
+    """Organization admins write every rule; a team's admins write its team's and projects' rules."""
+    if isinstance(user, ProjectPrincipal) or not getattr(user, "is_authenticated", False):
+        return False
+    if is_org_admin(user):
+        return True
+    if scope == Scope.ORG:
+        return False
+    team = project.team_id if project is not None else team_id
+    return team is not None and team in teams_administered(user)
+
+
+def rule_projects(rule: AlertRule) -> QuerySet[Project]:
+    if rule.scope == Scope.PROJECT and rule.project_id is not None:
+        return Project.objects.filter(pk=rule.project_id)
+    if rule.scope == Scope.TEAM and rule.team_id is not None:
+        return Project.objects.filter(team_id=rule.team_id)
+    return Project.objects.all()
+
+
+def live_analyses(rule: AlertRule) -> list[RunAnalysis]:
+    """Analyses of the running runs a rule covers (the only subjects of run rules)."""
+    return list(
+        RunAnalysis.objects.filter(run__status=RunStatus.RUNNING, project__in=rule_projects(rule), analysed_at__isnull=False)
+        .select_related("run", "project", "team")
+        .defer("state", "rank_rows", "rank_last_step")
+    )
+
+
+def project_baseline(*, project_id: int, gpu_key: str, metric: str, exclude_run_id: Any) -> dict[str, Any] | None:
+    """The median over the project's last BASELINE_RUNS complete analyses of the same GPU of
+    MFU over time inside steps (result.mfu_step_time) or tokens/s (result.tokens_per_s).
+
+    phantomhub/waste/baseline.py is to own project baselines; until it does, this is the one the
+    alerts compare with."""
+    field = "mfu_step_time" if metric == "mfu" else "tokens_per_s"
+    rows = (
+        RunAnalysis.objects.filter(project_id=project_id, gpu_key=gpu_key, complete=True)
+        .exclude(run_id=exclude_run_id)
+        .order_by("-started_at")
+        .values_list("run_id", f"result__{field}")[:BASELINE_RUNS]
+    )
+    got = [(str(run_id), float(v)) for run_id, v in rows if isinstance(v, (int, float)) and v > 0]
+    if not got:
+        return None
+    return {
+        "value": statistics.median(v for _, v in got),
+        "runs": [run_id for run_id, _ in got],
+        "metric": field,
+        "basis": f"median of the project's last {len(got)} finished runs on {gpu_key or 'this GPU'}",
+    }
+
+
+def states_visible(principal: Any) -> QuerySet[AlertState]:
+    return AlertState.objects.filter(rule__in=rules_visible(principal)).select_related("rule", "run")
+
+
+def deliveries_visible(principal: Any) -> QuerySet[AlertDelivery]:
+    return AlertDelivery.objects.filter(rule__in=rules_visible(principal)).select_related("rule", "alert")

@@ -1,0 +1,261 @@
+"""Writes: rules, the per-subject state machine, deliveries and their attempts.
+
+alerts_evaluate() is what Celery beat (tasks.evaluate) and the embedded sweeper call: every
+enabled rule observes its subjects (evaluate.py), each (rule, subject) state moves
+ok -> pending -> firing -> resolved, a firing that is neither muted nor snoozed gets one
+delivery per channel, its resolve one more; then every delivery that is due is attempted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from phantomhub.alerts import delivery, payloads
+from phantomhub.alerts.evaluate import Observation, observe, run_link
+from phantomhub.alerts.models import (
+    AlertDelivery,
+    AlertRule,
+    AlertState,
+    DeliveryChannel,
+    DeliveryEvent,
+    DeliveryStatus,
+    StateKind,
+    WebhookFormat,
+)
+
+log = logging.getLogger(__name__)
+# A claimed delivery is not attempted by anyone else for this long (one attempt's timeout, and
+# then some): two evaluators never send the same attempt twice.
+CLAIM_S = 60
+
+
+@dataclass
+class EvaluateResult:
+    rules: int = 0
+    fired: int = 0
+    resolved: int = 0
+    skipped: int = 0  # rules that cannot be evaluated here (idle GPUs without the fleet collector)
+    sent: int = 0
+    failed: int = 0
+
+
+def _suppressed(rule: AlertRule, state: AlertState, now: datetime) -> bool:
+    return bool(
+        rule.muted
+        or state.muted
+        or (rule.snoozed_until is not None and rule.snoozed_until > now)
+        or (state.snoozed_until is not None and state.snoozed_until > now)
+    )
+
+
+def deliveries_create(*, rule: AlertRule, state: AlertState | None, body: dict[str, Any], event: str) -> list[AlertDelivery]:
+    now = timezone.now()
+    made = []
+    if rule.webhook_url:
+        raw = payloads.slack(body) if rule.webhook_format == WebhookFormat.SLACK else body
+        made.append(
+            AlertDelivery(
+                rule=rule, alert=state, event=event, channel=DeliveryChannel.WEBHOOK, target=rule.webhook_url,
+                body=json.dumps(raw, sort_keys=True), next_attempt_at=now,
+            )
+        )  # fmt: skip
+    if rule.email_to:
+        subject, text = payloads.email(body)
+        made.append(
+            AlertDelivery(
+                rule=rule, alert=state, event=event, channel=DeliveryChannel.EMAIL, target=", ".join(rule.email_to),
+                subject=subject, body=text, next_attempt_at=now,
+            )
+        )  # fmt: skip
+    return AlertDelivery.objects.bulk_create(made)
+
+
+def _tell(rule: AlertRule, state: AlertState, event: str) -> None:
+    url = run_link(state.run_id) if state.run_id else None
+    deliveries_create(rule=rule, state=state, body=payloads.generic(rule, state, event, url=url), event=event)
+
+
+def _record(state: AlertState, obs: Observation, now: datetime) -> None:
+    state.subject_label = obs.label[:300]
+    state.run = obs.run
+    state.value = obs.value
+    state.usd_per_hour = obs.usd_per_hour
+    state.evidence = {**obs.evidence, "figure": obs.figure, "threshold": obs.threshold}
+    state.evaluated_at = now
+
+
+def state_apply(*, rule: AlertRule, state: AlertState, obs: Observation | None, now: datetime) -> str | None:
+    """One step of the state machine; returns "fired" or "resolved" when that happened."""
+    happened = None
+    if obs is not None:
+        _record(state, obs, now)
+    breached = obs is not None and obs.breached
+    if breached:
+        assert obs is not None
+        if state.state in (StateKind.OK, StateKind.RESOLVED):
+            state.state = StateKind.PENDING
+            state.pending_since = obs.breached_since or now
+            state.fired_at = state.resolved_at = None
+            state.notified = False
+        since = state.pending_since
+        if state.state == StateKind.PENDING and since is not None and (now - since).total_seconds() >= rule.for_s:
+            state.state = StateKind.FIRING
+            state.fired_at = now
+            happened = "fired"
+        if state.state == StateKind.FIRING and not state.notified and not _suppressed(rule, state, now):
+            state.notified = True
+            state.save()
+            _tell(rule, state, DeliveryEvent.FIRING)
+    elif state.state == StateKind.PENDING:
+        state.state = StateKind.OK
+        state.pending_since = None
+    elif state.state == StateKind.FIRING:
+        state.state = StateKind.RESOLVED
+        state.resolved_at = now
+        happened = "resolved"
+        if obs is None:
+            state.evidence = {**state.evidence, "resolved_because": "the subject is gone (the run ended or the GPU was released)"}
+        if state.notified:
+            state.save()
+            _tell(rule, state, DeliveryEvent.RESOLVED)
+    state.save()
+    return happened
+
+
+def rule_evaluate(*, rule: AlertRule, now: datetime, result: EvaluateResult) -> None:
+    observations = observe(rule, now)
+    if observations is None:
+        result.skipped += 1
+        return
+    seen = {obs.subject: obs for obs in observations}
+    with transaction.atomic():
+        locked = AlertRule.objects.select_for_update().filter(pk=rule.pk).first()
+        if locked is None:
+            return  # deleted meanwhile
+        existing = {s.subject: s for s in AlertState.objects.filter(rule=locked)}
+        for subject, obs in seen.items():
+            state = existing.get(subject)
+            if state is None:
+                if not obs.breached:
+                    continue  # no row for subjects that never breached
+                state = AlertState(rule=locked, subject=subject)
+            happened = state_apply(rule=locked, state=state, obs=obs, now=now)
+            result.fired += happened == "fired"
+            result.resolved += happened == "resolved"
+        for subject, state in existing.items():
+            if subject not in seen and state.state in (StateKind.PENDING, StateKind.FIRING):
+                happened = state_apply(rule=locked, state=state, obs=None, now=now)
+                result.resolved += happened == "resolved"
+
+
+def alerts_evaluate(*, now: datetime | None = None, send: bool = True) -> EvaluateResult:
+    """Evaluate every enabled rule, then attempt the deliveries that are due. One rule that fails
+    (bad data in one analysis) is logged and does not stop the others."""
+    now = now or timezone.now()
+    result = EvaluateResult()
+    for rule in AlertRule.objects.filter(enabled=True).select_related("team", "project"):
+        result.rules += 1
+        try:
+            rule_evaluate(rule=rule, now=now, result=result)
+        except Exception:
+            log.exception("alert rule %s could not be evaluated", rule.pk)
+    if send:
+        sent, failed = deliveries_send_due()
+        result.sent, result.failed = sent, failed
+    return result
+
+
+def delivery_attempt(*, item: AlertDelivery) -> AlertDelivery:
+    """One attempt; on failure either the next attempt is scheduled (backoff) or it gave up."""
+    from django.conf import settings
+
+    if item.channel == DeliveryChannel.WEBHOOK:
+        attempt = delivery.webhook_post(
+            url=item.target, body=item.body.encode(), secret=item.rule.webhook_secret, delivery_id=item.pk
+        )
+    else:
+        to = [a.strip() for a in item.target.split(",") if a.strip()]
+        attempt = delivery.email_send(to=to, subject=item.subject, text=item.body)
+    now = timezone.now()
+    item.attempts += 1
+    item.status_code = attempt.status_code
+    item.error = attempt.error
+    if attempt.ok:
+        item.status, item.sent_at, item.next_attempt_at = DeliveryStatus.SENT, now, None
+    elif attempt.retry and item.attempts < settings.ALERT_MAX_ATTEMPTS:
+        item.status = DeliveryStatus.PENDING
+        item.next_attempt_at = now + timedelta(seconds=delivery.retry_delay_s(item.attempts))
+    else:
+        item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
+    item.save(update_fields=["attempts", "status_code", "error", "status", "sent_at", "next_attempt_at"])
+    return item
+
+
+def deliveries_send_due(*, now: datetime | None = None, limit: int = 200) -> tuple[int, int]:
+    """Attempt every pending delivery whose time has come, oldest first; returns (sent, failed
+    attempts). Each is claimed first (its next attempt moved CLAIM_S ahead, atomically), so two
+    evaluators never attempt the same delivery at once."""
+    now = now or timezone.now()
+    sent = failed = 0
+    due = list(
+        AlertDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        .order_by("next_attempt_at", "id")
+        .values_list("pk", "next_attempt_at")[:limit]
+    )
+    for pk, at in due:
+        claimed = AlertDelivery.objects.filter(pk=pk, status=DeliveryStatus.PENDING, next_attempt_at=at).update(
+            next_attempt_at=timezone.now() + timedelta(seconds=CLAIM_S)
+        )
+        if not claimed:
+            continue
+        item = AlertDelivery.objects.select_related("rule").get(pk=pk)
+        delivery_attempt(item=item)
+        if item.status == DeliveryStatus.SENT:
+            sent += 1
+        else:
+            failed += 1
+    return sent, failed
+
+
+def rule_test_send(*, rule: AlertRule) -> list[AlertDelivery]:
+    """A test message through every channel of the rule, sent now (and retried like any other)."""
+    example = AlertState(rule=rule, subject="test", subject_label="a test message", value=None)
+    example.evidence = {"figure": "test", "note": "sent from Settings to check this destination"}
+    body = payloads.generic(rule, example, DeliveryEvent.TEST, url=None)
+    body["summary"] = f"Test of the alert rule {rule.name!r}: this destination receives its alerts"
+    with transaction.atomic():
+        made = deliveries_create(rule=rule, state=None, body=body, event=DeliveryEvent.TEST)
+    out = []
+    for item in made:
+        item.rule = rule
+        out.append(delivery_attempt(item=item))
+    return out
+
+
+def rule_save(*, rule: AlertRule, changes: dict[str, Any]) -> AlertRule:
+    for key, value in changes.items():
+        setattr(rule, key, value)
+    with transaction.atomic():
+        rule.save()
+        if not rule.enabled:
+            # A disabled rule watches nothing: its pending subjects start over when re-enabled.
+            AlertState.objects.filter(rule=rule, state=StateKind.PENDING).update(state=StateKind.OK, pending_since=None)
+    return rule
+
+
+def state_silence(*, state: AlertState, muted: bool | None, snoozed_until: datetime | None, clear_snooze: bool) -> AlertState:
+    if muted is not None:
+        state.muted = muted
+    if clear_snooze:
+        state.snoozed_until = None
+    elif snoozed_until is not None:
+        state.snoozed_until = snoozed_until
+    state.save(update_fields=["muted", "snoozed_until"])
+    return state
