@@ -25,6 +25,7 @@ from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.accounts.services import personal_token_create, project_token_create
 from phantomhub.fleet.services import node_token_create
 from phantomhub.pricing.models import PriceEntry
+from tests.alerts.factories import MATRIX_RULE, matrix_kwargs
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = pytest.mark.django_db
@@ -105,6 +106,17 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("fleet-rules-preview", "post"): ADMIN_WRITE,
     ("fleet-invoices", "get"): "401 403 403 ok 403 403 ok ok",  # finance and admins; the personal token is the admin's
     ("fleet-invoices", "post"): "401 403 403 403 403 403 ok ok",  # finance imports the invoice
+    # Alerts: people read the rules of what they see; org admins, and a team's admins for its
+    # team's rules (the world's rule is the nlp team's), change them (tests/alerts/factories.py).
+    ("alerts-rules", "get"): ORG_READ,
+    ("alerts-rules", "post"): "401 403 403 403 403 ok 403 ok",
+    ("alerts-rule", "get"): ORG_READ,
+    ("alerts-rule", "patch"): "401 403 403 403 403 ok 403 ok",
+    ("alerts-rule", "delete"): "401 403 403 403 403 ok 403 ok",
+    ("alerts-rule-test", "post"): "401 403 403 403 403 ok 403 ok",
+    ("alerts-states", "get"): ORG_READ,
+    ("alerts-state", "patch"): "401 403 403 403 403 ok 403 ok",
+    ("alerts-deliveries", "get"): ORG_READ,
 }
 NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): "ok",
@@ -209,6 +221,8 @@ def world(owner: Tenant, outsider: Tenant) -> World:
 
 
 def _kwargs(name: str, world: World) -> dict[str, Any]:
+    if name.startswith("alerts-"):
+        return matrix_kwargs(name)
     return {
         "run-detail": {"run_id": world.run_id},
         "run-steps": {"run_id": world.run_id},
@@ -255,6 +269,9 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-tokens", "post"): lambda: {"kind": "personal", "name": "matrix"},
     ("portal-team", "patch"): lambda: {"display_name": "NLP"},
     ("portal-project", "patch"): lambda: {"display_name": "LLM pre-training"},
+    ("alerts-rules", "post"): lambda: dict(MATRIX_RULE),
+    ("alerts-rule", "patch"): lambda: {"name": "matrix, renamed"},
+    ("alerts-state", "patch"): lambda: {"muted": True},
     ("node-samples", "post"): lambda: NODE_BODY,
     ("fleet-rules", "put"): lambda: {"rules": []},
     ("fleet-rules-preview", "post"): lambda: {"rules": []},
