@@ -77,9 +77,8 @@ class RunAnalysis(models.Model):
     # Step signature and per-step figures (waste/evidence.py RunProfile): what later runs of the
     # project compare themselves with. None until the run has step rows.
     profile = models.JSONField(null=True, blank=True)
-    # Incremental state: the model's accumulator, and per rank the rows and last step it has seen.
-    # Stored as orjson text rather than JSONField: it is read and written by every incremental
-    # analysis, and orjson parses it several times faster than the standard library.
+    # No longer written: the incremental state lives in RunAnalysisState (migration 0009 empties
+    # these). Kept so that readers deferring them keep working.
     state = models.BinaryField(null=True)
     rank_rows = models.JSONField(default=dict)
     rank_last_step = models.JSONField(default=dict)
@@ -99,6 +98,20 @@ class RunAnalysis(models.Model):
 
     def __str__(self) -> str:
         return f"analysis of {self.run_id}"
+
+
+class RunAnalysisState(models.Model):
+    """A run's incremental analysis state (waste/state.py), kept apart from RunAnalysis: reading an
+    analysis never loads it, and an incremental pass rewrites only the parts that changed (the
+    per-rank arrays only when steps arrived, the chart windows only when they moved)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="analysis_state")
+    header = models.BinaryField()  # orjson: run-wide scalars, per-host sample sums, bookkeeping
+    ranks = models.BinaryField()  # packed arrays: one row per rank, straggler tails, piece sums
+    windows = models.BinaryField()  # packed arrays: the chart windows' sums
+
+    def __str__(self) -> str:
+        return f"analysis state of {self.run_id}"
 
 
 class RunDay(models.Model):

@@ -47,10 +47,19 @@ from phantomhub.waste.model import (
     recoverability_check,
     world_size_for,
 )
-from phantomhub.waste.models import OrgSettings, ProjectDay, ProjectSettings, RollupPending, RunAnalysis, RunDay
+from phantomhub.waste.models import (
+    OrgSettings,
+    ProjectDay,
+    ProjectSettings,
+    RollupPending,
+    RunAnalysis,
+    RunAnalysisState,
+    RunDay,
+)
 from phantomhub.waste.money import cents_allocate
 from phantomhub.waste.recommendations import recommend
 from phantomhub.waste.result import to_jsonable
+from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 
 log = logging.getLogger(__name__)
 NS = 10**9
@@ -219,11 +228,97 @@ def _analysis_lock(run: Run) -> RunAnalysis:
                 RunAnalysis.objects.create(run=run, project_id=run.project_id, team_id=run.project.team_id)
         except IntegrityError:
             pass  # created concurrently
-    return RunAnalysis.objects.select_for_update().defer("result", "recommendations").get(run=run)
+    return (
+        RunAnalysis.objects.select_for_update()
+        .defer("result", "recommendations", "state", "rank_rows", "rank_last_step")
+        .get(run=run)
+    )
 
 
-def _state_load(row: RunAnalysis) -> dict[str, Any] | None:
-    return None if row.state is None else dict(orjson.loads(bytes(row.state)))
+@dataclass
+class LoadedState:
+    """What an incremental pass starts from: the accumulator, the service's bookkeeping, and
+    the stored bytes (to rewrite only the parts that changed)."""
+
+    acc: RunAccumulator
+    rank_rows: dict[int, int]
+    last_step: dict[int, int]
+    samples_t: int
+    steps_end_ns: int
+    dropped: int
+    stored: RunAnalysisState
+
+
+def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
+    """The stored state if it was built under ``config`` and this version can read it."""
+    stored = RunAnalysisState.objects.filter(run=run).first()
+    if stored is None:
+        return None
+    try:
+        header = orjson.loads(bytes(stored.header))
+        if header.get("config") != config.fingerprint():
+            return None
+        ranks = arrays_unpack(bytes(stored.ranks))
+        acc = state_unpack(StateParts(header, ranks, arrays_unpack(bytes(stored.windows))))
+    except (NotAppendable, KeyError, TypeError, ValueError):
+        return None  # a state saved by another version of the model: start over
+    svc = header["service"]
+    return LoadedState(
+        acc=acc,
+        rank_rows=dict(zip(ranks["svc_rank"].tolist(), ranks["svc_rows"].tolist(), strict=True)),
+        last_step=dict(zip(ranks["svc_rank"].tolist(), ranks["svc_last_step"].tolist(), strict=True)),
+        samples_t=int(svc["samples_t"]),
+        steps_end_ns=int(svc["steps_end_ns"]),
+        dropped=int(svc["dropped"]),
+        stored=stored,
+    )
+
+
+def _state_save(
+    run: Run,
+    loaded: LoadedState | None,
+    acc: RunAccumulator,
+    *,
+    steps_changed: bool,
+    rank_rows: dict[int, int],
+    last_step: dict[int, int],
+    service: dict[str, int],
+) -> None:
+    """Store the state; of a loaded one, rewrite the rank arrays only when steps arrived and the
+    windows only when they changed (a pass with only a new sample writes the small header)."""
+    parts = state_pack(acc, ranks=steps_changed or loaded is None)
+    header = orjson.dumps({**parts.header, "service": service})
+    windows = arrays_pack(parts.windows)
+    if loaded is None:
+        svc_rank = sorted(rank_rows)
+        ranks = arrays_pack(
+            {
+                **parts.ranks,
+                "svc_rank": np.array(svc_rank, dtype=np.int64),
+                "svc_rows": np.array([rank_rows[r] for r in svc_rank], dtype=np.int64),
+                "svc_last_step": np.array([last_step[r] for r in svc_rank], dtype=np.int64),
+            }
+        )
+        RunAnalysisState.objects.update_or_create(run=run, defaults={"header": header, "ranks": ranks, "windows": windows})
+        return
+    stored = loaded.stored
+    stored.header = header
+    fields = ["header"]
+    if steps_changed:
+        svc_rank = sorted(rank_rows)
+        stored.ranks = arrays_pack(
+            {
+                **parts.ranks,
+                "svc_rank": np.array(svc_rank, dtype=np.int64),
+                "svc_rows": np.array([rank_rows[r] for r in svc_rank], dtype=np.int64),
+                "svc_last_step": np.array([last_step[r] for r in svc_rank], dtype=np.int64),
+            }
+        )
+        fields.append("ranks")
+    if windows != bytes(stored.windows):
+        stored.windows = windows
+        fields.append("windows")
+    stored.save(update_fields=fields)
 
 
 # Bounds of a run's billed span the model accepts; telemetry outside them is refused at ingest,
@@ -266,22 +361,13 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         config, price_rows = run_config_and_prices(run, policy, ranks_seen)
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
-        acc, rank_rows, last_step, full = None, {}, {}, True
-        state = _state_load(row)
-        if state is not None and state.get("config") == config.fingerprint():
-            try:
-                acc = RunAccumulator.from_json(state["acc"])
-            except (NotAppendable, KeyError, TypeError, ValueError):
-                acc = None  # a state saved by another version of the model: start over
-            else:
-                rank_rows = {int(k): v for k, v in row.rank_rows.items()}
-                last_step = {int(k): v for k, v in row.rank_last_step.items()}
-                full = False
-        if acc is None:
-            acc = RunAccumulator(config)
-        samples_since = int(state.get("samples_t", 0)) if (state and not full) else 0
-        steps_end_ns = int(state.get("steps_end_ns", 0)) if (state and not full) else 0
-        dropped = int(state.get("dropped", 0)) if (state and not full) else 0
+        loaded = _state_load(run, config)
+        if loaded is not None:
+            acc, rank_rows, last_step, full = loaded.acc, loaded.rank_rows, loaded.last_step, False
+            samples_since, steps_end_ns, dropped = loaded.samples_t, loaded.steps_end_ns, loaded.dropped
+        else:
+            acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
+            samples_since, steps_end_ns, dropped = 0, 0, 0
 
         fetched = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
         if fetched is None:  # a late batch landed below what was folded in: start over
@@ -327,19 +413,16 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             extra_warnings=world_size_for(run.world_size, ranks_seen, run.gpu_count)[1],
         )
         _store(row, run, analysis, seq)
-        row.state = orjson.dumps(
-            {
-                "config": config.fingerprint(),
-                "acc": acc.to_json(),
-                "samples_t": samples_since,
-                "steps_end_ns": steps_end_ns,
-                "dropped": dropped,
-            },
-            option=orjson.OPT_SERIALIZE_NUMPY,
+        row.save(update_fields=_STORED_FIELDS)
+        _state_save(
+            run,
+            loaded if not full else None,
+            acc,
+            steps_changed=full or any(len(cols) for cols, _, _, _ in fresh),
+            rank_rows=rank_rows,
+            last_step=last_step,
+            service={"samples_t": samples_since, "steps_end_ns": steps_end_ns, "dropped": dropped},
         )
-        row.rank_rows = {str(k): v for k, v in rank_rows.items()}
-        row.rank_last_step = {str(k): v for k, v in last_step.items()}
-        row.save()
         _days_store(run, row, analysis, config, price_rows)
     return row
 
@@ -422,6 +505,12 @@ def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int) -
     if run.status != RunStatus.RUNNING and run.finished_at is not None:
         end = max(_ns(run.finished_at), steps_end_ns, start_ns)
     return end
+
+
+# What _store sets: an analysis rewrites these columns of its RunAnalysis row and no others.
+_STORED_FIELDS = ["project", "team", "error", "failures", "failed_seq", "retry_at", "analysed_seq", "analysed_at",
+                  "complete", "started_at", "gpu_key", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd",
+                  "waste_share", "mfu", "profile", "result", "recommendations"]  # fmt: skip
 
 
 def _store(row: RunAnalysis, run: Run, analysis: Analysis, seq: int) -> None:

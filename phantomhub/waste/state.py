@@ -1,0 +1,177 @@
+"""The accumulator's state in a compact form: a small JSON header and binary per-rank arrays.
+
+A 1,024-rank run's state as JSON was one ~1.4 MB document, parsed and rewritten whole by every
+incremental analysis (per-rank dicts, the straggler tails, the chart windows as text). Here it is
+three parts, each rewritten only when it changed:
+
+- ``header``: the run-wide scalars and per-host sample sums (JSON; small);
+- ``ranks``: one row per rank in fixed-width int64/float64 matrices, the straggler tails
+  concatenated with their lengths, the piece sums as one (ranks, pieces, 5) array;
+- ``windows``: the chart sums as float64 arrays.
+
+Arrays are stored raw (``ndarray.tobytes``), so they round-trip bit for bit: integers exactly,
+floats without a decimal detour. Pure numpy and orjson, no framework imports.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from phantomhub.waste.accumulator import _SUM_KEYS, STATE_VERSION, HostSamples, NotAppendable, RankState, RunAccumulator
+from phantomhub.waste.inputs import OPTIONAL_COLUMNS, OPTIONAL_INT_COLUMNS, RunConfig
+from phantomhub.waste.stragglers import AlignedRows, StragglerCounters
+from phantomhub.waste.windows import WindowSums
+
+_MAGIC = b"PHS1"
+NONE = np.iinfo(np.int64).min  # stands for None in the int matrices (no real value is this low)
+_PENDING_INT = ("step", "t_start_ns", "dur_ns", *OPTIONAL_INT_COLUMNS)
+_SCALARS = ("rank", "first_s", "last_e", "max_t_start", "horizon", "mem_peak_max", "mem_reserved_max",
+            "mem_allocated_max", "columns", "pending", "tail_len", "straggler")  # fmt: skip
+_COUNTERS = ("aligned_steps", "slow_steps", "blamed_steps", "caused_wait_ns", "waited_ns", "excess2_ns")
+INT_COLUMNS: tuple[str, ...] = (*_SCALARS, *(f"p_{k}" for k in _PENDING_INT), *_SUM_KEYS, *(f"s_{k}" for k in _COUNTERS))
+_I = {name: i for i, name in enumerate(INT_COLUMNS)}
+FLOAT_COLUMNS = ("flops", "frag_sum", "p_flops")
+_COLUMN_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL_COLUMNS)}
+
+
+def arrays_pack(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """Named arrays as one byte string: a JSON directory (name, dtype, shape), then the buffers."""
+    directory = [[name, a.dtype.str, list(a.shape)] for name, a in arrays.items()]
+    head = orjson.dumps(directory)
+    return b"".join([_MAGIC, struct.pack("<I", len(head)), head, *(np.ascontiguousarray(a).tobytes() for a in arrays.values())])
+
+
+def arrays_unpack(data: bytes) -> dict[str, np.ndarray]:
+    if data[:4] != _MAGIC:
+        raise NotAppendable("state in an unknown format")
+    (size,) = struct.unpack_from("<I", data, 4)
+    pos = 8 + size
+    out: dict[str, np.ndarray] = {}
+    for name, dtype, shape in orjson.loads(data[8:pos]):
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        out[name] = np.frombuffer(data, dtype=dt, count=n, offset=pos).reshape(shape)
+        pos += n * dt.itemsize
+    return out
+
+
+@dataclass
+class StateParts:
+    header: dict[str, Any]
+    ranks: dict[str, np.ndarray]
+    windows: dict[str, np.ndarray]
+
+
+def _opt(value: int | None) -> int:
+    return NONE if value is None else value
+
+
+def _back(value: int) -> int | None:
+    return None if value == NONE else value
+
+
+def state_pack(acc: RunAccumulator, *, ranks: bool = True) -> StateParts:
+    """The accumulator's parts; ``ranks=False`` leaves the rank arrays out (unchanged ones)."""
+    header = {
+        "version": STATE_VERSION,
+        "config": acc.config.fingerprint(),
+        "watermark": acc.watermark,
+        "max_t_seen": acc.max_t_seen,
+        "window_level": acc.windows.level,
+        "hosts": {k: v.to_json() for k, v in acc.hosts.items()},
+    }
+    windows = {"sums": acc.windows.sums, "peak": acc.windows.peak, "dur_hist": acc.windows.dur_hist}
+    return StateParts(header, _ranks_pack(acc) if ranks else {}, windows)
+
+
+def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
+    ranks = sorted(acc.ranks.values(), key=lambda r: r.rank)
+    n_ranks, n_pieces = len(ranks), len(acc.ctx.pieces)
+    ints = np.full((n_ranks, len(INT_COLUMNS)), 0, dtype=np.int64)
+    floats = np.zeros((n_ranks, len(FLOAT_COLUMNS)), dtype=np.float64)
+    pieces = np.zeros((n_ranks, n_pieces, 5), dtype=np.int64)
+    hosts: dict[str, int] = {}
+    host_idx = np.zeros(n_ranks, dtype=np.int64)
+    tails: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    sum_at = _I[_SUM_KEYS[0]]
+    for i, rs in enumerate(ranks):
+        row = ints[i]
+        counters = acc.stragglers.get(rs.rank)
+        step, arrival, comm = rs.tail.arrays()
+        tails.append((step, arrival, comm))
+        row[: len(_SCALARS)] = [
+            rs.rank, _opt(rs.first_s), _opt(rs.last_e), _opt(rs.max_t_start), _opt(rs.horizon), rs.mem_peak_max,
+            rs.mem_reserved_max, rs.mem_allocated_max, sum(_COLUMN_BIT[c] for c in rs.columns),
+            rs.pending is not None, len(step), counters is not None,
+        ]  # fmt: skip
+        if rs.pending is not None:
+            row[len(_SCALARS) : len(_SCALARS) + len(_PENDING_INT)] = [rs.pending[k] for k in _PENDING_INT]
+            flops = rs.pending["flops"]
+            floats[i, 2] = np.nan if flops is None else flops
+        row[sum_at : sum_at + len(_SUM_KEYS)] = [rs.sums[k] for k in _SUM_KEYS]
+        if counters is not None:
+            row[sum_at + len(_SUM_KEYS) :] = counters.to_json()
+        floats[i, 0], floats[i, 1] = rs.flops, rs.frag_sum
+        pieces[i] = rs.piece_ns
+        host_idx[i] = hosts.setdefault(rs.host, len(hosts))
+    # Straggler counters of ranks without a RankState cannot exist (attribute() counts known ranks).
+    extra = sorted(set(acc.stragglers) - set(acc.ranks))
+    if extra:
+        raise ValueError(f"straggler counters for unknown ranks {extra}")
+
+    def cat(i: int) -> np.ndarray:
+        return np.concatenate([t[i] for t in tails]) if tails else np.zeros(0, dtype=np.int64)
+
+    names = np.frombuffer(orjson.dumps(list(hosts)), dtype=np.uint8)
+    return {"ints": ints, "floats": floats, "pieces": pieces, "host": host_idx, "host_names": names,
+            "tail_step": cat(0), "tail_arrival": cat(1), "tail_comm": cat(2)}  # fmt: skip
+
+
+def state_unpack(parts: StateParts) -> RunAccumulator:
+    header = parts.header
+    if header.get("version") != STATE_VERSION:
+        raise NotAppendable("state written by another version of the waste model")
+    acc = RunAccumulator(RunConfig.from_fingerprint(header["config"]))
+    r = parts.ranks
+    ints, floats, pieces = r["ints"], r["floats"], r["pieces"]
+    if pieces.shape[1:] != (len(acc.ctx.pieces), 5) or ints.shape[1:] != (len(INT_COLUMNS),):
+        raise NotAppendable("state shaped for another configuration")
+    names = orjson.loads(r["host_names"].tobytes())
+    offsets = np.concatenate(([0], np.cumsum(ints[:, _I["tail_len"]])))
+    tail = r["tail_step"], r["tail_arrival"], r["tail_comm"]
+    sum_at, n_scalar = _I[_SUM_KEYS[0]], len(_SCALARS)
+    rows = ints.tolist()
+    frows = floats.tolist()
+    hosts = r["host"].tolist()
+    for i, row in enumerate(rows):
+        rank = row[0]
+        rs = RankState(rank=rank, host=names[hosts[i]])
+        rs.columns = {c for c, bit in _COLUMN_BIT.items() if row[8] & bit}
+        rs.first_s, rs.last_e, rs.max_t_start, rs.horizon = (_back(v) for v in row[1:5])
+        rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max = row[5:8]
+        if row[9]:
+            pending: dict[str, Any] = dict(zip(_PENDING_INT, row[n_scalar : n_scalar + len(_PENDING_INT)], strict=True))
+            flops = frows[i][2]
+            pending["flops"] = None if flops != flops else flops  # NaN: FLOPs not counted
+            rs.pending = pending
+        rs.sums = dict(zip(_SUM_KEYS, row[sum_at : sum_at + len(_SUM_KEYS)], strict=True))
+        rs.flops, rs.frag_sum = frows[i][0], frows[i][1]
+        rs.piece_ns = pieces[i].copy()
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        if hi > lo:
+            rs.tail = AlignedRows([tail[0][lo:hi].copy()], [tail[1][lo:hi].copy()], [tail[2][lo:hi].copy()])
+        if row[11]:
+            acc.stragglers[rank] = StragglerCounters(*row[sum_at + len(_SUM_KEYS) :])
+        acc.ranks[rank] = rs
+    w = parts.windows
+    acc.windows = WindowSums(int(header["window_level"]), w["sums"].copy(), w["peak"].copy(), w["dur_hist"].copy())
+    acc.watermark = header["watermark"]
+    acc.max_t_seen = header["max_t_seen"]
+    acc.hosts = {k: HostSamples.from_json(v) for k, v in header["hosts"].items()}
+    return acc
