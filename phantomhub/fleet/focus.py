@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -161,10 +161,21 @@ def focus_import(*, text: str, filename: str = "", actor: Any = None) -> FocusRe
             errors.append(f"line {line}: a charge already imported with BilledCost {stored[row['identity']]}")
     if errors:
         return FocusResult(errors=errors)
+    result = FocusResult(created=True, lines=len(rows))
+    try:
+        fresh = _store(rows, stored, digest, filename, actor, result)
+    except IntegrityError:  # the same file or lines imported concurrently: the other import wins
+        return FocusResult(duplicate_file=True)
+    result.lines_new = len(fresh)
+    return result
+
+
+def _store(
+    rows: list[tuple[int, dict[str, Any]]], stored: dict[str, Any], digest: str, filename: str, actor: Any, result: FocusResult
+) -> list[InvoiceLine]:
     nodes = list(Node.objects.all())
     by_resource = {n.resource_id: n for n in nodes if n.resource_id}
     by_host = {n.hostname: n for n in nodes}
-    result = FocusResult(created=True, lines=len(rows))
     with transaction.atomic():
         invoice = InvoiceImport.objects.create(
             content_sha256=digest, filename=filename[:255], lines=len(rows), actor=actor if getattr(actor, "pk", None) else None
@@ -180,5 +191,4 @@ def focus_import(*, text: str, filename: str = "", actor: Any = None) -> FocusRe
         InvoiceLine.objects.bulk_create(fresh, batch_size=2000)
         invoice.lines_new = len(fresh)
         invoice.save(update_fields=["lines_new"])
-    result.lines_new = len(fresh)
-    return result
+    return fresh

@@ -10,6 +10,7 @@ from django.db.models import Count, QuerySet
 
 from phantomhub.accounts.models import Project
 from phantomhub.accounts.selectors import projects_visible
+from phantomhub.fleet.reconcile import invoice_reconcile
 from phantomhub.portal.footing import largest_remainder
 from phantomhub.portal.periods import Period
 from phantomhub.portal.selectors import AGG, categories_by, categories_total, figures_from_sums, pick
@@ -101,6 +102,8 @@ def finance_review(*, period: Period) -> dict[str, Any]:
         "rows": rows,
         "totals": totals,
         "price_entries": _price_entries(set().union(*used.values()) if used else set()),
+        # The imported invoice against the fleet's measured GPU cost, per team (phantomhub/fleet/reconcile.py).
+        "invoice": invoice_reconcile(period=period),
     }
 
 
@@ -126,4 +129,15 @@ def finance_rows_visible(review: dict[str, Any], principal: Any, period: Period)
             totals["categories_usd"][name] += row["categories_usd"][name]
     totals = {k: (round(v, 3 if k == "gpu_hours" else 2) if isinstance(v, float) else v) for k, v in totals.items()}
     totals["categories_usd"] = {k: round(v, 2) for k, v in totals["categories_usd"].items()}
-    return {**review, "rows": rows, "totals": totals, "price_entries": entries}
+    return {**review, "rows": rows, "totals": totals, "price_entries": entries, "invoice": _invoice_visible(review, rows)}
+
+
+def _invoice_visible(review: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The invoice rows of the teams whose projects are visible (unattributed and unmatched stay hidden)."""
+    invoice = review.get("invoice")
+    if invoice is None:
+        return None
+    teams = {row["team"] for row in rows}
+    kept = [row for row in invoice["rows"] if row["team"] in teams]
+    totals = {k: round(sum(row[k] for row in kept), 2) for k in ("billed_usd", "measured_usd", "unexplained_usd")}
+    return {**invoice, "rows": kept, "totals": totals, "unmatched_billed_usd": None}

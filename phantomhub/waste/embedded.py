@@ -22,6 +22,7 @@ INTERVAL_S = 5.0
 
 def _loop() -> None:
     from phantomhub.alerts.services import alerts_evaluate
+    from phantomhub.fleet.derive import fleet_derive_pending
     from phantomhub.waste.services import analysis_sweep
 
     lock_path = settings.VAR_DIR / "sweeper.lock"
@@ -33,6 +34,7 @@ def _loop() -> None:
             try:
                 close_old_connections()
                 result = analysis_sweep(inline=True)
+                fleet_derive_pending()  # node-days marked by node telemetry (phantomhub/fleet)
                 alerts_evaluate()  # alert rules read the analyses just stored (phantomhub/alerts)
                 if result.analysed or result.crashed:
                     log.info("swept: %s", result)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from phantomhub.accounts.models import Project, Team
 from phantomhub.fleet.services import node_token_create
 from phantomhub.pricing.models import PriceEntry
 
@@ -68,3 +69,11 @@ def h100_price(db: None) -> PriceEntry:
         gpu="H100-SXM", provider="aws", region="us-east-1", usd_per_gpu_hour=Decimal("3.6000"),
         effective_from=datetime(2026, 1, 1, tzinfo=UTC),
     )  # fmt: skip
+
+
+@pytest.fixture
+def teams(db: None) -> dict[str, Team]:
+    nlp = Team.objects.create(slug="nlp", name="nlp")
+    vision = Team.objects.create(slug="vision", name="vision")
+    Project.objects.create(slug="llm-pretrain", name="llm", team=nlp)
+    return {"nlp": nlp, "vision": vision}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from phantomhub.accounts.models import Project, Team
+from phantomhub.accounts.models import Team
 from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.models import FleetDay, GpuClass
 from phantomhub.fleet.selectors import fleet_summary, idle_held_now
@@ -45,14 +45,6 @@ def post_hour(client: APIClient, *, chunk: int = 20) -> list[dict[str, Any]]:
         assert response.status_code == 200, response.content
         answers.append(response.json())
     return answers
-
-
-@pytest.fixture
-def teams(db: None) -> dict[str, Team]:
-    nlp = Team.objects.create(slug="nlp", name="nlp")
-    vision = Team.objects.create(slug="vision", name="vision")
-    Project.objects.create(slug="llm-pretrain", name="llm", team=nlp)
-    return {"nlp": nlp, "vision": vision}
 
 
 def rules(teams: dict[str, Team]) -> list[RuleInput]:
