@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--server", default=None, help="server URL (default: PHANTOMHUB_SERVER)")
     p.add_argument("--token", default=None, help="a node token (default: PHANTOMHUB_TOKEN)")
-    p.add_argument("--interval", type=float, default=15.0, help="seconds between samples (default 15)")
+    p.add_argument("--interval", type=int, default=15, help="whole seconds between samples (default 15)")
     p.add_argument("--source", choices=SOURCES, default="nvml", help="where readings come from (default nvml)")
     p.add_argument("--dcgm-url", default=None, help="dcgm-exporter page, e.g. http://127.0.0.1:9400/metrics")
     p.add_argument("--spool", default=None, help="spool directory for undelivered requests")
@@ -64,8 +64,8 @@ def _labels(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, str]
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    if not args.interval > 0:
-        parser.error("--interval: must be a positive number of seconds")
+    if not 1 <= args.interval <= 3600:
+        parser.error("--interval: must be between 1 and 3600 seconds")
     if args.source == "dcgm" and not args.dcgm_url:
         parser.error("--source dcgm needs --dcgm-url (e.g. http://127.0.0.1:9400/metrics)")
     server = args.server or os.environ.get("PHANTOMHUB_SERVER")

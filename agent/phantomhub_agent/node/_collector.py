@@ -4,7 +4,8 @@ Delivery is the training agent's own (``_worker.Worker`` over ``_transport`` and
 retries of 5xx/429/network with capped backoff honoring Retry-After, the disk spool while the
 server is unreachable (replayed in order once it answers again, and adopted by the next
 collector process after a crash), no retry of other 4xx, drop counters. The node has no run to
-send counter events to, so its counters ride in every request instead (``counters``).
+send counter events to, and the server's node endpoint takes none: the counters are logged
+(once a minute when they changed, and at exit).
 
 ``POST /api/v1/nodes/samples`` is idempotent on (node, GPU, sample time): a request replayed
 from the spool, or sent twice because an answer was lost, changes nothing.
@@ -50,10 +51,6 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-def _number(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else value
-
-
 def payload_build(
     *,
     node: dict[str, Any],
@@ -61,7 +58,6 @@ def payload_build(
     t_ns: int,
     readings: list[GpuReading],
     owner_of: Callable[[int], Owner | None],
-    counters: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One request's body: the node, its GPUs at ``t_ns`` (columnar) and their holders."""
     gpus: dict[str, list[Any]] = {
@@ -73,7 +69,6 @@ def payload_build(
         "mem_total_bytes": [],
         "power_w": [],
         "sm_clock_mhz": [],
-        "sm_active": [],
     }
     procs: dict[str, list[Any]] = {"t_ns": [], "gpu_index": [], "pid": [], "mem_used_bytes": [], "owner": []}
     owners: list[Owner] = []
@@ -87,44 +82,38 @@ def payload_build(
         gpus["mem_total_bytes"].append(gpu.mem_total_bytes)
         gpus["power_w"].append(gpu.power_w)
         gpus["sm_clock_mhz"].append(gpu.sm_clock_mhz)
-        gpus["sm_active"].append(gpu.sm_active)
         for holder in gpu.holders:
             owner = holder.owner if holder.owner is not None else owner_of(holder.pid)
-            if owner is None:
-                continue  # the process exited between NVML's answer and its /proc lookup
-            key = json.dumps(owner, sort_keys=True)
-            index = owner_index.get(key)
-            if index is None:
-                index = owner_index[key] = len(owners)
-                owners.append(owner)
+            index = None  # the process exited between NVML's answer and its /proc lookup
+            if owner is not None:
+                key = json.dumps(owner, sort_keys=True)
+                index = owner_index.get(key)
+                if index is None:
+                    index = owner_index[key] = len(owners)
+                    owners.append(owner)
             procs["t_ns"].append(t_ns)
             procs["gpu_index"].append(gpu.index)
             procs["pid"].append(holder.pid)
             procs["mem_used_bytes"].append(holder.mem_used_bytes)
             procs["owner"].append(index)
-    if all(v is None for v in gpus["sm_active"]):
-        del gpus["sm_active"]  # NVML has no SM activity; only DCGM's profiling metrics do
     models = [g.model for g in readings if g.model]
     described = dict(node)
     described.setdefault("gpu_model", models[0] if models else None)
     described["gpu_count"] = len(readings)
-    payload: dict[str, Any] = {
+    return {
         "node": described,
-        "interval_s": _number(interval_s),
+        "interval_s": max(1, round(interval_s)),  # whole seconds, as the server keeps it
         "gpus": gpus,
         "processes": procs,
         "owners": owners,
     }
-    if counters is not None:
-        payload["counters"] = counters
-    return payload
 
 
 class _NodeWorker(Worker):
     """The training agent's sender, for requests without a run."""
 
     def _queue_counters(self, *, force: bool) -> None:
-        # Counter events belong to a run; the node's counters ride in each request instead.
+        # Counter events belong to a run; the node's counters are logged instead (Collector).
         self._next_counters = float("inf")
 
 
@@ -198,6 +187,18 @@ class Collector:
     debug: bool = False
     samples: int = 0
     once_log: OnceLogger = dataclasses.field(default_factory=OnceLogger)
+    counters_log_s: float = 60.0
+    _counters_logged: dict[str, int] | None = None
+    _counters_log_at: float = 0.0
+
+    def log_counters(self, *, force: bool = False) -> None:
+        if self.sender is None or (not force and time.monotonic() < self._counters_log_at):
+            return
+        self._counters_log_at = time.monotonic() + self.counters_log_s
+        counters = self.sender.counters()
+        if force or counters != self._counters_logged:
+            self._counters_logged = counters
+            logger.info("phantomhub node: %d samples; counters %s", self.samples, json.dumps(counters, sort_keys=True))
 
     def sample(self) -> dict[str, Any] | None:
         """One interval: read, resolve, send. Never raises (debug mode aside)."""
@@ -228,7 +229,6 @@ class Collector:
                 t_ns=t_ns,
                 readings=readings,
                 owner_of=self.resolver.owner,
-                counters=self.sender.counters() if self.sender is not None else None,
             )
             self.samples += 1
             if self.out is not None:
@@ -254,6 +254,7 @@ class Collector:
         next_at = time.monotonic()
         while not stop.is_set():
             self.sample()
+            self.log_counters()
             if once:
                 break
             next_at += self.interval_s
@@ -266,8 +267,8 @@ class Collector:
         if self.sender is None:
             return 0
         delivered = self.sender.finish(finish_timeout_s)
+        self.log_counters(force=True)
         counters = self.sender.counters()
-        logger.info("phantomhub node: stopped after %d samples; counters %s", self.samples, json.dumps(counters, sort_keys=True))
         if once:
             return 0 if delivered and counters["sent_batches"] >= 1 else 1
         return 0

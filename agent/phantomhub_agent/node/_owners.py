@@ -315,6 +315,11 @@ class OwnerResolver:
             record = self._registry_record(path)
             if record is None or record["pid"] != expected or not self._started_before(record, start_ticks):
                 continue
+            if not record["project"]:
+                # The server finds a run by its project's slug: until the registration's answer
+                # names it (a run started without project=, or offline), the process counts
+                # under its scheduler identity.
+                continue
             return {
                 "kind": "run",
                 "project": record["project"],
@@ -381,4 +386,4 @@ class OwnerResolver:
             listed = self.pods.by_name(info.namespace, info.name)
             if listed is not None:
                 info.labels = dict(listed.labels)
-        return {"kind": "k8s", "namespace": info.namespace, "pod": info.name, "pod_uid": uid, "labels": info.labels}
+        return {"kind": "k8s", "namespace": info.namespace, "pod": info.name, "labels": info.labels}

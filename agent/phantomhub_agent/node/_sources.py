@@ -4,7 +4,8 @@ dcgm-exporter ``/metrics`` page.
 Both give, per GPU, one ``GpuReading``: utilization, memory used and total, power, SM clock and
 the holders of the GPU. NVML names the holders by pid (their owners are read from /proc later);
 dcgm-exporter knows no pids, but with its Kubernetes mapping on, it labels each GPU's series with
-the pod, namespace and container using it: those become holders with pid 0 and a known owner.
+the pod, namespace and container using it: the pod becomes the GPU's holder, with pid 0 and a
+known owner.
 A reading NVML does not support (or a metric the page lacks) is None, sent as null.
 """
 
@@ -140,6 +141,7 @@ def _unescape(value: str) -> str:
 
     return _ESCAPE.sub(one, value)
 
+
 WANTED = {
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_FB_USED",
@@ -191,14 +193,12 @@ def readings_from_dcgm(text: str) -> tuple[list[GpuReading], str | None]:
         if gpu is None:
             gpu = gpus[index] = GpuReading(index=index, uuid=labels.get("UUID"), model=labels.get("modelName"))
         pod = labels.get("pod") or labels.get("exported_pod")
-        if pod:
+        if pod and not gpu.holders:
+            # One holder per GPU: the server keys processes by (GPU, time, pid) and a page has no
+            # pids (several pods on one GPU, under MIG, count as its first).
             namespace = labels.get("namespace") or labels.get("exported_namespace")
-            if not any(
-                h.owner is not None and h.owner.get("pod") == pod and h.owner.get("namespace") == namespace for h in gpu.holders
-            ):
-                container = labels.get("container") or labels.get("exported_container")
-                owner: dict[str, Any] = {"kind": "k8s", "namespace": namespace, "pod": pod, "container": container, "labels": {}}
-                gpu.holders.append(Holder(pid=0, mem_used_bytes=None, owner=owner))
+            owner: dict[str, Any] = {"kind": "k8s", "namespace": namespace, "pod": pod, "labels": {}}
+            gpu.holders.append(Holder(pid=0, mem_used_bytes=None, owner=owner))
         if name == "DCGM_FI_DEV_GPU_UTIL":
             gpu.util_pct = value
         elif name == "DCGM_FI_DEV_FB_USED":
@@ -217,8 +217,8 @@ def readings_from_dcgm(text: str) -> tuple[list[GpuReading], str | None]:
         if gpu.mem_used_bytes is not None and index in free:
             # dcgm-exporter reports framebuffer used, free and reserved (MiB); the total is their sum.
             gpu.mem_total_bytes = gpu.mem_used_bytes + int((free[index] + reserved.get(index, 0.0)) * MIB)
-        if len(gpu.holders) == 1:
-            gpu.holders[0].mem_used_bytes = gpu.mem_used_bytes  # one pod holds all the memory in use
+        if gpu.holders:
+            gpu.holders[0].mem_used_bytes = gpu.mem_used_bytes  # the pod holds the memory in use
     return [gpus[i] for i in sorted(gpus)], hostname
 
 
