@@ -46,7 +46,8 @@ def runs_csv(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
 def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
     names = {"teams": ["team"], "projects": ["project", "team"], "runs": ["run_id", "run", "team", "project"]}[kind]
     compare = ["previous_cost_usd", "change_cost_usd", "previous_recoverable_usd", "change_recoverable_usd"]
-    header = ["period_start", "period_end", *names, *FIGURES, *compare]
+    fleet = [] if kind == "runs" else ["fleet_uninstrumented_usd", "fleet_idle_held_usd"]  # node collectors' time
+    header = ["period_start", "period_end", *names, *FIGURES, *compare, *fleet]
     period = board["period"]
 
     def line(row: dict[str, Any]) -> list[Any]:
@@ -58,6 +59,7 @@ def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
             who = [row["key"], row["name"], row["team"], row["project"]]
         prev, change = row["previous"] or {}, row["change"] or {}
         compared = [prev.get("cost_usd"), change.get("cost_usd"), prev.get("recoverable_usd"), change.get("recoverable_usd")]
-        return [period["start"], period["end"], *who, *(row[k] for k in FIGURES), *compared]
+        extra = [row["fleet"]["uninstrumented_usd"], row["fleet"]["idle_held_usd"]] if fleet else []
+        return [period["start"], period["end"], *who, *(row[k] for k in FIGURES), *compared, *extra]
 
     return _lines(header, [line(row) for row in board["rows"]])

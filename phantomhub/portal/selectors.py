@@ -277,7 +277,26 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
         prev = (before.get(group_id) or figures_from_sums({}, 0)) if compared(period, data_from) else None
         change = _change(row, prev) if prev is not None else None
         out.append({**names[group_id], **row, "data_from": _iso(data_from), "previous": prev, "change": change})
+    if kind != "runs":
+        _fleet_columns(kind, period, rows=out, ids=[row["key"] for row in out])
     return {"period": period.as_dict(), "previous": previous.as_dict(), "rows": out}
+
+
+def _fleet_columns(kind: str, period: Period, *, rows: list[dict[str, Any]], ids: list[str]) -> None:
+    """GPU time no run measured, from the node collectors (phantomhub/fleet), beside each row's run
+    figures and never inside them: `fleet` holds busy-uninstrumented and idle-held dollars."""
+    from phantomhub.fleet.selectors import fleet_by_project, fleet_by_team
+
+    model = Team if kind == "teams" else Project
+    pks = dict(model.objects.filter(slug__in=ids).values_list("slug", "pk"))
+    figures = (fleet_by_team if kind == "teams" else fleet_by_project)(period)
+    for row in rows:
+        pk = pks.get(row["key"])
+        fleet = figures.get(pk, {}) if pk is not None else {}
+        row["fleet"] = {
+            "uninstrumented_usd": fleet.get("uninstrumented_usd", 0.0),
+            "idle_held_usd": fleet.get("idle_held_usd", 0.0),
+        }
 
 
 def _iso(day: date | None) -> str | None:

@@ -108,3 +108,33 @@ def test_a_bad_rule_is_a_400_naming_it_and_saves_nothing(admin: APIClient, teams
         assert field in response.json()["error"]["fields"]
     assert list(AttributionRule.objects.values_list("pattern", flat=True)) == ["keep"]
     assert Project.objects.filter(slug="llm-pretrain").exists()
+
+
+def test_leaderboards_show_fleet_dollars_beside_run_waste(
+    admin: APIClient, node_client: Any, h100_price: Any, teams: dict[str, Team]
+) -> None:
+    from datetime import date
+
+    from phantomhub.waste.models import ProjectDay
+
+    llm = Project.objects.get(slug="llm-pretrain")
+    vision_project = Project.objects.create(slug="detector", name="detector", team=teams["vision"])
+    for project in (llm, vision_project):  # run figures, so that both teams have a leaderboard row
+        ProjectDay.objects.create(day=date(2026, 9, 21), project=project, team=project.team, runs=1, gpu_seconds=3600, cost_usd=5)
+    rules = [
+        {"match": "slurm_account", "pattern": "vision", "project": "detector"},
+        {"match": "k8s_label", "key": "team", "pattern": "nlp", "team": "nlp"},
+    ]
+    admin.put("/api/v1/fleet/rules", {"rules": rules}, format="json")
+    post_hour(node_client)
+    fleet_derive_pending()
+    board = admin.get("/api/v1/portal/leaderboards/teams?period=2026-09").json()
+    rows = {r["key"]: (r["cost_usd"], r["fleet"]) for r in board["rows"]}
+    assert rows == {
+        "nlp": (5.0, {"uninstrumented_usd": 3.6, "idle_held_usd": 0.0}),
+        "vision": (5.0, {"uninstrumented_usd": 0.0, "idle_held_usd": 3.6}),
+    }
+    projects = admin.get("/api/v1/portal/leaderboards/projects?period=2026-09").json()
+    assert {r["key"]: r["fleet"]["idle_held_usd"] for r in projects["rows"]} == {"llm-pretrain": 0.0, "detector": 3.6}
+    csv_text = b"".join(admin.get("/api/v1/portal/leaderboards/teams.csv?period=2026-09").streaming_content).decode()
+    assert csv_text.splitlines()[0].endswith("fleet_uninstrumented_usd,fleet_idle_held_usd")
