@@ -210,7 +210,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 class Server:
-    def __init__(self, env: dict[str, str], web_workers: int, log_dir: Path) -> None:
+    def __init__(self, env: dict[str, str], web_workers: int, log_dir: Path, concurrency: int = 1, beat: bool = False) -> None:
         self.env = env
         self.port = free_port()
         self.web = subprocess.Popen(
@@ -221,11 +221,18 @@ class Server:
         worker_log = log_dir / "worker.log"
         worker_log.write_bytes(b"")
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "phantomhub", "worker", "--concurrency", "1", "--loglevel", "INFO",
-             "-Q", "phantomhub", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            [sys.executable, "-m", "celery", "-A", "phantomhub", "worker", "--concurrency", str(concurrency),
+             "--loglevel", "INFO", "-Q", "phantomhub", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.worker_log = worker_log
+        self.beat = None
+        if beat:  # the periodic sweep, as a deployment runs it (crashed runs, missed analyses)
+            self.beat = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "phantomhub", "beat", "--loglevel", "WARNING",
+                 "--schedule", str(log_dir / "beat-schedule")],
+                cwd=ROOT, env=env, stdout=(log_dir / "beat.log").open("ab"), stderr=subprocess.STDOUT,
+            )  # fmt: skip
         try:
             wait_healthy(self.port)
             deadline = time.monotonic() + 60
@@ -247,9 +254,10 @@ class Server:
         return self.worker_log.read_text(errors="replace").count("succeeded in")
 
     def stop(self) -> None:
-        for proc in (self.web, self.worker):
+        procs = [p for p in (self.web, self.worker, self.beat) if p is not None]
+        for proc in procs:
             proc.send_signal(signal.SIGTERM)
-        for proc in (self.web, self.worker):
+        for proc in procs:
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
