@@ -249,11 +249,20 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "phantomhub"
+# Raw telemetry storage (phantomhub/telemetry/retention.py, docs/scaling.md "Storage"): finished
+# runs are archived to Parquet under ARCHIVE_URL (a directory or any fsspec URL) once over for
+# ARCHIVE_DELAY_S; their raw rows leave the database RAW_RETENTION_DAYS after the run's end
+# (per project: telemetry.ProjectRetention). One maintenance pass every STORAGE_INTERVAL_S.
+ARCHIVE_URL = env_str("PHANTOMHUB_ARCHIVE_URL", str(VAR_DIR / "archive")) or str(VAR_DIR / "archive")
+ARCHIVE_DELAY_S = env_int("PHANTOMHUB_ARCHIVE_DELAY_S", 3600, minimum=0, maximum=30 * 86_400)
+RAW_RETENTION_DAYS = env_int("PHANTOMHUB_RAW_RETENTION_DAYS", 30, minimum=1, maximum=36_500)
+STORAGE_INTERVAL_S = env_float("PHANTOMHUB_STORAGE_INTERVAL_S", 900.0, minimum=10, maximum=86_400)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {
         "task": "phantomhub.waste.tasks.sweep",
         "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600),
     },
+    "storage-maintain": {"task": "phantomhub.telemetry.tasks.storage_maintain", "schedule": STORAGE_INTERVAL_S},
     # Alert rules, from stored analyses (phantomhub/alerts): within ~20 s of an analysis.
     "alerts-evaluate": {
         "task": "phantomhub.alerts.tasks.evaluate",

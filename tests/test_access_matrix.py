@@ -57,6 +57,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("run-detail", "get"): RUN_READ,
     ("run-steps", "get"): RUN_READ,
     ("run-steps", "post"): RUN_WRITE,
+    ("run-steps-parquet", "get"): RUN_READ,
     ("run-samples", "post"): RUN_WRITE,
     ("run-events", "post"): RUN_WRITE,
     ("run-batch", "post"): RUN_WRITE,
@@ -226,6 +227,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
     return {
         "run-detail": {"run_id": world.run_id},
         "run-steps": {"run_id": world.run_id},
+        "run-steps-parquet": {"run_id": world.run_id},
         "run-samples": {"run_id": world.run_id},
         "run-events": {"run_id": world.run_id},
         "run-batch": {"run_id": world.run_id},

@@ -132,13 +132,13 @@ def partitions_ensure(*, now: datetime | None = None, weeks_ahead: int = WEEKS_A
     current = week_of(now or timezone.now())
     existing = {(p.table, p.week) for p in partitions_list()}
     created = []
-    for table in RAW_TABLES:
-        for week in range(current, current + weeks_ahead + 1):
-            if (table, week) in existing:
-                continue
-            if _default_holds(table, week):
-                log.warning("%s: week %s has rows in the default partition; not creating its partition", table, week)
-                continue
+    for week in range(current, current + weeks_ahead + 1):
+        missing = [table for table in RAW_TABLES if (table, week) not in existing]
+        # Both tables' partitions of a week come and go together: retention reasons per week.
+        if missing and any(_default_holds(table, week) for table in RAW_TABLES):
+            log.warning("week %s has rows in a default partition; not creating its partitions", week)
+            continue
+        for table in missing:
             name = partition_name(table, week)
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -164,5 +164,8 @@ def partition_drop(partition: Partition, *, lock_timeout_ms: int = 5000) -> None
 
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
+        # Deferred foreign-key checks of rows written earlier in this transaction (none in a
+        # maintenance pass of its own) would block the DROP: run them now.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(f"ALTER TABLE {partition.table} DETACH PARTITION {partition.name}")
         cursor.execute(f"DROP TABLE {partition.name}")

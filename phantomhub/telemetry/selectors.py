@@ -1,4 +1,9 @@
-"""Reads for telemetry: a run by id for a principal, and step rows read back columnar."""
+"""Reads for telemetry: a run by id for a principal, and raw rows read back columnar.
+
+Raw rows are read from PostgreSQL while they are hot, and from the run's Parquet archive once
+retention has pruned them (archive.py); callers cannot tell the two apart. Every read names one
+run, and on PostgreSQL its week too, so the planner touches only that run's partition.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,9 @@ from django.db.models import Q, QuerySet
 
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError
-from phantomhub.telemetry.columns import STEP_COLUMNS
-from phantomhub.telemetry.models import Run, Step
+from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
+from phantomhub.telemetry.models import Run, RunArchive, Step
+from phantomhub.telemetry.partitions import LEGACY_WEEK, run_week
 
 
 def run_find(runs: QuerySet[Run], run_id: uuid.UUID) -> Run | None:
@@ -39,6 +45,8 @@ def run_get_visible(*, principal: Any, run_id: uuid.UUID) -> Run:
 def steps_read(*, run: Run, rank: int | None, after_rank: int, after_step: int, limit: int) -> dict[str, Any]:
     """Up to `limit` steps ordered by (rank, step), strictly after the cursor, columnar."""
     names = [c.name for c in STEP_COLUMNS]
+    if _pruned(run.pk) is not None:
+        return _steps_read_arrays(run, rank, after_rank, after_step, limit)
     rows = Step.objects.filter(run=run)
     if rank is not None:
         rows = rows.filter(rank=rank, step__gt=after_step)
@@ -60,16 +68,147 @@ def steps_read(*, run: Run, rank: int | None, after_rank: int, after_step: int, 
     }
 
 
-# Columns read for analysis, in order. Nulls are read as -1 (ints) / NaN (flops) so the binary
-# COPY rows have a fixed width and numpy can view the whole result without a Python loop.
+def _steps_read_arrays(run: Run, rank: int | None, after_rank: int, after_step: int, limit: int) -> dict[str, Any]:
+    """steps_read for a run whose rows left PostgreSQL: the same page, from the archive."""
+    from phantomhub.telemetry.models import RunRank
+
+    ranks = (
+        [rank]
+        if rank is not None
+        else sorted(RunRank.objects.filter(run=run, rank__gte=after_rank).values_list("rank", flat=True))
+    )
+    fetched = steps_arrays_after(run_id=run.pk, after={r: (after_step if r in (rank, after_rank) else -1) for r in ranks})
+    columns: dict[str, list[Any]] = {"rank": []}
+    names = [c.name for c in STEP_COLUMNS]
+    for name in names:
+        columns[name] = []
+    left, more, last = limit, False, None
+    for r in ranks:
+        arrays = fetched.get(r)
+        if arrays is None or not len(arrays["step"]):
+            continue
+        if left == 0:
+            more = True
+            break
+        take = min(left, len(arrays["step"]))
+        more = more or take < len(arrays["step"])
+        columns["rank"] += [r] * take
+        for name in names:
+            values = arrays[name][:take].tolist()
+            if name == "flops":
+                columns[name] += [None if v != v else v for v in values]
+            elif name in ("step", "t_start_ns"):
+                columns[name] += values
+            else:
+                columns[name] += [None if v < 0 else v for v in values]
+        left -= take
+        last = (r, columns["step"][-1])
+        if more:
+            break
+    return {
+        "run_id": str(run.pk),
+        "count": len(columns["rank"]),
+        "steps": columns,
+        "next": {"after_rank": last[0], "after_step": last[1]} if more and last else None,
+        "next_after_step": last[1] if more and last else None,
+    }
+
+
+# Columns read for analysis, in order. Nulls are read as -1 (ints) / NaN (floats) so the binary
+# COPY rows have a fixed width and numpy can view the whole result without a Python loop. Every
+# stored value is non-negative (columns.py), so -1 stands for null without ambiguity.
 ANALYSIS_COLUMNS = [c.name for c in STEP_COLUMNS]
+SAMPLE_READ_COLUMNS = ["rank", "device", *(c.name for c in SAMPLE_COLUMNS if c.name != "device")]
+_FLOAT_COLUMNS = {"flops", *(c.name for c in SAMPLE_COLUMNS if c.kind == "float")}
+_INT4_COLUMNS = {"rank", "device"}
 
 
-def _copy_dtype() -> np.dtype[Any]:
-    fields: list[tuple[str, str]] = [("nf", ">i2")]
-    for name in ANALYSIS_COLUMNS:
-        fields += [(f"l_{name}", ">i4"), (name, ">f8" if name == "flops" else ">i8")]
-    return np.dtype(fields)
+def _pruned(run_id: uuid.UUID) -> RunArchive | None:
+    """The run's archive when its raw rows have left PostgreSQL, else None."""
+    return RunArchive.objects.filter(run_id=run_id, pruned_at__isnull=False).first()
+
+
+def _select_list(names: list[str], vendor: str) -> str:
+    nan = "'NaN'::float8" if vendor == "postgresql" else "NULL"
+    return ", ".join(
+        f"COALESCE({c}, {nan})" if c in _FLOAT_COLUMNS else (c if c in _INT4_COLUMNS else f"COALESCE({c}, -1)") for c in names
+    )
+
+
+def _week_filter(run_id: uuid.UUID) -> tuple[str, list[Any]]:
+    """The partitions that may hold the run's rows: its week's (or the default partition when
+    that week has none) and the legacy one (rows written without a week)."""
+    return "run_week = ANY(%s)", [[LEGACY_WEEK, run_week(run_id)]]
+
+
+def hot_rows(
+    *, table: str, run_id: uuid.UUID, names: list[str], where: str = "", params: list[Any] | None = None, order: str
+) -> dict[str, npt.NDArray[Any]]:
+    """Columns `names` of one run's rows in PostgreSQL (or SQLite) as numpy arrays, nulls as -1 / NaN.
+
+    `where` is extra SQL on the table's columns (with %s placeholders in `params`); rows come in
+    `order`. PostgreSQL: one binary COPY viewed by numpy, no per-row Python."""
+    extra = f" AND {where}" if where else ""
+    if connection.vendor == "postgresql":
+        weeks, week_params = _week_filter(run_id)
+        sql = (
+            f"COPY (SELECT {_select_list(names, 'postgresql')} FROM {table} WHERE run_id = %s AND {weeks}{extra} "
+            f"ORDER BY {order}) TO STDOUT (FORMAT BINARY)"
+        )
+        connection.ensure_connection()
+        raw = connection.connection
+        assert raw is not None
+        buf = bytearray()
+        with raw.cursor() as cur, cur.copy(sql, (run_id, *week_params, *(params or []))) as copy:
+            for chunk in copy:
+                buf += chunk
+        fields: list[tuple[str, str]] = [("nf", ">i2")]
+        for name in names:
+            kind = ">f8" if name in _FLOAT_COLUMNS else (">i4" if name in _INT4_COLUMNS else ">i8")
+            fields += [(f"l_{name}", ">i4"), (name, kind)]
+        rows = np.frombuffer(bytes(buf[19:-2]), dtype=np.dtype(fields))
+        return {name: rows[name].astype(np.float64 if name in _FLOAT_COLUMNS else np.int64) for name in names}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_select_list(names, 'sqlite')} FROM {table} WHERE run_id = %s{extra} ORDER BY {order}",
+            [run_id.hex, *(params or [])],
+        )
+        fetched = cursor.fetchall()
+    out: dict[str, npt.NDArray[Any]] = {}
+    for i, name in enumerate(names):
+        values = [row[i] for row in fetched]
+        if name in _FLOAT_COLUMNS:
+            out[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        else:
+            out[name] = np.array(values, dtype=np.int64)
+    return out
+
+
+def _hot_steps(run_id: uuid.UUID, ranks: list[int], floor: int) -> dict[str, npt.NDArray[Any]]:
+    if connection.vendor == "postgresql":
+        where, params = "rank = ANY(%s) AND step > %s", [ranks, floor]
+    else:
+        where, params = f"rank IN ({', '.join(['%s'] * len(ranks))}) AND step > %s", [*ranks, floor]
+    return hot_rows(
+        table="telemetry_step", run_id=run_id, names=["rank", *ANALYSIS_COLUMNS], where=where, params=params, order="rank, step"
+    )
+
+
+def merge_rows(
+    first: dict[str, npt.NDArray[Any]], second: dict[str, npt.NDArray[Any]], key: list[str]
+) -> dict[str, npt.NDArray[Any]]:
+    """Rows of both, ordered by `key`, a key present in both kept once (from `first`)."""
+    if not len(second[key[0]]):
+        return first
+    if not len(first[key[0]]):
+        return second
+    both = {name: np.concatenate([first[name], second[name]]) for name in first}
+    order = np.lexsort([both[k] for k in reversed(key)])  # stable: `first` wins ties
+    both = {name: values[order] for name, values in both.items()}
+    keys = np.stack([both[k] for k in key])
+    keep = np.ones(len(order), dtype=bool)
+    keep[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    return {name: values[keep] for name, values in both.items()}
 
 
 def steps_arrays(*, run_id: uuid.UUID, rank: int, after_step: int = -1) -> dict[str, npt.NDArray[Any]]:
@@ -80,50 +219,44 @@ def steps_arrays(*, run_id: uuid.UUID, rank: int, after_step: int = -1) -> dict[
 def steps_arrays_after(*, run_id: uuid.UUID, after: dict[int, int]) -> dict[int, dict[str, npt.NDArray[Any]]]:
     """Several ranks' steps in one read: for each rank of ``after``, its rows after its own step,
     ordered by step (nulls: -1 / NaN). One query however many ranks (a 1,024-rank run's
-    incremental analysis must not cost 1,024 round trips)."""
+    incremental analysis must not cost 1,024 round trips). A run pruned from PostgreSQL is read
+    from its archive, plus any row stored after the pruning."""
     if not after:
         return {}
     ranks = sorted(after)
     floor = min(after.values())
-    select = ", ".join("COALESCE(flops, 'NaN'::float8)" if c == "flops" else f"COALESCE({c}, -1)" for c in ANALYSIS_COLUMNS)
-    if connection.vendor == "postgresql":
-        sql = (
-            f"COPY (SELECT rank, {select} FROM telemetry_step WHERE run_id = %s AND rank = ANY(%s) AND step > %s "
-            "ORDER BY rank, step) TO STDOUT (FORMAT BINARY)"
-        )
-        connection.ensure_connection()
-        raw = connection.connection
-        assert raw is not None
-        buf = bytearray()
-        with raw.cursor() as cur, cur.copy(sql, (run_id, ranks, floor)) as copy:
-            for chunk in copy:
-                buf += chunk
-        dtype = np.dtype([("nf", ">i2"), ("l_rank", ">i4"), ("rank", ">i4"), *_copy_dtype().descr[1:]])
-        rows = np.frombuffer(bytes(buf[19:-2]), dtype=dtype)
-        rank_col = rows["rank"].astype(np.int64)
-        columns = {name: rows[name].astype(np.float64 if name == "flops" else np.int64) for name in ANALYSIS_COLUMNS}
-    else:
-        placeholders = ", ".join(["%s"] * len(ranks))
-        select = select.replace("'NaN'::float8", "NULL")
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT rank, {select} FROM telemetry_step WHERE run_id = %s AND rank IN ({placeholders}) AND step > %s "
-                "ORDER BY rank, step",
-                [run_id.hex, *ranks, floor],
-            )
-            fetched = cursor.fetchall()
-        rank_col = np.array([row[0] for row in fetched], dtype=np.int64)
-        columns = {}
-        for i, name in enumerate(ANALYSIS_COLUMNS, start=1):
-            values = [row[i] for row in fetched]
-            if name == "flops":
-                columns[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-            else:
-                columns[name] = np.array(values, dtype=np.int64)
+    rows = _hot_steps(run_id, ranks, floor)
+    archive = _pruned(run_id)
+    if archive is not None:
+        from phantomhub.telemetry.archive import archive_read
+
+        archived = archive_read(archive=archive, kind="steps", names=["rank", *ANALYSIS_COLUMNS], ranks=ranks, after=floor)
+        rows = merge_rows(archived, rows, ["rank", "step"])
+    rank_col = rows.pop("rank")
     out: dict[int, dict[str, npt.NDArray[Any]]] = {}
     bounds = np.searchsorted(rank_col, [*ranks, ranks[-1] + 1])
     for i, rank in enumerate(ranks):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        keep = columns["step"][lo:hi] > after[rank]
-        out[rank] = {name: values[lo:hi][keep] for name, values in columns.items()}
+        keep = rows["step"][lo:hi] > after[rank]
+        out[rank] = {name: values[lo:hi][keep] for name, values in rows.items()}
     return out
+
+
+def samples_arrays(*, run_id: uuid.UUID, since_ns: int = 0) -> dict[str, npt.NDArray[Any]]:
+    """A run's system samples after `since_ns`, ordered by (rank, device, t_ns), as numpy columns
+    (nulls: -1 / NaN), from PostgreSQL or, once pruned, from the archive."""
+    rows = hot_rows(
+        table="telemetry_systemsample",
+        run_id=run_id,
+        names=SAMPLE_READ_COLUMNS,
+        where="t_ns > %s",
+        params=[since_ns],
+        order="rank, device, t_ns",
+    )
+    archive = _pruned(run_id)
+    if archive is not None:
+        from phantomhub.telemetry.archive import archive_read
+
+        archived = archive_read(archive=archive, kind="samples", names=SAMPLE_READ_COLUMNS, after_t_ns=since_ns)
+        rows = merge_rows(archived, rows, ["rank", "device", "t_ns"])
+    return rows

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from phantomhub.telemetry import api
+from phantomhub.telemetry import api, exports
 from phantomhub.waste import api as waste_api
 
 urlpatterns = [
@@ -8,6 +8,7 @@ urlpatterns = [
     path("runs", api.RunCreateApi.as_view(), name="run-create"),
     path("runs/<uuid:run_id>", api.RunDetailApi.as_view(), name="run-detail"),
     path("runs/<uuid:run_id>/steps", api.RunStepsApi.as_view(), name="run-steps"),
+    path("runs/<uuid:run_id>/steps.parquet", exports.RunStepsParquetApi.as_view(), name="run-steps-parquet"),
     path("runs/<uuid:run_id>/samples", api.RunSamplesApi.as_view(), name="run-samples"),
     path("runs/<uuid:run_id>/events", api.RunEventsApi.as_view(), name="run-events"),
     path("runs/<uuid:run_id>/batch", api.RunBatchApi.as_view(), name="run-batch"),

@@ -1,0 +1,141 @@
+"""The Parquet archive: what goes in comes back, bit for bit, and re-analysis reads it."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from django.utils import timezone
+
+from bench.storage import synthetic_steps
+from phantomhub.telemetry import services
+from phantomhub.telemetry.archive import run_archive
+from phantomhub.telemetry.models import Run, RunArchive, Step, SystemSample
+from phantomhub.telemetry.retention import storage_maintain
+from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
+from phantomhub.waste.models import RunAnalysis
+from phantomhub.waste.services import run_analyze
+from tests.conftest import Tenant
+from tests.telemetry.storage_helpers import RANKS, STEPS, later, run_finish, run_with_telemetry
+
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]
+
+
+@pytest.fixture(autouse=True)
+def archive_dir(settings: Any, tmp_path: Path) -> Path:
+    settings.ARCHIVE_URL = str(tmp_path / "archive")
+    return tmp_path / "archive"
+
+
+def _all_steps(run: Run) -> dict[int, dict[str, np.ndarray]]:
+    return steps_arrays_after(run_id=run.pk, after={rank: -1 for rank in range(RANKS)})
+
+
+def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)  # NaN == NaN here
+        assert a[name].dtype == b[name].dtype, name
+
+
+def test_a_pruned_run_reads_back_from_the_archive_exactly_as_it_was_hot(owner: Tenant, archive_dir: Path) -> None:
+    run = run_with_telemetry(owner)
+    hot_steps, hot_samples = _all_steps(run), samples_arrays(run_id=run.pk)
+    assert sum(len(v["step"]) for v in hot_steps.values()) == RANKS * STEPS
+
+    result = storage_maintain(now=later(31))
+    assert result.archived == 1 and result.archive_failed == 0
+    assert not Step.objects.filter(run=run).exists() and not SystemSample.objects.filter(run=run).exists()
+    archive = RunArchive.objects.get(run=run)
+    assert archive.pruned_at is not None and archive.step_rows == RANKS * STEPS
+
+    cold_steps = _all_steps(run)
+    for rank in range(RANKS):
+        _assert_same(hot_steps[rank], cold_steps[rank])
+    _assert_same(hot_samples, samples_arrays(run_id=run.pk))
+    # The incremental read (after a step) and the JSON page read work on the archive too.
+    tail = steps_arrays_after(run_id=run.pk, after={1: STEPS - 5})[1]
+    assert tail["step"].tolist() == list(range(STEPS - 4, STEPS))
+    page = owner.client.get(f"/api/v1/runs/{run.pk}/steps?rank=2&limit=7").json()
+    assert page["steps"]["step"] == list(range(7)) and page["next_after_step"] == 6
+    assert page["steps"]["comm_ns"][3] is None and page["steps"]["flops"][0] is None
+
+
+def test_reanalysis_of_an_archived_run_equals_the_analysis_before_archiving(owner: Tenant) -> None:
+    run = run_with_telemetry(owner)
+    before = run_analyze(run_id=run.pk)
+    assert before is not None and before.result
+    expected = (before.result, before.recommendations, before.cost_usd, before.waste_usd)
+
+    storage_maintain(now=later(31))
+    assert not Step.objects.filter(run=run).exists()
+    RunAnalysis.objects.filter(run=run).delete()  # a model upgrade: analyse from scratch
+    after = run_analyze(run_id=run.pk)
+    assert after is not None
+    assert (after.result, after.recommendations, after.cost_usd, after.waste_usd) == expected
+
+
+def test_archiving_is_atomic_and_idempotent(owner: Tenant, archive_dir: Path) -> None:
+    run = run_with_telemetry(owner)
+    first = run_archive(run_id=run.pk)
+    path = archive_dir / RunArchive.objects.get(run=run).steps_path
+    content = path.read_bytes()
+    second = run_archive(run_id=run.pk)
+    assert first == second and path.read_bytes() == content
+    files = sorted(p.relative_to(archive_dir).as_posix() for p in archive_dir.rglob("*") if p.is_file())
+    assert files == [f"samples/project=llm-pretrain/run={run.pk}.parquet", f"steps/project=llm-pretrain/run={run.pk}.parquet"]
+
+
+def test_the_layout_reads_as_a_hive_partitioned_dataset(owner: Tenant, outsider: Tenant, archive_dir: Path) -> None:
+    runs = [run_with_telemetry(owner), run_with_telemetry(outsider)]
+    for run in runs:
+        run_archive(run_id=run.pk)
+    table = ds.dataset(archive_dir / "steps", format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 2 * RANKS * STEPS
+    assert sorted(set(table.column("project").to_pylist())) == ["detector", "llm-pretrain"]
+
+
+def test_an_fsspec_memory_url_holds_the_archive(owner: Tenant, settings: Any) -> None:
+    settings.ARCHIVE_URL = f"memory://phantomhub-{uuid.uuid4().hex}"
+    run = run_with_telemetry(owner)
+    hot = _all_steps(run)
+    storage_maintain(now=later(31))
+    fs = fsspec.filesystem("memory")
+    root = settings.ARCHIVE_URL.removeprefix("memory://")
+    listed = fs.find(f"/{root}")
+    assert len(listed) == 2 and all(p.endswith(".parquet") for p in listed)
+    for rank, arrays in _all_steps(run).items():
+        _assert_same(hot[rank], arrays)
+
+
+def test_rows_arriving_after_pruning_are_read_and_archived_with_the_old_ones(owner: Tenant) -> None:
+    run = run_with_telemetry(owner)
+    storage_maintain(now=later(31))
+    more = synthetic_steps(rank=0, n=10, first=STEPS)
+    assert services.steps_ingest(run=run, rank=0, host="node-0", steps=more).accepted == 10
+    assert _all_steps(run)[0]["step"].tolist() == list(range(STEPS + 10))
+    run_finish(run, days_ago=40)
+    storage_maintain(now=timezone.now())  # archive again (stale), then prune again
+    assert RunArchive.objects.get(run=run).step_rows == RANKS * STEPS + 10
+    assert not Step.objects.filter(run=run).exists()
+    assert _all_steps(run)[0]["step"].tolist() == list(range(STEPS + 10))
+
+
+def test_an_archived_step_row_takes_at_most_30_bytes(owner: Tenant, archive_dir: Path) -> None:
+    """8 ranks x 5,000 noisy steps (bench/storage.py's generator): Parquet bytes / rows."""
+    run = Run.objects.get(pk=owner.create_run(gpu_count=8, world_size=8))
+    for rank in range(8):
+        services.steps_ingest(run=run, rank=rank, host="n", steps=synthetic_steps(rank=rank, n=5_000))
+    archived = run_archive(run_id=run.pk)
+    assert archived.step_rows == 40_000
+    assert archived.steps_bytes / archived.step_rows <= 30, archived
+    path = archive_dir / RunArchive.objects.get(run=run).steps_path
+    assert path.stat().st_size == archived.steps_bytes
+    meta = pq.ParquetFile(path).metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
