@@ -489,3 +489,84 @@ export interface GpuSpec {
   sources: string[];
   notes: string;
 }
+
+// Alerts (phantomhub/alerts/api.py, docs/alerts.md).
+export type AlertRuleKind = "waste_rate" | "efficiency_drop" | "straggler" | "silent_run" | "idle_gpu";
+
+export interface AlertRule {
+  id: number;
+  name: string;
+  kind: AlertRuleKind;
+  scope: "org" | "team" | "project";
+  team: string | null;
+  project: string | null;
+  params: Record<string, number | string>;
+  for_s: number;
+  window_s: number;
+  webhook_url: string;
+  webhook_format: "generic" | "slack";
+  webhook_secret: string | null;
+  email_to: string[];
+  enabled: boolean;
+  muted: boolean;
+  snoozed_until: string | null;
+  firing: number;
+  writable: boolean;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface AlertParamSpec {
+  name: string;
+  lo: number;
+  hi: number;
+  choices: string[];
+  help: string;
+}
+
+export interface AlertRuleList {
+  rules: AlertRule[];
+  kinds: Record<AlertRuleKind, AlertParamSpec[]>;
+}
+
+export interface AlertStateRow {
+  id: number;
+  rule: number;
+  rule_name: string;
+  subject: string;
+  subject_label: string;
+  run_id: string | null;
+  url: string | null;
+  state: "ok" | "pending" | "firing" | "resolved";
+  value: number | null;
+  figure: string | null;
+  threshold: number | null;
+  usd_per_hour: number | null;
+  evidence: Record<string, unknown>;
+  pending_since: string | null;
+  fired_at: string | null;
+  resolved_at: string | null;
+  notified: boolean;
+  muted: boolean;
+  snoozed_until: string | null;
+  evaluated_at: string | null;
+  writable: boolean;
+}
+
+export interface AlertDeliveryRow {
+  id: number;
+  rule: number;
+  rule_name: string;
+  alert: number | null;
+  subject_label: string | null;
+  event: "firing" | "resolved" | "test";
+  channel: "webhook" | "email";
+  target: string;
+  status: "pending" | "sent" | "failed";
+  attempts: number;
+  status_code: number | null;
+  error: string;
+  next_attempt_at: string | null;
+  created_at: string;
+  sent_at: string | null;
+}

@@ -10,9 +10,10 @@ import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, isCategory } from "../lib/categories";
 import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
+import { AlertsSettings } from "./SettingsAlerts";
 import { PricesCard } from "./SettingsPrices";
 
-const TABS = ["organization", "names", "tokens", "prices", "gpus"] as const;
+const TABS = ["organization", "names", "tokens", "prices", "gpus", "alerts"] as const;
 type Tab = (typeof TABS)[number];
 
 export function SettingsPage() {
@@ -35,6 +36,7 @@ export function SettingsPage() {
               { value: "tokens", label: "API tokens" },
               { value: "prices", label: "Price book" },
               { value: "gpus", label: "GPU catalog" },
+              { value: "alerts", label: "Alerts" },
             ]}
           />
         }
@@ -44,6 +46,7 @@ export function SettingsPage() {
       {tab === "tokens" && <TokensCard />}
       {tab === "prices" && <PricesCard />}
       {tab === "gpus" && <GpuCard />}
+      {tab === "alerts" && <AlertsSettings />}
     </div>
   );
 }

@@ -1,0 +1,180 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { MemoryRouter, Route, Routes } from "react-router";
+
+import { SessionProvider } from "../api/session";
+import type { AlertDeliveryRow, AlertRule, AlertRuleList, AlertStateRow } from "../api/types";
+import { ThemeProvider } from "../lib/theme";
+import { mockFetch } from "../test/fixtures";
+import { SettingsPage } from "./Settings";
+import { alertFieldName, ruleBody, ruleSummary } from "./SettingsAlerts";
+
+const adminUser = { username: "ada", is_finance: false, is_org_admin: true, teams: [] };
+const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+
+const KINDS: AlertRuleList["kinds"] = {
+  waste_rate: [
+    { name: "usd_per_hour", lo: 0, hi: 1e9, choices: [], help: "" },
+    { name: "share", lo: 0, hi: 1, choices: [], help: "" },
+  ],
+  efficiency_drop: [
+    { name: "metric", lo: 0, hi: 0, choices: ["mfu", "tokens_per_s"], help: "" },
+    { name: "drop_pct", lo: 0, hi: 100, choices: [], help: "" },
+  ],
+  straggler: [{ name: "usd_per_hour", lo: 0, hi: 1e9, choices: [], help: "" }],
+  silent_run: [],
+  idle_gpu: [],
+};
+
+function rule(over: Partial<AlertRule> = {}): AlertRule {
+  return {
+    id: 1, name: "loader stall", kind: "waste_rate", scope: "project", team: "nlp", project: "llm", params: { share: 0.5 },
+    for_s: 300, window_s: 120, webhook_url: "https://hooks.example.com/a", webhook_format: "slack", webhook_secret: "whsec_abc",
+    email_to: ["oncall@example.com"], enabled: true, muted: false, snoozed_until: null, firing: 1, writable: true,
+    created_at: "2026-11-30T10:00:00Z", updated_at: "2026-11-30T10:00:00Z", ...over,
+  }; // prettier-ignore
+}
+
+const alertRow: AlertStateRow = {
+  id: 9, rule: 1, rule_name: "loader stall", subject: "run:r1", subject_label: "pretrain-a (llm)", run_id: "r1", url: "https://x/runs/r1",
+  state: "firing", value: 0.82, figure: "waste_share", threshold: 0.5, usd_per_hour: 29.7, evidence: {}, pending_since: "2026-11-30T10:00:00Z",
+  fired_at: "2026-11-30T10:05:00Z", resolved_at: null, notified: true, muted: false, snoozed_until: null, evaluated_at: null, writable: true,
+}; // prettier-ignore
+
+const delivery: AlertDeliveryRow = {
+  id: 4, rule: 1, rule_name: "loader stall", alert: 9, subject_label: "pretrain-a (llm)", event: "firing", channel: "webhook",
+  target: "https://hooks.example.com/a", status: "pending", attempts: 2, status_code: 503, error: "HTTP 503 Service Unavailable",
+  next_attempt_at: "2026-11-30T10:06:30Z", created_at: "2026-11-30T10:05:00Z", sent_at: null,
+}; // prettier-ignore
+
+function alertsServer(post?: (body: Record<string, unknown>) => Response | undefined) {
+  let rules = [rule()];
+  const api = mockFetch({
+    "/api/v1/portal/session": { authenticated: true, user: adminUser, csrf_token: "tok" },
+    "/api/v1/alerts/rules": (url: string, init?: RequestInit) => {
+      const method = init?.method ?? "GET";
+      const body = init?.body ? JSON.parse(String(init.body)) : {};
+      if (url.endsWith("/test")) return { deliveries: [{ ...delivery, event: "test", status: "sent", status_code: 200, attempts: 1, error: "" }] };
+      if (method === "POST") {
+        const answer = post?.(body);
+        if (answer) return answer;
+        const made = rule({ ...body, id: 2, firing: 0 });
+        rules = [...rules, made];
+        return json(201, made);
+      }
+      if (method === "PATCH") {
+        const id = Number(url.split("/").pop());
+        rules = rules.map((r) => (r.id === id ? { ...r, ...body } : r));
+        return rules.find((r) => r.id === id);
+      }
+      return { rules, kinds: KINDS };
+    },
+    "/api/v1/alerts/alerts": (_url: string, init?: RequestInit) => (init?.method === "PATCH" ? { ...alertRow, ...JSON.parse(String(init.body)) } : { alerts: [alertRow] }),
+    "/api/v1/alerts/deliveries": { deliveries: [delivery] },
+  });
+  vi.stubGlobal("fetch", api.fn);
+  const calls = (method: string, prefix: string) => api.calls.filter((c) => (c.init?.method ?? "GET") === method && c.url.startsWith(prefix));
+  return { calls };
+}
+
+function renderAlerts() {
+  return render(
+    <ThemeProvider>
+      <SessionProvider>
+        <MemoryRouter initialEntries={["/settings?tab=alerts"]}>
+          <Routes>
+            <Route path="/settings" element={<SettingsPage />} />
+          </Routes>
+        </MemoryRouter>
+      </SessionProvider>
+    </ThemeProvider>,
+  );
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("Settings → Alerts", () => {
+  it("lists rules, alerts and the delivery log with attempts, status code and next retry", async () => {
+    alertsServer();
+    renderAlerts();
+    const rules = await screen.findByTestId("alert-rules");
+    expect(rules).toHaveTextContent("loader stall");
+    expect(rules).toHaveTextContent("waste share > 50% for 5 min");
+    expect(rules).toHaveTextContent("webhook (slack), oncall@example.com");
+    expect(rules).toHaveTextContent("1 firing");
+    const states = await screen.findByTestId("alert-states");
+    expect(states).toHaveTextContent("pretrain-a (llm)");
+    expect(states).toHaveTextContent("82.0% waste");
+    expect(states).toHaveTextContent("$29.70/h");
+    const log = await screen.findByTestId("alert-deliveries");
+    const row = within(log).getAllByRole("row")[1];
+    expect(row).toHaveTextContent("webhook");
+    expect(row).toHaveTextContent("pending");
+    expect(row).toHaveTextContent("503");
+    expect(row).toHaveTextContent("HTTP 503 Service Unavailable");
+  });
+
+  it("creates a rule: minutes become seconds, and the API's error names the field", async () => {
+    let first = true;
+    const server = alertsServer((body) => {
+      if (!first) return undefined;
+      first = false;
+      return json(400, { error: { code: "invalid", message: "params.share: must be above 0 and at most 1", fields: { "params.share": "must be above 0 and at most 1" } } });
+    });
+    renderAlerts();
+    await userEvent.click(await screen.findByRole("button", { name: "New rule" }));
+    const form = screen.getByTestId("alert-rule-form");
+    await userEvent.type(within(form).getByLabelText("Name"), "stall");
+    await userEvent.type(within(form).getByLabelText("Waste share above (0–1)"), "1.5");
+    await userEvent.clear(within(form).getByLabelText("For (minutes)"));
+    await userEvent.type(within(form).getByLabelText("For (minutes)"), "0.5");
+    await userEvent.type(within(form).getByLabelText("Webhook URL"), "https://hooks.example.com/b");
+    await userEvent.click(within(form).getByRole("button", { name: "Create rule" }));
+    expect(await within(form).findByRole("alert")).toHaveTextContent("Waste share above (0–1): must be above 0 and at most 1");
+    expect(within(form).getByLabelText("Waste share above (0–1)")).toHaveAttribute("aria-invalid", "true");
+    const [sent] = server.calls("POST", "/api/v1/alerts/rules");
+    expect(JSON.parse(String(sent.init!.body))).toMatchObject({ name: "stall", kind: "waste_rate", scope: "org", params: { share: 1.5 }, for_s: 30, window_s: 300, webhook_url: "https://hooks.example.com/b" });
+
+    await userEvent.clear(within(form).getByLabelText("Waste share above (0–1)"));
+    await userEvent.type(within(form).getByLabelText("Waste share above (0–1)"), "0.6");
+    await userEvent.click(within(form).getByRole("button", { name: "Create rule" }));
+    expect(await screen.findByTestId("alert-notice")).toHaveTextContent("Saved stall.");
+    await waitFor(() => expect(screen.getByTestId("alert-rules")).toHaveTextContent("waste share > 60% for 0.5 min"));
+  });
+
+  it("sends a test, mutes and snoozes a rule, and snoozes one alert", async () => {
+    const server = alertsServer();
+    renderAlerts();
+    await userEvent.click(await screen.findByRole("button", { name: "Send a test of loader stall" }));
+    expect(await screen.findByTestId("alert-notice")).toHaveTextContent("webhook to https://hooks.example.com/a: sent (HTTP 200)");
+    await userEvent.click(screen.getByRole("button", { name: "Mute loader stall" }));
+    await waitFor(() => expect(server.calls("PATCH", "/api/v1/alerts/rules/1")).toHaveLength(1));
+    expect(JSON.parse(String(server.calls("PATCH", "/api/v1/alerts/rules/1")[0].init!.body))).toEqual({ muted: true });
+    await screen.findByRole("button", { name: "Unmute loader stall" });
+    await userEvent.click(screen.getByRole("button", { name: "Snooze for an hour loader stall" }));
+    await waitFor(() => expect(server.calls("PATCH", "/api/v1/alerts/rules/1")).toHaveLength(2));
+    const until = Date.parse(JSON.parse(String(server.calls("PATCH", "/api/v1/alerts/rules/1")[1].init!.body)).snoozed_until);
+    expect(Math.abs(until - Date.now() - 3600_000)).toBeLessThan(60_000);
+    await userEvent.click(await screen.findByRole("button", { name: "Snooze for an hour pretrain-a (llm)" }));
+    await waitFor(() => expect(server.calls("PATCH", "/api/v1/alerts/alerts/9")).toHaveLength(1));
+  });
+});
+
+describe("alert rule helpers", () => {
+  it("says each kind of rule in words", () => {
+    expect(ruleSummary({ kind: "waste_rate", params: { usd_per_hour: 25, share: 0.5 }, for_s: 120 })).toBe("waste > $25.00/h or waste share > 50% for 2 min");
+    expect(ruleSummary({ kind: "efficiency_drop", params: { metric: "tokens_per_s", drop_pct: 20 }, for_s: 60 })).toBe("tokens/s > 20% below baseline for 1 min");
+    expect(ruleSummary({ kind: "silent_run", params: {}, for_s: 600 })).toBe("no telemetry for 10 min while running");
+  });
+
+  it("names the API's fields as the form labels them", () => {
+    expect(alertFieldName("params.drop_pct")).toBe("% below baseline");
+    expect(alertFieldName("for_s")).toBe("For (minutes)");
+    expect(alertFieldName("email_to[0]")).toBe("Email to");
+  });
+
+  it("leaves text that is no number for the API to judge", () => {
+    const body = ruleBody({ name: "x", kind: "straggler", scope: "team", team: "nlp", project: "", params: { usd_per_hour: "lots" }, forMin: "soon", windowMin: "5", webhookUrl: "", webhookFormat: "generic", emails: "a@x.com, b@x.com", enabled: true, rotate: false }, KINDS.straggler);
+    expect(body).toMatchObject({ params: { usd_per_hour: "lots" }, for_s: "soon", window_s: 300, team: "nlp", project: null, email_to: ["a@x.com", "b@x.com"] });
+  });
+});
