@@ -142,15 +142,20 @@ def _week_drop(week: int, partitions: list[Partition]) -> None:
 
 def _runs_to_delete(now: datetime, overrides: dict[int, int]) -> list[tuple[Run, RunArchive]]:
     """Expired runs whose rows are deleted row by row: on SQLite every run; on PostgreSQL those
-    whose rows can only be in the legacy or default partition (week 0, or a week already dropped).
-    A run pruned before and archived again since (late rows) is pruned again."""
+    whose rows can only be in the legacy or default partition (week 0, or a week already dropped),
+    and runs of projects whose retention is shorter than the default (a week's partition waits for
+    its longest-kept run; a shorter retention is honoured without waiting for it). A run pruned
+    before and archived again since (late rows) is pruned again."""
     candidates = (
         RunArchive.objects.select_related("run").filter(ingest_seq=F("run__ingest_seq")).exclude(run__status=RunStatus.RUNNING)
     )
     candidates = candidates.filter(Q(pruned_at__isnull=True) | Q(archived_at__gt=F("pruned_at")))
     if connection.vendor == "postgresql":
         weeks = {p.week for p in partitions_list() if p.week is not None}
-        candidates = candidates.filter(Q(run__storage_week=LEGACY_WEEK) | ~Q(run__storage_week__in=weeks))
+        shorter = [pid for pid, days in overrides.items() if days < settings.RAW_RETENTION_DAYS]
+        candidates = candidates.filter(
+            Q(run__storage_week=LEGACY_WEEK) | ~Q(run__storage_week__in=weeks) | Q(run__project_id__in=shorter)
+        )
     out = []
     for archive in candidates.order_by("archived_at")[:ARCHIVE_BATCH]:
         if run_expired(archive.run, archive, now=now, overrides=overrides):
