@@ -116,7 +116,7 @@ describe("Settings → Alerts", () => {
 
   it("creates a rule: minutes become seconds, and the API's error names the field", async () => {
     let first = true;
-    const server = alertsServer((body) => {
+    const server = alertsServer(() => {
       if (!first) return undefined;
       first = false;
       return json(400, { error: { code: "invalid", message: "params.share: must be above 0 and at most 1", fields: { "params.share": "must be above 0 and at most 1" } } });
