@@ -5,6 +5,7 @@ import { Layout } from "./components/Layout";
 import { Loading } from "./components/States";
 import { ThemeProvider } from "./lib/theme";
 import { FinancePage } from "./pages/Finance";
+import { FleetPage } from "./pages/Fleet";
 import { LeaderboardsPage } from "./pages/Leaderboards";
 import { NotFoundPage } from "./pages/NotFound";
 import { OverviewPage } from "./pages/Overview";
@@ -45,6 +46,7 @@ export function AppRoutes() {
           <Route path="teams/:slug" element={<TeamPage />} />
           <Route path="projects/:slug" element={<ProjectPage />} />
           <Route path="finance" element={<FinancePage />} />
+          <Route path="fleet" element={<FleetPage />} />
           <Route path="settings" element={<SettingsPage />} />
           <Route path="*" element={<NotFoundPage />} />
         </Route>

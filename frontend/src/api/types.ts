@@ -349,6 +349,8 @@ export interface LeaderboardRow extends Figures {
   data_from?: string | null;
   previous: Figures | null;
   change: { cost_usd: number | null; recoverable_usd: number | null; waste_share: number | null; mfu: number | null } | null;
+  /** Teams and projects: GPU time no run measured, from the node collectors (never in the run figures). */
+  fleet?: { uninstrumented_usd: number; idle_held_usd: number };
 }
 
 export interface PeriodInfo {
@@ -459,6 +461,8 @@ export interface FinanceReport {
   rows: FinanceRow[];
   totals: Omit<FinanceRow, "team" | "project" | "team_name" | "project_name" | "price_entry_ids">;
   price_entries: PriceEntry[];
+  /** The imported cloud invoice against the fleet's measured GPU cost (absent in months closed before it). */
+  invoice?: InvoiceReconciliation | null;
 }
 
 export interface OrgSettings {
@@ -569,4 +573,20 @@ export interface AlertDeliveryRow {
   next_attempt_at: string | null;
   created_at: string;
   sent_at: string | null;
+}
+
+/** Per team: the invoice's GPU lines (billed), the fleet's priced GPU time (measured), the rest. */
+export interface InvoiceRow {
+  team: string | null;
+  team_name: string;
+  billed_usd: number;
+  measured_usd: number;
+  unexplained_usd: number;
+}
+
+export interface InvoiceReconciliation {
+  rows: InvoiceRow[];
+  totals: Omit<InvoiceRow, "team" | "team_name">;
+  unmatched_billed_usd: number | null;
+  lines: number;
 }

@@ -14,6 +14,7 @@ import { columnDigits, largestRemainder } from "../lib/footing";
 import { formatDate, formatDateTime, formatMonth, formatNumber, formatPct, formatUsd, formatUsdPrice, tierLabel } from "../lib/format";
 import { withPeriod } from "../lib/links";
 import { currentMonth, isMonth, shiftMonth, sortRows, toggleSort } from "../lib/urlState";
+import { InvoiceCard } from "./FleetInvoice";
 
 export function financeCsvUrl(month: string): string {
   return apiUrl(`finance/${month}.csv`);
@@ -233,6 +234,7 @@ export function FinancePage() {
                 />
               )}
             </Card>
+            {d.invoice && <InvoiceCard invoice={d.invoice} month={month} />}
             <Card
               title="Price-book entries used"
               actions={<span className="muted small">{user && (user.is_finance || user.is_org_admin) ? "the prices these figures were computed with" : "the prices that priced your teams' rows"}</span>}

@@ -59,6 +59,9 @@ function columns(kind: Kind, link: (path: string) => string): Column<Leaderboard
     kind === "runs" && { key: "gpu", header: "GPUs", render: (r) => <span className="nowrap">{gpuLabel(r)}</span> },
     kind !== "runs" && { key: "runs", header: "Runs", align: "right", render: (r) => formatNumber(r.runs) },
     { key: "gpu_hours", header: "GPU-hours", align: "right", priority: "low", render: (r) => formatGpuHours(r.gpu_hours) },
+    // Node collectors' time that no run measured (the Fleet page): beside the run figures, never in them.
+    kind !== "runs" && { key: "fleet.uninstrumented_usd", header: "Fleet: uninstrumented", title: "busy GPU time no run measured", align: "right", render: (r) => formatUsd(r.fleet?.uninstrumented_usd ?? 0) },
+    kind !== "runs" && { key: "fleet.idle_held_usd", header: "Fleet: idle-held", title: "GPUs held without computing", align: "right", render: (r) => formatUsd(r.fleet?.idle_held_usd ?? 0) },
   ];
   return cols.filter((c): c is Column<LeaderboardRow> => !!c).map((c) => ({ ...c, sortable: SORTABLE.includes(c.key) }));
 }

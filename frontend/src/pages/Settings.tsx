@@ -10,10 +10,11 @@ import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, isCategory } from "../lib/categories";
 import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
+import { AttributionCard } from "./SettingsAttribution";
 import { AlertsSettings } from "./SettingsAlerts";
 import { PricesCard } from "./SettingsPrices";
 
-const TABS = ["organization", "names", "tokens", "prices", "gpus", "alerts"] as const;
+const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts"] as const;
 type Tab = (typeof TABS)[number];
 
 export function SettingsPage() {
@@ -37,6 +38,7 @@ export function SettingsPage() {
               { value: "prices", label: "Price book" },
               { value: "gpus", label: "GPU catalog" },
               { value: "alerts", label: "Alerts" },
+              { value: "attribution", label: "Attribution" },
             ]}
           />
         }
@@ -47,6 +49,7 @@ export function SettingsPage() {
       {tab === "prices" && <PricesCard />}
       {tab === "gpus" && <GpuCard />}
       {tab === "alerts" && <AlertsSettings />}
+      {tab === "attribution" && <AttributionCard />}
     </div>
   );
 }

@@ -1,0 +1,124 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { MemoryRouter, Route, Routes } from "react-router";
+
+import { SessionProvider } from "../api/session";
+import { ThemeProvider } from "../lib/theme";
+import { mockFetch } from "../test/fixtures";
+import { FleetPage, heldFor, type FleetSummary } from "./Fleet";
+import { SettingsPage } from "./Settings";
+import { rulesBody } from "./SettingsAttribution";
+
+const admin = { username: "ada", is_finance: false, is_org_admin: true, teams: [] };
+const viewer = { username: "vic", is_finance: false, is_org_admin: false, teams: [] };
+
+function summary(over: Partial<FleetSummary> = {}): FleetSummary {
+  const cls = (usd: number, h: number) => ({ usd, gpu_hours: h });
+  return {
+    period: { start: "2026-09-01", end: "2026-09-30", label: "2026-09" },
+    billed_gpu_hours: 4,
+    instrumented_gpu_hours: 1,
+    coverage: 0.25,
+    cost_usd: 14.4,
+    classes: { instrumented: cls(3.6, 1), busy_uninstrumented: cls(3.61, 1), idle_held: cls(3.59, 1), empty: cls(3.6, 1), unknown: cls(0, 0.5) },
+    nodes: [
+      { node: "gpu-a-17", gpu_model: "H100-SXM", gpu_count: 4, provider: "aws", region: "us-east-1", billed_gpu_hours: 4, coverage: 0.25, cost_usd: 14.4,
+        instrumented_usd: 3.6, busy_uninstrumented_usd: 3.61, idle_held_usd: 3.59, empty_usd: 3.6, unknown_gpu_hours: 0.5, last_seen_at: null },
+    ],
+    holders: [{ holder: "slurm job 12345 (alice, vision)", kind: "slurm", team: "vision", project: null, gpu_hours: 1, busy_uninstrumented_usd: 0, idle_held_usd: 3.59, cost_usd: 3.59 }],
+    teams: [],
+    idle_held_now: [{ node: "gpu-a-17", gpu_index: 2, holder: "pod ml/notebook-7", team: null, project: null, since: "2026-09-21T10:00:15Z", held_minutes: 125, usd_per_hour: 3.6 }],
+    node_count: 1,
+    ...over,
+  };
+}
+
+function renderAt(path: string, routes: Record<string, unknown>, user = admin) {
+  const api = mockFetch({ "/api/v1/portal/session": { authenticated: true, user, csrf_token: "tok" }, ...routes });
+  vi.stubGlobal("fetch", api.fn);
+  render(
+    <ThemeProvider>
+      <SessionProvider>
+        <MemoryRouter initialEntries={[path]}>
+          <Routes>
+            <Route path="/fleet" element={<FleetPage />} />
+            <Route path="/settings" element={<SettingsPage />} />
+          </Routes>
+        </MemoryRouter>
+      </SessionProvider>
+    </ThemeProvider>,
+  );
+  return api;
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+test("held-for reads as people say it", () => {
+  expect(heldFor(0.4)).toBe("under a minute");
+  expect(heldFor(42.9)).toBe("42 min");
+  expect(heldFor(125)).toBe("2 h 05 min");
+  expect(heldFor(60 * 50)).toBe("2 days 2 h");
+});
+
+test("the Fleet page shows coverage, the four classes, idle-held GPUs now, nodes and holders for the period asked", async () => {
+  const api = renderAt("/fleet?period=2026-09", { "/api/v1/fleet/summary": summary() });
+  expect(await screen.findByTestId("fleet-coverage")).toHaveTextContent("25.0%");
+  expect(screen.getByTestId("fleet-class-busy_uninstrumented")).toHaveTextContent("$3.61");
+  expect(screen.getByTestId("fleet-class-idle_held")).toHaveTextContent("$3.59");
+  expect(screen.getByTestId("fleet-unknown")).toHaveTextContent("not reporting");
+  const idle = screen.getByTestId("fleet-idle-now");
+  expect(within(idle).getByText("pod ml/notebook-7")).toBeInTheDocument();
+  expect(within(idle).getByText("2 h 05 min")).toBeInTheDocument();
+  expect(within(idle).getByText("unattributed")).toBeInTheDocument();
+  expect(within(idle).getByText("$7.50")).toBeInTheDocument(); // 3.60 $/h for 125 min
+  expect(within(screen.getByTestId("fleet-nodes")).getByText("gpu-a-17")).toBeInTheDocument();
+  expect(within(screen.getByTestId("fleet-holders")).getByText("vision")).toBeInTheDocument();
+  expect(screen.getByTestId("fleet-nodes-csv")).toHaveAttribute("href", "/api/v1/fleet/nodes.csv?period=2026-09");
+  expect(api.calls.some((c) => c.url === "/api/v1/fleet/summary?period=2026-09")).toBe(true);
+});
+
+test("a fleet with no nodes says how to start the collector", async () => {
+  renderAt("/fleet", { "/api/v1/fleet/summary": summary({ node_count: 0, nodes: [], holders: [], idle_held_now: [] }) });
+  expect(await screen.findByText("No node reports yet")).toBeInTheDocument();
+});
+
+test("rules are sent without blank fields", () => {
+  expect(rulesBody([{ match: "k8s_label", key: " team ", pattern: "nlp", team: "nlp", project: "" }])).toEqual({
+    rules: [{ match: "k8s_label", key: "team", pattern: "nlp", team: "nlp" }],
+  });
+});
+
+test("an admin previews rules on the last day before saving, and a refused rule names its field", async () => {
+  const preview = {
+    day: "2026-09-21",
+    holders: [{ holder: "pod ml-team/train-abc", kind: "k8s", gpu_hours: 1, usd: 3.6, rule: 0, team: "nlp", project: null, current_team: null, current_project: null }],
+    totals: [{ team: "nlp", project: null, gpu_hours: 1, usd: 3.6 }],
+  };
+  const api = renderAt("/settings?tab=attribution", {
+    "/api/v1/fleet/rules/preview": (_url: string, init?: RequestInit) => {
+      const body = JSON.parse(String(init?.body));
+      if (!body.rules[0].team) return new Response(JSON.stringify({ error: { code: "invalid", message: "rules[0].team: a rule names a team, a project, or both", fields: {} } }), { status: 400 });
+      return preview;
+    },
+    "/api/v1/fleet/rules": { rules: [] },
+  });
+  const user = userEvent.setup();
+  await user.click(await screen.findByRole("button", { name: "Add rule" }));
+  await user.type(screen.getByLabelText("Rule 1 pattern"), "ml-*");
+  await user.click(screen.getByTestId("rules-preview"));
+  expect(await screen.findByRole("alert")).toHaveTextContent("rules[0].team");
+  await user.type(screen.getByLabelText("Rule 1 team"), "nlp");
+  await user.click(screen.getByTestId("rules-preview"));
+  const result = await screen.findByTestId("rules-preview-result");
+  expect(within(result).getByText("pod ml-team/train-abc")).toBeInTheDocument();
+  expect(within(result).getByText("unattributed", { exact: false })).toBeInTheDocument(); // "(now unattributed)"
+  const sent = api.calls.filter((c) => c.url === "/api/v1/fleet/rules/preview").pop();
+  expect(JSON.parse(String(sent?.init?.body))).toEqual({ rules: [{ match: "k8s_namespace", pattern: "ml-*", team: "nlp" }] });
+  expect(api.calls.some((c) => c.init?.method === "PUT")).toBe(false);
+});
+
+test("people who are not admins read the rules but cannot change them", async () => {
+  renderAt("/settings?tab=attribution", { "/api/v1/fleet/rules": { rules: [{ match: "slurm_account", key: "", pattern: "vision", team: "vision", project: null }] } }, viewer);
+  expect(await screen.findByLabelText("Rule 1 pattern")).toBeDisabled();
+  await waitFor(() => expect(screen.queryByRole("button", { name: "Save rules" })).not.toBeInTheDocument());
+});
