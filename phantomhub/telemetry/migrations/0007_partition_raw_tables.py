@@ -74,7 +74,8 @@ def _partition(cursor, spec):
     pk = ", ".join([*key, "run_week"])
     body = ", ".join(f"{name} {kind}" for name, kind in columns)
     cursor.execute(f"CREATE TABLE {table} ({body}, CONSTRAINT {table}_pkey PRIMARY KEY ({pk})) PARTITION BY RANGE (run_week)")
-    cursor.execute(f"CREATE UNIQUE INDEX {legacy}_pkey ON {legacy} ({pk})")
+    # A primary key (not a bare unique index), so ATTACH adopts it instead of building another.
+    cursor.execute(f"ALTER TABLE {legacy} ADD CONSTRAINT {legacy}_pkey PRIMARY KEY ({pk})")
     cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {legacy} FOR VALUES FROM (MINVALUE) TO (1)")
     cursor.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT")
     cursor.execute(
