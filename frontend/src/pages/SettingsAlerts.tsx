@@ -224,7 +224,7 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
           </label>
         )}
         <label className="field" htmlFor={id("scope")}>
-          <span>For</span>
+          <span>Applies to</span>
           <select id={id("scope")} className="select" value={form.scope} aria-invalid={bad("scope")} onChange={(e) => set({ scope: e.target.value as FormState["scope"] })}>
             <option value="org">the whole organization</option>
             <option value="team">one team</option>
@@ -368,7 +368,7 @@ function RulesCard({ onChanged }: { onChanged: () => void }) {
             columns={[
               { key: "name", header: "Rule", render: (r) => <strong>{r.name}</strong> },
               { key: "kind", header: "When", render: (r) => <span title={KIND_LABEL[r.kind]}>{ruleSummary(r)}</span> },
-              { key: "scope", header: "For", render: (r) => (r.scope === "org" ? "organization" : r.scope === "team" ? `team ${r.team}` : `project ${r.project}`) },
+              { key: "scope", header: "Applies to", render: (r) => (r.scope === "org" ? "organization" : r.scope === "team" ? `team ${r.team}` : `project ${r.project}`) },
               {
                 key: "to",
                 header: "Sends to",
