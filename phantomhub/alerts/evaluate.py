@@ -33,6 +33,8 @@ class Observation:
     # When the breach began, where the rule's own figure says so (silence, idle-held since); None:
     # the first evaluation that sees it breached.
     breached_since: datetime | None = None
+    # The figure could not be read this time: the subject's state is left as it is.
+    unknown: bool = False
 
 
 def run_link(run_id: Any) -> str:
@@ -230,12 +232,18 @@ def observe(rule: AlertRule, now: datetime) -> list[Observation] | None:
         return _idle_gpus(rule, now)
     out: list[Observation] = []
     for row in selectors.live_analyses(rule):
-        if rule.kind == RuleKind.WASTE_RATE:
-            got = _waste(rule, row)
-            out.extend([got] if got else [])
-        elif rule.kind == RuleKind.EFFICIENCY_DROP:
-            got = _efficiency(rule, row)
-            out.extend([got] if got else [])
-        elif rule.kind == RuleKind.STRAGGLER:
-            out.extend(_stragglers(rule, row))
+        try:
+            if rule.kind == RuleKind.WASTE_RATE:
+                got = _waste(rule, row)
+                out.extend([got] if got else [])
+            elif rule.kind == RuleKind.EFFICIENCY_DROP:
+                got = _efficiency(rule, row)
+                out.extend([got] if got else [])
+            elif rule.kind == RuleKind.STRAGGLER:
+                out.extend(_stragglers(rule, row))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            # One run's unreadable analysis: its alerts stay as they are (neither fired nor
+            # resolved), and the rule's other runs are evaluated.
+            log.exception("alert rule %s: the analysis of run %s could not be read", rule.pk, row.run_id)
+            out.append(Observation(f"run:{row.run_id}", _run_label(row), False, "", None, None, None, unknown=True))
     return out

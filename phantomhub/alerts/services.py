@@ -142,6 +142,8 @@ def rule_evaluate(*, rule: AlertRule, now: datetime, result: EvaluateResult) -> 
         existing = {s.subject: s for s in AlertState.objects.filter(rule=locked)}
         for subject, obs in seen.items():
             state = existing.get(subject)
+            if obs.unknown:
+                continue
             if state is None:
                 if not obs.breached:
                     continue  # no row for subjects that never breached
@@ -149,7 +151,10 @@ def rule_evaluate(*, rule: AlertRule, now: datetime, result: EvaluateResult) -> 
             happened = state_apply(rule=locked, state=state, obs=obs, now=now)
             result.fired += happened == "fired"
             result.resolved += happened == "resolved"
+        unknown = tuple(subject + ":" for subject, obs in seen.items() if obs.unknown)
         for subject, state in existing.items():
+            if subject.startswith(unknown) if unknown else False:
+                continue  # a straggler rank of a run whose analysis could not be read
             if subject not in seen and state.state in (StateKind.PENDING, StateKind.FIRING):
                 happened = state_apply(rule=locked, state=state, obs=None, now=now)
                 result.resolved += happened == "resolved"

@@ -16,6 +16,7 @@ from django.utils import timezone
 from phantomhub.alerts import services
 from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
 from phantomhub.telemetry.models import Run
+from phantomhub.waste.models import RunAnalysis
 from tests.alerts.conftest import Receiver, analyse, live_run, steps
 from tests.conftest import Tenant
 from tests.waste.test_analysis_service import T0_NS, S, finish, make_run
@@ -253,3 +254,15 @@ def test_email_names_the_run_the_figure_and_the_link(owner: Tenant, settings: An
     assert message.to == ["oncall@example.com"] and "waste rate $29." in message.subject
     assert f"https://phantomhub.example.com/runs/{run_id}" in message.body
     assert AlertDelivery.objects.get().status == "sent"
+
+
+def test_one_unreadable_analysis_leaves_its_alert_alone_and_the_others_are_evaluated(owner: Tenant) -> None:
+    broken = stalled_run(owner)
+    r = rule(params={"usd_per_hour": 25.0}, for_s=0)
+    services.alerts_evaluate(now=NOW)
+    assert state_of(r).state == "firing"
+    RunAnalysis.objects.filter(run_id=broken).update(result={"windows": {"t_start_ns": [1], "width_ns": "wide"}})
+    healthy_stalled = stalled_run(owner)
+    services.alerts_evaluate(now=NOW + timedelta(seconds=20))
+    states = {s.subject: s.state for s in AlertState.objects.filter(rule=r)}
+    assert states == {f"run:{broken}": "firing", f"run:{healthy_stalled}": "firing"}
