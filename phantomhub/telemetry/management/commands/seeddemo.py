@@ -57,6 +57,10 @@ class Command(BaseCommand):
             from phantomhub.demo.training import training_runs_seed
 
             training_runs_seed(quickstart, say)
+        from phantomhub.demo.nodes import nodes_seed  # GPU nodes, their collectors' view (the Fleet page)
+
+        with local_server() as address:
+            nodes_seed(address, say)
         say("demo: analysing…")
         analysed = 0
         while True:
