@@ -15,6 +15,8 @@ Anything else (a replayed spool from the past, a rank that shows up late) raises
 from __future__ import annotations
 
 import copy
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +165,19 @@ def _filled(cols: StepColumns) -> dict[str, Any]:
     return out
 
 
+def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
+    """``_filled`` of several batches, concatenated column by column."""
+    out: dict[str, Any] = {name: np.concatenate([getattr(b, name) for b in batches]) for name in ("step", "t_start_ns", "dur_ns")}
+    for name in (*OPTIONAL_INT_COLUMNS, "flops"):
+        parts = [getattr(b, name) for b in batches]
+        if any(p is None for p in parts):
+            fill = np.nan if name == "flops" else (-1 if name in _MEM_COLUMNS else 0)
+            dtype = np.float64 if name == "flops" else np.int64
+            parts = [np.full(len(b), fill, dtype=dtype) if p is None else p for p, b in zip(parts, batches, strict=True)]
+        out[name] = np.concatenate(parts)
+    return out
+
+
 def _json_scalar(value: Any) -> int | float | None:
     item = value.item()
     if isinstance(item, float) and not np.isfinite(item):
@@ -216,20 +231,95 @@ class RunAccumulator:
         batch, with the per-row work done in one vectorised pass over all of them (a 1,024-rank
         run's batch of one step per rank costs one pass, not 1,024). After ``NotAppendable``
         the accumulator is not to be used further (analyse from scratch, as callers do)."""
-        todo: list[tuple[RankState, dict[str, Any], IntArray]] = []
+        batches = [cols for cols in batches if len(cols)]
         seen: set[int] = set()
         for cols in batches:
-            if len(cols) == 0:
-                continue
             if cols.rank in seen:
                 raise ValueError(f"rank {cols.rank}: one batch per rank per call")
             seen.add(cols.rank)
-            item = self._prepare(cols)
+        if len(batches) > 1:
+            self._add_concatenated(batches)
+        elif batches:
+            item = self._prepare(batches[0])
             if item is not None:
-                todo.append(item)
-        self._attribute_many(todo)
+                self._attribute_many([item])
         if align:
             self._align(final=False)
+
+    def _add_concatenated(self, batches: list[StepColumns]) -> None:
+        """Several ranks' batches in one vectorised pass: the checks, the pending rows and the
+        rows to attribute are computed on all rows at once (what ``_prepare`` does per batch)."""
+        lengths = np.array([len(b) for b in batches], dtype=np.int64)
+        bounds = np.concatenate(([0], np.cumsum(lengths)))
+        first = bounds[:-1]
+        t = np.concatenate([b.t_start_ns for b in batches])
+        inner = np.ones(len(t), dtype=bool)
+        inner[first] = False  # row i is compared with row i-1 of the same batch
+        if (np.diff(t, prepend=t[0]) < 0)[inner].any():  # some batch out of start order: sort those
+            batches = [b.take(np.argsort(b.t_start_ns, kind="stable")) for b in batches]
+            t = np.concatenate([b.t_start_ns for b in batches])
+        filled = _filled_many(batches)
+        step = filled["step"]
+        bad = np.zeros(len(batches), dtype=bool)
+        rising = np.diff(step, prepend=step[0]) > 0
+        bad |= np.logical_or.reduceat(~rising & inner, first)
+        if self.watermark is not None:
+            bad |= step[first] <= self.watermark
+        states = [self.ranks.get(b.rank) for b in batches]
+        has_pending = np.array([rs is not None and rs.pending is not None for rs in states], dtype=bool)
+        if has_pending.any():
+            idx = np.flatnonzero(has_pending)
+            p_t = np.array([states[i].pending["t_start_ns"] for i in idx], dtype=np.int64)  # type: ignore[union-attr,index]
+            p_step = np.array([states[i].pending["step"] for i in idx], dtype=np.int64)  # type: ignore[union-attr,index]
+            bad[idx] |= (t[first[idx]] <= p_t) | (step[first[idx]] <= p_step)
+        if bad.any():  # the first offending batch, with the message the one-batch path gives
+            self._prepare(batches[int(np.flatnonzero(bad)[0])])
+            raise NotAppendable("rows cannot be appended")  # pragma: no cover (_prepare raised)
+        for i, b in enumerate(batches):
+            rs = states[i]
+            if rs is None:
+                rs = states[i] = self.ranks[b.rank] = RankState(rank=b.rank, host=b.host)
+                rs.piece_ns = np.zeros((len(self.ctx.pieces), 5), dtype=np.int64)
+            rs.host = b.host
+            rs.columns.update(b.present())
+        # Each rank's rows to attribute: its pending row, then all but its last new row; the
+        # last new row becomes pending (its end depends on the next row).
+        n_pending = has_pending.astype(np.int64)
+        comb_len = lengths + n_pending
+        comb_bounds = np.concatenate(([0], np.cumsum(comb_len)))
+        new_at = np.repeat(comb_bounds[:-1] + n_pending - first, lengths) + np.arange(len(t))
+        comb: dict[str, Any] = {}
+        p_idx = np.flatnonzero(has_pending)
+        for k, v in filled.items():
+            out = np.empty(int(comb_bounds[-1]), dtype=v.dtype)
+            out[new_at] = v
+            if len(p_idx):
+                pending = [states[i].pending[k] for i in p_idx.tolist()]  # type: ignore[union-attr,index]
+                out[comb_bounds[p_idx]] = (
+                    np.array([np.nan if x is None else x for x in pending], dtype=np.float64) if k == "flops" else pending
+                )
+            comb[k] = out
+        ends = comb_bounds[1:] - 1
+        keys = list(comb)
+        columns = [v[ends].tolist() for v in comb.values()]
+        flops_at = keys.index("flops")
+        columns[flops_at] = [x if math.isfinite(x) else None for x in columns[flops_at]]  # JSON has no NaN
+        for rs, row in zip(states, zip(*columns, strict=True), strict=True):
+            rs.pending = dict(zip(keys, row, strict=True))  # type: ignore[union-attr]
+        take = np.ones(len(comb["step"]), dtype=bool)
+        take[ends] = False
+        next_start = comb["t_start_ns"][1:][take[:-1]]
+        attributed = comb_len - 1
+        some = attributed > 0
+        if not some.any():
+            return
+        rows = {k: v[take] for k, v in comb.items()}
+        self._attribute_rows(
+            [rs for rs, ok in zip(states, some.tolist(), strict=True) if ok],  # type: ignore[misc]
+            attributed[some],
+            rows,
+            next_start,
+        )
 
     def _prepare(self, cols: StepColumns) -> tuple[RankState, dict[str, Any], IntArray] | None:
         """Check one rank's batch, keep its last row pending; the rows to attribute now."""
@@ -294,63 +384,84 @@ class RunAccumulator:
         """Attribute rows of several ranks (each item one rank's consecutive rows and their
         successors' starts) in one pass; every per-rank total is folded exactly as one rank at a
         time would (integers bit for bit: sums per rank are exact integer reductions)."""
+        if not items:
+            return
+        lengths = np.array([len(n) for _, _, n in items], dtype=np.int64)
+        names = items[0][1].keys()
+        if len(items) == 1:
+            cols, next_start = items[0][1], items[0][2]
+        else:
+            cols = {k: np.concatenate([c[k] for _, c, _ in items]) for k in names}
+            next_start = np.concatenate([n for _, _, n in items])
+        self._attribute_rows([rs for rs, _, _ in items], lengths, cols, next_start)
+
+    def _attribute_rows(self, states: list[RankState], lengths: IntArray, cols: dict[str, Any], next_start: IntArray) -> None:
+        """Rows of several ranks, concatenated (``lengths[i]`` rows of ``states[i]``, each > 0)."""
         # Groups of about GROUP_ROWS rows: few passes for many small batches, and a big
         # from-scratch run is still worked through in cache-sized pieces.
-        group: list[tuple[RankState, dict[str, Any], IntArray]] = []
+        cuts = [0]
         rows = 0
-        for item in items:
-            group.append(item)
-            rows += len(item[2])
+        for i, n in enumerate(lengths.tolist()):
+            rows += n
             if rows >= GROUP_ROWS:
-                self._attribute_group(group)
-                group, rows = [], 0
-        if group:
-            self._attribute_group(group)
+                cuts.append(i + 1)
+                rows = 0
+        if cuts[-1] != len(states):
+            cuts.append(len(states))
+        if len(cuts) == 2:
+            self._attribute_group(states, lengths, cols, next_start)
+            return
+        bounds = np.concatenate(([0], np.cumsum(lengths)))
+        for a, b in itertools.pairwise(cuts):
+            lo, hi = int(bounds[a]), int(bounds[b])
+            self._attribute_group(states[a:b], lengths[a:b], {k: v[lo:hi] for k, v in cols.items()}, next_start[lo:hi])
 
-    def _attribute_group(self, items: list[tuple[RankState, dict[str, Any], IntArray]]) -> None:
-        lengths = np.array([len(cols["step"]) for _, cols, _ in items], dtype=np.int64)
+    def _attribute_group(self, states: list[RankState], lengths: IntArray, cols: dict[str, Any], next_start: IntArray) -> None:
         offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        names = items[0][1].keys()
-        cols = {k: np.concatenate([c[k] for _, c, _ in items]) if len(items) > 1 else items[0][1][k] for k in names}
-        next_start = np.concatenate([n for _, _, n in items]) if len(items) > 1 else items[0][2]
         block = process_rows(cols, next_start, self.ctx)
         n_pieces = len(self.ctx.pieces)
-        slot = np.repeat(np.arange(len(items), dtype=np.int64), lengths)
+        slot = np.repeat(np.arange(len(states), dtype=np.int64), lengths)
         idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage, offset=slot * n_pieces)
-        stacked = np.concatenate([rs.piece_ns for rs, _, _ in items]) if len(items) > 1 else items[0][0].piece_ns
+        stacked = np.concatenate([rs.piece_ns for rs in states]) if len(states) > 1 else states[0].piece_ns
         np.add.at(stacked, idx, sums)
-        if len(items) > 1:
-            for i, (rs, _, _) in enumerate(items):
+        if len(states) > 1:
+            for i, rs in enumerate(states):
                 rs.piece_ns = stacked[i * n_pieces : (i + 1) * n_pieces].copy()
-        self._fold_sums_many(items, block, cols, offsets)
+        self._fold_sums_many(states, block, cols, offsets)
         live = block.e_ns > block.s_ns
-        first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets)
-        last_live = np.maximum.reduceat(np.where(live, block.e_ns, -NS_MAX), offsets)
-        max_start = np.maximum.reduceat(block.t_start_ns, offsets)
-        horizon = np.maximum.reduceat(block.e_ns, offsets)
+        first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets).tolist()
+        last_live = np.maximum.reduceat(np.where(live, block.e_ns, -NS_MAX), offsets).tolist()
+        max_start = np.maximum.reduceat(block.t_start_ns, offsets).tolist()
+        horizon = np.maximum.reduceat(block.e_ns, offsets).tolist()
         on = block.nonphase_ns > 0
-        arrival, comm = block.arrival_ns, block.cats[:, 3]
-        for i, (rs, _, _) in enumerate(items):
+        arrival, comm, step = block.arrival_ns, block.cats[:, 3], block.step
+        all_on = bool(on.all())
+        bounds = np.concatenate((offsets, [len(step)])).tolist()
+        max_seen = self.max_t_seen
+        for i, rs in enumerate(states):
             if first_live[i] < NS_MAX:
-                first = int(first_live[i])
+                first = first_live[i]
                 rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
-                rs.last_e = max(int(last_live[i]), rs.last_e or first)
-            rs.max_t_start = max(int(max_start[i]), rs.max_t_start or -NS_MAX)
-            rs.horizon = max(int(horizon[i]), rs.horizon or -NS_MAX)
-            self.max_t_seen = max(rs.max_t_start, self.max_t_seen or rs.max_t_start)
-            lo, hi = int(offsets[i]), int(offsets[i] + lengths[i])
-            keep = on[lo:hi]
-            rs.tail.add(block.step[lo:hi][keep], arrival[lo:hi][keep], comm[lo:hi][keep])
+                rs.last_e = max(last_live[i], rs.last_e or first)
+            rs.max_t_start = max(max_start[i], rs.max_t_start or -NS_MAX)
+            rs.horizon = max(horizon[i], rs.horizon or -NS_MAX)
+            max_seen = max(rs.max_t_start, max_seen or rs.max_t_start)
+            lo, hi = bounds[i], bounds[i + 1]
+            if all_on:
+                rs.tail.add(step[lo:hi], arrival[lo:hi], comm[lo:hi])
+            else:
+                keep = on[lo:hi]
+                rs.tail.add(step[lo:hi][keep], arrival[lo:hi][keep], comm[lo:hi][keep])
+        self.max_t_seen = max_seen
         self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
 
     @staticmethod
-    def _fold_sums_many(
-        items: list[tuple[RankState, dict[str, Any], IntArray]], block: StepBlock, cols: Mapping[str, Any], offsets: IntArray
-    ) -> None:
+    def _fold_sums_many(states: list[RankState], block: StepBlock, cols: Mapping[str, Any], offsets: IntArray) -> None:
         """Per-rank sums of a multi-rank block: exact integer reductions over each rank's rows."""
 
         def per(values: Any) -> list[int]:
-            return [int(v) for v in np.add.reduceat(np.asarray(values, dtype=np.int64), offsets)]
+            out: list[int] = np.add.reduceat(np.asarray(values, dtype=np.int64), offsets).tolist()
+            return out
 
         cats = block.cats
         known = np.isfinite(block.flops)
@@ -376,18 +487,20 @@ class RunAccumulator:
         }
         flops = np.add.reduceat(np.where(known, block.flops, 0.0), offsets)
         frag_sum = np.add.reduceat(frag, offsets)
-        peak_max = np.maximum.reduceat(peak, offsets)
-        reserved_max = np.maximum.reduceat(reserved, offsets)
-        alloc_max = np.maximum.reduceat(alloc, offsets)
-        for i, (rs, _, _) in enumerate(items):
+        peak_max = np.maximum.reduceat(peak, offsets).tolist()
+        reserved_max = np.maximum.reduceat(reserved, offsets).tolist()
+        alloc_max = np.maximum.reduceat(alloc, offsets).tolist()
+        flops_l, frag_l = flops.tolist(), frag_sum.tolist()
+        per_key = list(int_sums.items())
+        for i, rs in enumerate(states):
             s = rs.sums
-            for key, values in int_sums.items():
+            for key, values in per_key:
                 s[key] += values[i]
-            rs.flops += float(flops[i])
-            rs.frag_sum += float(frag_sum[i])
-            rs.mem_peak_max = max(rs.mem_peak_max, int(peak_max[i]))
-            rs.mem_reserved_max = max(rs.mem_reserved_max, int(reserved_max[i]))
-            rs.mem_allocated_max = max(rs.mem_allocated_max, int(alloc_max[i]))
+            rs.flops += flops_l[i]
+            rs.frag_sum += frag_l[i]
+            rs.mem_peak_max = max(rs.mem_peak_max, peak_max[i])
+            rs.mem_reserved_max = max(rs.mem_reserved_max, reserved_max[i])
+            rs.mem_allocated_max = max(rs.mem_allocated_max, alloc_max[i])
 
     def align_known(self) -> None:
         """Align what the live path would have aligned by now (after rows were added with

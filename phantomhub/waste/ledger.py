@@ -35,6 +35,41 @@ class Ledger:
     unpriced_ns: int
 
 
+def _rank_matrix(acc: RunAccumulator, slots: list[RankState | None], keep: Any, lo: Any, hi: Any, free: Any) -> tuple[Any, Any]:
+    """(slots, pieces, labels) nanoseconds, all ranks at once, and which labels occur."""
+    cov = acc.ctx.coverage
+    start = acc.config.allocation_start_ns
+    m = np.zeros((len(slots), len(lo), len(RANK_LABELS)), dtype=np.int64)
+    used = np.zeros(len(RANK_LABELS), dtype=bool)
+    used[:_STARTUP] = True  # step categories always appear, if only as zeros
+    stepped = [i for i, rs in enumerate(slots) if rs is not None and rs.first_s is not None and rs.last_e is not None]
+    if len(stepped) < len(slots):
+        stepped_set = set(stepped)
+        m[[i for i in range(len(slots)) if i not in stepped_set], :, _NO_STEPS] = free
+        used[_NO_STEPS] = True
+    if not stepped:
+        return m, used
+    ranks = [rs for rs in (slots[i] for i in stepped) if rs is not None]
+    pieces = np.stack([rs.piece_ns for rs in ranks])
+    outside = pieces[:, ~keep].any(axis=(1, 2))
+    if outside.any():
+        raise RuntimeError(f"rank {ranks[int(np.flatnonzero(outside)[0])].rank}: step time outside the billed span")
+    first = np.array([[rs.first_s] for rs in ranks], dtype=np.int64)
+    last = np.array([[rs.last_e] for rs in ranks], dtype=np.int64)
+    sub = np.zeros((len(ranks), len(lo), len(RANK_LABELS)), dtype=np.int64)
+    sub[:, :, :5] = pieces[:, keep]
+    low, high = np.broadcast_to(lo, sub.shape[:2]), np.broadcast_to(hi, sub.shape[:2])
+    sub[:, :, _STARTUP] = cov.uncovered_between(np.maximum(low, start), np.minimum(high, first))
+    sub[:, :, _TEARDOWN] = cov.uncovered_between(np.maximum(low, last), high)
+    sub[:, :, _GAP] = free - sub[:, :, :5].sum(axis=2) - sub[:, :, _STARTUP] - sub[:, :, _TEARDOWN]
+    twice = (sub[:, :, _GAP] < 0).any(axis=1)
+    if twice.any():
+        raise RuntimeError(f"rank {ranks[int(np.flatnonzero(twice)[0])].rank}: time counted twice")
+    m[stepped] = sub
+    used[:_NO_STEPS] = True
+    return m, used
+
+
 def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None], gpu_per_slot: Fraction) -> Ledger:
     cov = acc.ctx.coverage
     start = acc.config.allocation_start_ns
@@ -50,35 +85,19 @@ def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None]
     phase_cols = {k: v for k, v in phase_cols.items() if v.any()}
     free = span - cov.covered_between(lo, hi)
 
-    total: Any = np.zeros((len(lo), len(RANK_LABELS)), dtype=object)
-    rank_ns: list[dict[str, int]] = []
-    rank_usd: list[dict[str, float]] = []
-    used = np.zeros(len(RANK_LABELS), dtype=bool)
-    used[:_STARTUP] = True  # step categories always appear, if only as zeros
+    m, used = _rank_matrix(acc, slots, keep, lo, hi, free)
+    # Exact totals over ranks: int64 while it cannot overflow, Python integers beyond.
+    if len(slots) * (int(span.max()) if len(span) else 0) < 2**62:
+        total: Any = m.sum(axis=0)
+    else:
+        total = m.astype(object).sum(axis=0)
     usd_per_ns = price_f * float(gpu_per_slot) / NS_PER_HOUR
-    for rs in slots:
-        m = np.zeros((len(lo), len(RANK_LABELS)), dtype=np.int64)
-        if rs is None or rs.first_s is None or rs.last_e is None:
-            m[:, _NO_STEPS] = free
-            used[_NO_STEPS] = True
-        else:
-            if rs.piece_ns[~keep].any():
-                raise RuntimeError(f"rank {rs.rank}: step time outside the billed span")
-            m[:, :5] = rs.piece_ns[keep]
-            m[:, _STARTUP] = cov.uncovered_between(np.maximum(lo, start), np.minimum(hi, rs.first_s))
-            m[:, _TEARDOWN] = cov.uncovered_between(np.maximum(lo, rs.last_e), hi)
-            m[:, _GAP] = free - m[:, :5].sum(axis=1) - m[:, _STARTUP] - m[:, _TEARDOWN]
-            if (m[:, _GAP] < 0).any():
-                raise RuntimeError(f"rank {rs.rank}: time counted twice")
-            used[:_NO_STEPS] = True
-        total += m.astype(object)
-        ns = dict(zip(RANK_LABELS, (int(v) for v in m.sum(axis=0)), strict=True))
-        usd = dict(zip(RANK_LABELS, (float(v) for v in usd_per_ns @ m), strict=True))
-        for label, col in phase_cols.items():
-            ns[label] = int(col.sum())
-            usd[label] = float(usd_per_ns @ col)
-        rank_ns.append(ns)
-        rank_usd.append(usd)
+    per_rank_ns = m.sum(axis=1).tolist()
+    per_rank_usd = np.matmul(usd_per_ns, m).tolist()
+    phase_ns = {label: int(col.sum()) for label, col in phase_cols.items()}
+    phase_usd = {label: float(usd_per_ns @ col) for label, col in phase_cols.items()}
+    rank_ns: list[dict[str, int]] = [{**dict(zip(RANK_LABELS, row, strict=True)), **phase_ns} for row in per_rank_ns]
+    rank_usd: list[dict[str, float]] = [{**dict(zip(RANK_LABELS, row, strict=True)), **phase_usd} for row in per_rank_usd]
 
     labels = [lbl for lbl, u in zip(RANK_LABELS, used, strict=True) if u]
     total_ns: dict[str, int] = {}

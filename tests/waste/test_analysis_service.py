@@ -14,7 +14,7 @@ from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run
 from phantomhub.waste import services
-from phantomhub.waste.models import OrgSettings, ProjectDay, RunAnalysis, RunDay
+from phantomhub.waste.models import OrgSettings, ProjectDay, RunAnalysis, RunAnalysisState, RunDay
 from tests.conftest import Tenant
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -96,7 +96,8 @@ def test_analysing_twice_stores_the_same_result(owner: Tenant, price_36: None) -
 
 
 def _full_reanalysis(run_id: str) -> RunAnalysis:
-    RunAnalysis.objects.filter(run_id=run_id).update(state=None)  # forget the incremental state
+    deleted, _ = RunAnalysisState.objects.filter(run_id=run_id).delete()  # forget the incremental state
+    assert deleted == 1  # there was one to forget: the comparison is with a from-scratch analysis
     row = services.run_analyze(run_id=uuid.UUID(run_id))
     assert row is not None
     return row
