@@ -4,6 +4,7 @@ import { SessionProvider, useSession } from "./api/session";
 import { Layout } from "./components/Layout";
 import { Loading } from "./components/States";
 import { ThemeProvider } from "./lib/theme";
+import { ComparePage } from "./pages/Compare";
 import { FinancePage } from "./pages/Finance";
 import { FleetPage } from "./pages/Fleet";
 import { LeaderboardsPage } from "./pages/Leaderboards";
@@ -43,6 +44,7 @@ export function AppRoutes() {
           <Route path="leaderboards" element={<LeaderboardsPage />} />
           <Route path="runs" element={<RunsPage />} />
           <Route path="runs/:id" element={<RunDetailPage />} />
+          <Route path="compare" element={<ComparePage />} />
           <Route path="teams/:slug" element={<TeamPage />} />
           <Route path="projects/:slug" element={<ProjectPage />} />
           <Route path="finance" element={<FinancePage />} />

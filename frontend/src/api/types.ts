@@ -494,6 +494,93 @@ export interface GpuSpec {
   notes: string;
 }
 
+/** One figure of a run against its project baseline (waste/baseline.py). */
+export interface BaselineMetric {
+  metric: string;
+  label: string;
+  unit: "ms" | "ratio" | string;
+  baseline: number | null;
+  run: number | null;
+  delta: number | null;
+  delta_pct: number | null;
+  baseline_share: number | null;
+  run_share: number | null;
+  /** The difference priced at the project's trailing-30-day volume; null where not priced (MFU). */
+  delta_usd_per_month: number | null;
+  explain: Explained;
+}
+
+/** The run page's `baseline`: this run against the rolling median of comparable finished runs. */
+export interface BaselineComparison {
+  status: "compared" | "no_baseline" | "pending";
+  /** Why there is no baseline (no comparable finished runs, no step signature, not analysed). */
+  reason: string | null;
+  complete: boolean;
+  gpu_key: string | null;
+  signature: { flops_per_step: number | null; tokens_per_step: number | null; samples_per_step: number | null } | null;
+  tolerance: number;
+  candidates: number;
+  baseline_runs: { id: string; name: string; started_at: string | null; step_ms: number; mfu_step_time: number | null }[];
+  volume: { days: number; project_gpu_hours_30d: number; project_usd_30d: number; usd_per_gpu_hour_30d: number | null } | null;
+  metrics: BaselineMetric[];
+  delta_usd_per_month: number | null;
+  summary: string;
+}
+
+export type RunDetailWithBaseline = RunDetail & { baseline?: BaselineComparison | null };
+
+/** GET /api/v1/portal/compare?runs=a,b: one side per run, in the order asked. */
+export interface CompareSide {
+  run: RunRow & { world_size: number; nodes: number; dtype: string };
+  analysis_status: "analysed" | "pending" | "failed";
+  analysis: {
+    cost_usd: number;
+    waste_usd: number;
+    recoverable_usd: number;
+    gpu_hours: number;
+    categories: Partial<Record<Category, { usd: number; share: number; gpu_seconds: number }>>;
+    composition: { step_ms: number; parts_ms: Record<string, number>; shares: Record<string, number | null>; mfu_step_time: number | null } | null;
+    mfu: number | null;
+    mfu_step_time: number | null;
+    target_mfu: number | null;
+    tokens_per_s: number | null;
+    memory: MemoryDiagnostics | null;
+    stragglers: { rank: number; host: string; slow_step_share: number; blamed_steps: number; caused_wait_usd: number }[];
+    straggler_wait_usd: number;
+    ranks_reporting: number | null;
+    steps: number | null;
+    complete: boolean;
+  } | null;
+}
+
+export interface KeyDiff {
+  differences: { key: string; values: { present: boolean; value: unknown }[] }[];
+  same: number;
+}
+
+export interface CompareResult {
+  runs: CompareSide[];
+  parts: string[];
+  config: KeyDiff;
+  environment: KeyDiff;
+}
+
+/** Per team: the invoice's GPU lines (billed), the fleet's priced GPU time (measured), the rest. */
+export interface InvoiceRow {
+  team: string | null;
+  team_name: string;
+  billed_usd: number;
+  measured_usd: number;
+  unexplained_usd: number;
+}
+
+export interface InvoiceReconciliation {
+  rows: InvoiceRow[];
+  totals: Omit<InvoiceRow, "team" | "team_name">;
+  unmatched_billed_usd: number | null;
+  lines: number;
+}
+
 // Alerts (phantomhub/alerts/api.py, docs/alerts.md).
 export type AlertRuleKind = "waste_rate" | "efficiency_drop" | "straggler" | "silent_run" | "idle_gpu";
 
@@ -573,20 +660,4 @@ export interface AlertDeliveryRow {
   next_attempt_at: string | null;
   created_at: string;
   sent_at: string | null;
-}
-
-/** Per team: the invoice's GPU lines (billed), the fleet's priced GPU time (measured), the rest. */
-export interface InvoiceRow {
-  team: string | null;
-  team_name: string;
-  billed_usd: number;
-  measured_usd: number;
-  unexplained_usd: number;
-}
-
-export interface InvoiceReconciliation {
-  rows: InvoiceRow[];
-  totals: Omit<InvoiceRow, "team" | "team_name">;
-  unmatched_billed_usd: number | null;
-  lines: number;
 }

@@ -69,15 +69,34 @@ export function runColumns(opts: { showTeam?: boolean; compact?: boolean; link?:
  * Runs as a table. With `onSort` the caller sorts (the runs list, on the server); without it the
  * table sorts the rows it was given by any numeric column itself. Links keep the page's period.
  */
-export function RunTable({ rows, sort, onSort, caption, showTeam, compact, testId }: { rows: RunListItem[]; sort?: string; onSort?: (key: string) => void; caption: string; showTeam?: boolean; compact?: boolean; testId?: string }) {
+/** A checkbox column for picking runs (to compare them): `selected` ids, `onToggle` flips one. */
+export function selectColumn(selected: readonly string[], onToggle: (id: string) => void): Column<RunListItem> {
+  return {
+    key: "select",
+    header: <span className="visually-hidden">Select</span>,
+    title: "Select",
+    render: (r) => (
+      <input
+        type="checkbox"
+        checked={selected.includes(runId(r))}
+        onChange={() => onToggle(runId(r))}
+        aria-label={`Select ${r.name || runId(r).slice(0, 8)} to compare`}
+        data-testid="run-select"
+      />
+    ),
+  };
+}
+
+export function RunTable({ rows, sort, onSort, caption, showTeam, compact, testId, selected, onToggle }: { rows: RunListItem[]; sort?: string; onSort?: (key: string) => void; caption: string; showTeam?: boolean; compact?: boolean; testId?: string; selected?: readonly string[]; onToggle?: (id: string) => void }) {
   const navigate = useNavigate();
   const { link } = usePeriodLink();
   const [ownSort, setOwnSort] = useState(DEFAULT_SORT);
   const shown = useMemo(() => (onSort ? rows : sortRows(rows, ownSort)), [rows, onSort, ownSort]);
+  const columns = runColumns({ showTeam, compact, link });
   return (
     <DataTable
       caption={caption}
-      columns={runColumns({ showTeam, compact, link })}
+      columns={selected && onToggle ? [selectColumn(selected, onToggle), ...columns] : columns}
       rows={shown}
       rowKey={runId}
       sort={onSort ? sort : ownSort}

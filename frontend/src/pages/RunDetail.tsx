@@ -3,7 +3,7 @@ import { Link, useParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { ApiError } from "../api/client";
-import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunMeta, Series } from "../api/types";
+import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunMeta, Series } from "../api/types";
 import { DataTable, ScrollBox, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
@@ -29,6 +29,7 @@ import {
 import { usePeriodLink } from "../lib/links";
 import { sortRows, toggleSort } from "../lib/urlState";
 import { useChartPalette } from "../lib/useChartPalette";
+import { BaselineCard } from "./run/Baseline";
 import { BreakdownTable } from "./run/Breakdown";
 import { evidenceLabel } from "./run/evidence";
 import { DataQualityCard, DataQualityNotice } from "./run/DataQuality";
@@ -169,6 +170,7 @@ function RunView({ detail }: { detail: RunDetail }) {
           <Empty title="Analysis pending">The run's telemetry is stored; its analysis appears here within a minute.</Empty>
         </Card>
       )}
+      <BaselineCard baseline={(detail as RunDetailWithBaseline).baseline} />
       <RunFacts run={run} />
     </>
   );

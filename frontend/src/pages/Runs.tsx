@@ -1,5 +1,5 @@
-import { useMemo } from "react";
-import { useSearchParams } from "react-router";
+import { useMemo, useState } from "react";
+import { useNavigate, useSearchParams } from "react-router";
 
 import { apiUrl } from "../api/client";
 import { useApi } from "../api/hooks";
@@ -8,7 +8,9 @@ import type { GpuSpec, Page, RunRow } from "../api/types";
 import { RunTable } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
 import { Card, PageHeader } from "../components/ui";
+import { COMPARE_MAX, COMPARE_MIN, comparePath } from "./Compare";
 import { formatNumber } from "../lib/format";
+import { usePeriodLink } from "../lib/links";
 import { useCommittedText } from "../lib/useDebounced";
 import {
   activeFilterCount,
@@ -58,6 +60,12 @@ export function RunsPage() {
   const { user } = useSession();
   const state = useApi<Page<RunRow>>(runsApiPath(query));
   const gpus = useApi<GpuSpec[]>("/api/v1/pricing/gpus");
+  // Runs ticked for comparison (kept across pages and filters until compared or cleared).
+  const [picked, setPicked] = useState<string[]>([]);
+  const navigate = useNavigate();
+  const { period } = usePeriodLink();
+  const togglePicked = (id: string) => setPicked((p) => (p.includes(id) ? p.filter((x) => x !== id) : [...p, id]));
+  const canCompare = picked.length >= COMPARE_MIN && picked.length <= COMPARE_MAX;
 
   const set = (patch: Partial<RunsQuery>, replace = false) => setParams(runsQueryToParams(updateRunsQuery(query, patch)), { replace });
 
@@ -80,9 +88,22 @@ export function RunsPage() {
         title="Runs"
         subtitle={data ? `${formatNumber(data.count)} run${data.count === 1 ? "" : "s"}${filters ? ` matching ${filters} filter${filters === 1 ? "" : "s"}` : ""}` : "Every run you can see"}
         actions={
-          <a className="btn" href={csv} download data-testid="runs-csv" title="Every run that matches these filters, as CSV">
-            Download CSV
-          </a>
+          <>
+            <span className="muted small" data-testid="compare-picked" aria-live="polite">
+              {picked.length ? `${picked.length} selected${picked.length > COMPARE_MAX ? ` (at most ${COMPARE_MAX})` : ""}` : `tick ${COMPARE_MIN}–${COMPARE_MAX} runs to compare`}
+            </span>
+            {picked.length > 0 && (
+              <button type="button" className="btn btn-ghost" onClick={() => setPicked([])}>
+                Clear selection
+              </button>
+            )}
+            <button type="button" className="btn" disabled={!canCompare} onClick={() => navigate(comparePath(picked, period))} data-testid="compare-action" title={`Compare ${COMPARE_MIN} to ${COMPARE_MAX} selected runs side by side`}>
+              Compare
+            </button>
+            <a className="btn" href={csv} download data-testid="runs-csv" title="Every run that matches these filters, as CSV">
+              Download CSV
+            </a>
+          </>
         }
       />
       {badDates.length > 0 && (
@@ -167,7 +188,7 @@ export function RunsPage() {
         >
           {(d) => (
             <div className={state.loading ? "is-refreshing" : undefined}>
-              <RunTable rows={d.results} sort={query.sort} onSort={(key) => set({ sort: toggleSort(query.sort, key) })} caption="Runs" testId="runs-table" />
+              <RunTable rows={d.results} sort={query.sort} onSort={(key) => set({ sort: toggleSort(query.sort, key) })} caption="Runs" testId="runs-table" selected={picked} onToggle={togglePicked} />
               <nav className="pager" aria-label="Pages">
                 <span className="muted">
                   {formatNumber(first)}–{formatNumber(last)} of {formatNumber(d.count)}
