@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
+from phantomhub.accounts.models import TokenKind
 from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry import selectors
@@ -102,8 +103,7 @@ class RunReadScopes(TokenScopes):
     runs it sees is run_get_visible's business, as there); every other caller as TokenScopes."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        if isinstance(user, ProjectPrincipal) and user.is_authenticated:
+        if isinstance(request.user, ProjectPrincipal) and getattr(request.auth, "kind", None) == TokenKind.PROJECT:
             return True
         return super().has_permission(request, view)
 

@@ -1,0 +1,85 @@
+"""GET /api/v1/runs/{id}/steps.parquet and `manage.py exportsteps`: what the agent sent, as Parquet."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from django.core.management import CommandError, call_command
+
+from phantomhub.telemetry.models import RunArchive, Step
+from phantomhub.telemetry.retention import storage_maintain
+from tests.conftest import Tenant
+from tests.telemetry.storage_helpers import RANKS, later, run_with_telemetry, sent_steps
+
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]
+
+
+@pytest.fixture(autouse=True)
+def archive_dir(settings: Any, tmp_path: Path) -> Path:
+    settings.ARCHIVE_URL = str(tmp_path / "archive")
+    return tmp_path / "archive"
+
+
+def _download(tenant: Tenant, run_id: Any, **headers: str) -> Any:
+    response = tenant.client.get(f"/api/v1/runs/{run_id}/steps.parquet", **headers)
+    assert response.status_code == 200, response.content if not response.streaming else response.status_code
+    assert response["Content-Type"] == "application/vnd.apache.parquet"
+    return pq.read_table(io.BytesIO(b"".join(response.streaming_content)))
+
+
+def _assert_is_what_was_sent(table: Any) -> None:
+    assert table.num_rows == RANKS * len(sent_steps(0)["step"])
+    for rank in range(RANKS):
+        rows = table.filter(table.column("rank").to_numpy() == rank)
+        for name, values in sent_steps(rank).items():
+            assert rows.column(name).to_pylist() == values, (rank, name)
+
+
+def test_steps_parquet_is_what_the_agent_sent_nulls_included(owner: Tenant) -> None:
+    run = run_with_telemetry(owner, finished_days_ago=None)
+    table = _download(owner, run.pk)
+    _assert_is_what_was_sent(table)
+    assert table.schema.field("step").type == "int64" and table.schema.field("rank").type == "int32"
+    assert table.schema.metadata[b"phantomhub.run_id"] == str(run.pk).encode()
+
+
+def test_steps_parquet_of_a_pruned_run_comes_from_the_archive(owner: Tenant, archive_dir: Path) -> None:
+    run = run_with_telemetry(owner)
+    storage_maintain(now=later(31))
+    assert not Step.objects.filter(run=run).exists()
+    archived = (archive_dir / RunArchive.objects.get(run=run).steps_path).read_bytes()
+    response = owner.client.get(f"/api/v1/runs/{run.pk}/steps.parquet", HTTP_ACCEPT="application/vnd.apache.parquet")
+    body = b"".join(response.streaming_content)
+    assert body == archived  # streamed as stored
+    _assert_is_what_was_sent(pq.read_table(io.BytesIO(body)))
+
+
+def test_people_of_the_team_download_it_and_other_projects_get_404(owner: Tenant, outsider: Tenant) -> None:
+    run = run_with_telemetry(owner, finished_days_ago=None)
+    response = outsider.client.get(f"/api/v1/runs/{run.pk}/steps.parquet")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    from rest_framework.test import APIClient
+
+    assert APIClient().get(f"/api/v1/runs/{run.pk}/steps.parquet").status_code == 401
+
+
+def test_exportsteps_writes_the_same_file(owner: Tenant, tmp_path: Path) -> None:
+    run = run_with_telemetry(owner, finished_days_ago=None)
+    target = tmp_path / "steps.parquet"
+    out = io.StringIO()
+    call_command("exportsteps", str(run.pk), "-o", str(target), stdout=out)
+    assert f"wrote {target}" in out.getvalue()
+    _assert_is_what_was_sent(pq.read_table(target))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("steps.parquet")] == ["steps.parquet"]
+
+
+def test_exportsteps_names_the_bad_argument(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="run_id: 'nope' is not a UUID"):
+        call_command("exportsteps", "nope", "-o", str(tmp_path / "x.parquet"))
+    with pytest.raises(CommandError, match="run_id: no run"):
+        call_command("exportsteps", "0b7e1c9a-0000-4000-8000-000000000000", "-o", str(tmp_path / "x.parquet"))
+    assert not list(tmp_path.iterdir())
