@@ -23,6 +23,7 @@ INTERVAL_S = 5.0
 def _loop() -> None:
     from phantomhub.alerts.services import alerts_evaluate
     from phantomhub.fleet.derive import fleet_derive_pending
+    from phantomhub.telemetry.retention import storage_maintain_due
     from phantomhub.waste.services import analysis_sweep
 
     lock_path = settings.VAR_DIR / "sweeper.lock"
@@ -36,6 +37,7 @@ def _loop() -> None:
                 result = analysis_sweep(inline=True)
                 fleet_derive_pending()  # node-days marked by node telemetry (phantomhub/fleet)
                 alerts_evaluate()  # alert rules read the analyses just stored (phantomhub/alerts)
+                storage_maintain_due()  # archive + raw retention, every PHANTOMHUB_STORAGE_INTERVAL_S; never raises
                 if result.analysed or result.crashed:
                     log.info("swept: %s", result)
             except Exception:
