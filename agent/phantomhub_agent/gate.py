@@ -13,7 +13,9 @@ exits
 - 2 on a usage or server error, a run still not analysed after ``--wait`` seconds, or a run with
   no baseline (``--allow-no-baseline`` makes that 0).
 
-RUN_ID is the id the agent gave the run (``run.id``, or PHANTOMHUB_RUN_ID) or the server's.
+RUN_ID is the id the agent gave the run (``run.id``), or the server's; any other text is turned
+into a run id as the agent turns PHANTOMHUB_RUN_ID into one (``--run ci-1234`` names the run a job
+started with PHANTOMHUB_RUN_ID=ci-1234).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ._identity import normalize_run_id
 from ._transport import NetworkError, Transport
 
 PASS, FAIL, ERROR = 0, 1, 2
@@ -194,11 +196,7 @@ def run_gate(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        uuid.UUID(run_id)
-    except ValueError:
-        err.write(f"gate: --run {run_id!r} is not a run id (a UUID)\n")
-        return ERROR
+    run_id = normalize_run_id(run_id)  # "exp-42" names the run the agent derived from it
     transport = Transport(server, token, timeout_s=30.0)
     try:
         body = wait_for_comparison(transport, run_id, wait_s=wait_s, out=err, sleep=sleep)

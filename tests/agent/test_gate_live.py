@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import phantomhub_agent as pa
+from phantomhub_agent._identity import normalize_run_id
 
 from .conftest import LiveServer, agent_cli
 
@@ -177,7 +178,7 @@ def test_gate_usage_and_server_errors_exit_2(live: LiveServer) -> None:
     assert done.returncode == 2 and "not found" in done.stderr
     done = _gate(live, "not-a-token", unknown, 100)
     assert done.returncode == 2 and "refused" in done.stderr
-    done = _gate(live, live.token, "run-7", 100)
-    assert done.returncode == 2 and "is not a run id" in done.stderr
+    done = _gate(live, live.token, "ci-7", 100)  # the run PHANTOMHUB_RUN_ID=ci-7 would name: none here
+    assert done.returncode == 2 and f"run {normalize_run_id('ci-7')} not found" in done.stderr
     done = subprocess.run([agent_cli(), "gate", "--run", unknown], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "--max-usd-per-month" in done.stderr
