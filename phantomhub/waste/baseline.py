@@ -183,16 +183,18 @@ def _lookup(run: Run) -> _Lookup:
             f"±{PEER_TOLERANCE:.0%} of this run's FLOPs, tokens and samples per step.",
             len(rows),
         )
+    # Only the two keys of each stored result that a composition needs (a big run's result holds
+    # every rank's figures): the database extracts them.
     found = {
-        str(rid): (name, started, result)
-        for rid, name, started, result in RunAnalysis.objects.filter(run_id__in=matching).values_list(
-            "run_id", "run__name", "started_at", "result"
+        str(rid): (name, started, windows, mfu)
+        for rid, name, started, windows, mfu in RunAnalysis.objects.filter(run_id__in=matching).values_list(
+            "run_id", "run__name", "started_at", "result__windows", "result__mfu_step_time"
         )
     }
     runs: list[BaselineRun] = []
     for rid in matching:
-        name, started, result = found[rid]
-        comp = composition_from_result(result) if isinstance(result, dict) else None
+        name, started, windows, mfu = found[rid]
+        comp = composition_from_result({"windows": windows, "mfu_step_time": mfu}) if isinstance(windows, dict) else None
         if comp is not None:
             runs.append(BaselineRun(rid, name, started, comp))
     if not runs:
@@ -345,8 +347,12 @@ def run_vs_baseline(run: Run) -> dict[str, Any]:
     }
     if row is None or look.baseline is None:
         return out
-    run_result = RunAnalysis.objects.filter(run=run).values_list("result", flat=True).first()
-    run_c = composition_from_result(run_result) if isinstance(run_result, dict) else None
+    stored = RunAnalysis.objects.filter(run=run).values_list("result__windows", "result__mfu_step_time").first()
+    run_c = (
+        composition_from_result({"windows": stored[0], "mfu_step_time": stored[1]})
+        if stored is not None and isinstance(stored[0], dict)
+        else None
+    )
     if run_c is None:
         return out | {"reason": "The run's analysis has no step time yet."}
     base = look.baseline.composition
