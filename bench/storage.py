@@ -16,7 +16,8 @@ constant per step. Noise is what costs bytes in Parquet: these are not flatterin
 
     PHANTOMHUB_DATABASE_URL=postgres://... python bench/storage.py [--ranks 8 --steps 25000]
 
-Prints the figures and writes bench/results/storage.json.
+It creates a database of its own on that server (and drops it at the end). Prints the figures
+and writes bench/results/storage.json.
 """
 
 from __future__ import annotations
@@ -148,7 +149,33 @@ def main() -> None:
     if not args.database_url or not args.database_url.startswith("postgres"):
         sys.exit("bench/storage.py measures PostgreSQL: set PHANTOMHUB_DATABASE_URL (or --database-url) to postgres://...")
     archive_dir = tempfile.mkdtemp(prefix="phantomhub-bench-archive-")
-    _setup_django(args.database_url, archive_dir)
+    # A database of its own, dropped at the end: bytes per row are measured on partitions that
+    # hold this run alone (another run's deleted rows would count as this one's).
+    scratch_url = _scratch_database(args.database_url)
+    try:
+        _setup_django(scratch_url, archive_dir)
+        _measure(args)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        _scratch_database(args.database_url, drop=scratch_url)
+
+
+def _scratch_database(url: str, drop: str | None = None) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    name = urlsplit(drop).path.lstrip("/") if drop else f"phantomhub_bench_storage_{os.getpid()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)" if drop else f"CREATE DATABASE {name}")
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _measure(args: argparse.Namespace) -> None:
 
     import uuid
 
@@ -180,6 +207,7 @@ def main() -> None:
     ingest_s = time.perf_counter() - t0
     hot = _hot_bytes(run)
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FINISHED, finished_at=now)
+    run.refresh_from_db()  # its ingest_seq: an archive at the current one is streamed as stored
 
     def timed(fn: Any) -> tuple[Any, float]:
         start = time.perf_counter()
@@ -232,7 +260,6 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
-    run.delete()
 
 
 if __name__ == "__main__":
