@@ -363,4 +363,10 @@ def test_a_run_whose_project_is_not_known_yet_counts_under_its_scheduler_identit
     record = json.loads((tmp_path / "runs" / "4242.json").read_text())
     record["project"] = None
     (tmp_path / "runs" / "4242.json").write_text(json.dumps(record))
-    assert resolver(tmp_path).owner(4242) == {"kind": "slurm", "job_id": "12345", "account": None, "partition": None, "user": "alice"}
+    assert resolver(tmp_path).owner(4242) == {
+        "kind": "slurm",
+        "job_id": "12345",
+        "account": None,
+        "partition": None,
+        "user": "alice",
+    }
