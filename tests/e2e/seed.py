@@ -194,3 +194,37 @@ def seed(base_url: str, tokens: dict[str, str], *, now: datetime | None = None) 
         events.append({"id": f"{rid}-finish", "kind": "finish", "rank": 0, "t_ns": end_ns, "status": spec.status})
         client.post(f"/api/v1/runs/{rid}/events", {"events": events})
     return ids
+
+
+# One node of four GPUs reporting every 15 s for the last hour, one GPU per class (docs/fleet.md):
+# a run of llm-pretrain (instrumented), a pod computing without the agent, a Slurm job holding
+# memory without computing (idle-held), and an empty GPU.
+FLEET_OWNERS = [
+    {"kind": "run", "project": "llm-pretrain", "run_id": "e2e-node-run", "server_run_id": None},
+    {"kind": "k8s", "namespace": "vision-batch", "pod": "augment-7", "labels": {"team": "vision"}},
+    {"kind": "slurm", "job_id": "4711", "account": "speech", "partition": "gpu", "user": "erin"},
+]
+FLEET_GPUS = [(90.0, 60 * 2**30, 0), (70.0, 40 * 2**30, 1), (0.0, 20 * 2**30, 2), (0.0, 0, None)]
+
+
+def seed_fleet(base_url: str, node_token: str, *, now: datetime | None = None) -> None:
+    """Posts the node's last hour through POST /api/v1/nodes/samples with a node token."""
+    now = now or datetime.now(UTC)
+    end = _ns(now) - _ns(now) % (15 * 10**9)
+    times = [end - i * 15 * 10**9 for i in range(240)][::-1]
+    node = {"hostname": "e2e-gpu-node", "provider": "aws", "region": "us-east-1", "resource_id": "i-0e2e",
+            "gpu_model": "H100-SXM", "gpu_count": 4, "source": "nvml"}  # fmt: skip
+    client = Client(base_url, node_token)
+    for start in range(0, len(times), 60):
+        chunk = times[start : start + 60]
+        gpus: dict[str, list[Any]] = {"t_ns": [], "gpu_index": [], "util_pct": [], "mem_used_bytes": []}
+        procs: dict[str, list[Any]] = {"t_ns": [], "gpu_index": [], "pid": [], "mem_used_bytes": [], "owner": []}
+        for t in chunk:
+            for index, (util, mem, owner) in enumerate(FLEET_GPUS):
+                for key, value in zip(gpus, (t, index, util, mem), strict=True):
+                    gpus[key].append(value)
+                if owner is not None:
+                    for key, value in zip(procs, (t, index, 1000 + index, mem, owner), strict=True):
+                        procs[key].append(value)
+        body = {"node": node, "interval_s": 15, "gpus": gpus, "processes": procs, "owners": FLEET_OWNERS}
+        client.post("/api/v1/nodes/samples", body)
