@@ -230,6 +230,7 @@ def test_a_dcgm_exporter_page_is_the_source_when_named(fake_server: FakeServer, 
         (["--interval", "0", "--print"], "--interval"),
         ([], "no server"),
         (["--server", "http://127.0.0.1:1"], "no token"),
+        (["--server", "127.0.0.1:8000", "--token", "t"], "http(s) URL"),
         (["--label", "novalue", "--print"], "KEY=VALUE"),
     ],
 )

@@ -72,6 +72,8 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     token = args.token or os.environ.get("PHANTOMHUB_TOKEN")
     if not args.print_payload and not server:
         parser.error("no server: pass --server or set PHANTOMHUB_SERVER (or --print to only print)")
+    if server and not server.startswith(("http://", "https://")):
+        parser.error(f"--server: must be an http(s) URL, not {server!r}")
     if server and not token:
         parser.error("no token: pass --token or set PHANTOMHUB_TOKEN (a node token)")
     labels = _labels(parser, args.label)
