@@ -3,8 +3,9 @@
 Both sides write the same 5,000-row step batches into telemetry_step of one database, with the
 same number of clients, each client owning one run (its own primary-key range), one batch per
 transaction, payloads built before the clock starts:
-- API: C client threads POST the JSON batches (gzip, as the agent sends them, unless --no-gzip)
-  to /api/v1/runs/{id}/steps on gunicorn (W workers), one keep-alive connection each;
+- API: C client threads POST the JSON batches, encoded as the agent encodes them (packed int64 /
+  float64 columns, gzip level 1; ``--columns arrays`` for plain JSON arrays, ``--no-gzip``) to
+  /api/v1/runs/{id}/steps on gunicorn (W workers), one keep-alive connection each;
 - raw COPY: C client threads, one psycopg connection each, send the same rows as prebuilt
   binary COPY payloads, COPY + COMMIT per batch: what the API does underneath, without HTTP,
   authentication, JSON, validation or the rank/run bookkeeping.
@@ -16,13 +17,13 @@ median; and the same ratio from CPU seconds per row, which other load on the mac
 less. Gunicorn runs without a broker (no analysis is enqueued) and without a rate limit.
 Writes bench/results/ingest.json.
 
-    .venv/bin/python bench/ingest.py [--rounds 5] [--batches 60] [--batch 5000] [--clients 4] [--workers 4] [--no-gzip]
+    .venv/bin/python bench/ingest.py [--rounds 5] [--batches 60] [--batch 5000] [--clients 4] [--workers 4]
+        [--no-gzip] [--columns arrays]
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import http.client
 import json
 import os
@@ -44,6 +45,7 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "agent"))
 from bench.common import database_recreate, gunicorn_server, manage  # noqa: E402
 
 T0_NS = 1_790_000_000 * 10**9
@@ -215,6 +217,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=True, help="gzip bodies, as the agent does")
     parser.add_argument(
+        "--columns",
+        choices=("packed", "arrays"),
+        default="packed",
+        help="packed: base64 int64/float64 columns, as the agent sends them to a server that takes them; arrays: JSON arrays",
+    )
+    parser.add_argument(
         "--database-url",
         default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench_ingest"),
     )
@@ -252,8 +260,12 @@ def main() -> None:
     print(f"[setup] building {args.batches} batches of {args.batch} rows …", flush=True)
     # Client k sends batches k, k + C, k + 2C, ... to a run of its own: steps 0, batch, 2 batch, ...
     columns = [batch_columns(i // args.clients * args.batch, args.batch, rng) for i in range(args.batches)]
-    raw_bodies = [json.dumps({"rank": 0, "steps": c}).encode() for c in columns]
-    bodies = [gzip.compress(raw, 1) if args.gzip else raw for raw in raw_bodies]
+    from phantomhub_agent._batcher import encode_json, gzip_bytes, pack_columns
+
+    # Encoded as the agent encodes a batch (_batcher.fit_columns): JSON, packed columns, gzip level 1.
+    wire = [pack_columns(c) if args.columns == "packed" else c for c in columns]
+    raw_bodies = [encode_json({"rank": 0, "steps": w}) for w in wire]
+    bodies = [gzip_bytes(raw) if args.gzip else raw for raw in raw_bodies]
     validated = [columns_validate(c, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**6) for c in columns]
     names = list(STEP_TABLE.pg_types)
     copy_sql = COPY_SQL.format(cols=", ".join(["run_id", "rank", *names]))
@@ -343,6 +355,7 @@ def main() -> None:
         "clients": args.clients,
         "gunicorn_workers": args.workers,
         "gzip": args.gzip,
+        "columns": args.columns,
         "body_kb_per_batch": round(sum(len(b) for b in bodies) / len(bodies) / 1000, 1),
         "json_kb_per_batch": round(sum(len(b) for b in raw_bodies) / len(raw_bodies) / 1000, 1),
         "api": api.summary(),
@@ -353,7 +366,12 @@ def main() -> None:
         "api_over_copy_by_cpu": round(cpu_per_row["copy"] / cpu_per_row["api"], 3),
         "target_api_over_copy": TARGET_RATIO,
         "rows_stored_at_end": int(stored[0]) if stored else None,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_avg": os.getloadavg(),
+        },
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     s_api, s_copy = result["api"], result["copy"]

@@ -8,9 +8,12 @@ tested with plain lists and property-based tests.
 
 from __future__ import annotations
 
+import array
+import base64
 import gzip
 import json
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -173,6 +176,63 @@ def base_after(last_step: Any) -> int:
     return int(last_step) + 1
 
 
+def packed_from_run(answer: Any) -> bool:
+    """Whether the server that answered ``POST /api/v1/runs`` takes packed columns."""
+    wire = answer.get("wire") if isinstance(answer, dict) else None
+    return isinstance(wire, dict) and wire.get("packed_columns") is True
+
+
+def pack_column(values: list[Any]) -> Any:
+    """A column as ``{"i8" | "f8": base64 of little-endian values}`` when it is all integers
+    (int64) or all finite numbers; otherwise (nulls, NaN, numpy scalars, huge integers) the list
+    as it is. The server decodes a packed column with one base64 pass instead of a JSON number
+    per value, and the encoding here is C-speed too (array, base64)."""
+    kinds = set(map(type, values))
+    try:
+        if kinds == {int}:
+            code, packed = "i8", array.array("q", values)
+        elif kinds and kinds <= {int, float}:
+            code, packed = "f8", array.array("d", values)
+            if not all(map(math.isfinite, packed)):
+                return values  # encode_json turns them into nulls
+        else:
+            return values
+    except OverflowError:
+        return values
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return {code: base64.b64encode(packed.tobytes()).decode("ascii")}
+
+
+def unpack_column(value: Any) -> Any:
+    """The list a packed column holds (anything else unchanged)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return value
+    ((code, text),) = value.items()
+    typecode = {"i8": "q", "f8": "d"}.get(code)
+    if typecode is None or not isinstance(text, str):
+        return value
+    out = array.array(typecode)
+    out.frombytes(base64.b64decode(text))
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out.tolist()
+
+
+def pack_columns(columns: Columns) -> dict[str, Any]:
+    return {name: pack_column(values) for name, values in columns.items()}
+
+
+def unpack_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """A decoded batch with its step and sample columns as plain lists again (to split, shift or
+    re-send it to a server that takes only arrays)."""
+    for part in ("steps", "samples"):
+        columns = payload.get(part)
+        if isinstance(columns, dict):
+            payload[part] = {name: unpack_column(values) for name, values in columns.items()}
+    return payload
+
+
 def step_base_from_run(answer: Any, rank: int) -> int:
     """The step base of ``rank`` from the answer to ``POST /api/v1/runs`` (0 for a new run)."""
     ranks = answer.get("ranks") if isinstance(answer, dict) else None
@@ -301,8 +361,11 @@ def gzip_bytes(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=1, mtime=0)
 
 
-def fit_columns(key: str, columns: Columns, extra: dict[str, Any], max_bytes: int) -> Iterator[tuple[dict[str, Any], bytes, int]]:
-    """Payloads ``{**extra, key: columns}`` encoded to JSON, halved until each fits ``max_bytes``.
+def fit_columns(
+    key: str, columns: Columns, extra: dict[str, Any], max_bytes: int, *, packed: bool = False
+) -> Iterator[tuple[dict[str, Any], bytes, int]]:
+    """Payloads ``{**extra, key: columns}`` encoded to JSON (columns packed if ``packed``),
+    halved until each fits ``max_bytes``.
 
     A single row that is still too large is yielded as is (the server's 413 decides its fate).
     """
@@ -310,7 +373,7 @@ def fit_columns(key: str, columns: Columns, extra: dict[str, Any], max_bytes: in
     while stack:
         part = stack.pop()
         payload = dict(extra)
-        payload[key] = part
+        payload[key] = pack_columns(part) if packed else part
         body = encode_json(payload)
         rows = column_rows(part)
         if len(body) > max_bytes and rows > 1:
@@ -322,15 +385,18 @@ def fit_columns(key: str, columns: Columns, extra: dict[str, Any], max_bytes: in
 
 
 def fit_batch(
-    parts: dict[str, Any], extra: dict[str, Any], max_bytes: int, *, rebase: bool = False
+    parts: dict[str, Any], extra: dict[str, Any], max_bytes: int, *, rebase: bool = False, packed: bool = False
 ) -> Iterator[tuple[bytes, int, bool]]:
     """A combined batch ``{**extra, **parts}`` encoded: (body, step rows, rebase) per request.
 
     One request when it fits ``max_bytes`` (the usual case: an interval of one rank is a few KB);
     otherwise each part on its own, columns halved until each fits. Only the requests that carry
-    steps keep ``rebase``.
+    steps keep ``rebase``. ``packed``: step and sample columns packed (``pack_column``), except
+    steps awaiting a rebase, which the spool shifts as lists.
     """
-    body = encode_json({**extra, **parts})
+    pack = {"steps": packed and not rebase, "samples": packed}
+    wire = {name: pack_columns(value) if pack.get(name) else value for name, value in parts.items()}
+    body = encode_json({**extra, **wire})
     steps = parts.get("steps")
     if len(body) <= max_bytes or set(parts) == {"events"}:  # events come at most 500 a request
         yield body, column_rows(steps) if steps is not None else 0, rebase and steps is not None
@@ -341,5 +407,5 @@ def fit_batch(
         if name == "events":
             yield encode_json({**extra, "events": parts["events"]}), 0, False
             continue
-        for _payload, part_body, rows in fit_columns(name, parts[name], extra, max_bytes):
+        for _payload, part_body, rows in fit_columns(name, parts[name], extra, max_bytes, packed=pack[name]):
             yield part_body, rows if name == "steps" else 0, rebase and name == "steps"

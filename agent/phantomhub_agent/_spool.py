@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._batcher import encode_json, gzip_bytes, shift_steps
+from ._batcher import encode_json, gzip_bytes, shift_steps, unpack_payload
 
 SUFFIX = ".phk"
 CLAIM_MARK = ".claimed-"
@@ -163,7 +163,7 @@ def writer_of(name: str) -> tuple[int, int] | None:
 def shift_request(request: SpooledRequest, base: int) -> SpooledRequest:
     """A rebase-marked steps request (or combined batch) with its step numbers shifted by ``base``."""
     body = gzip.decompress(request.body) if request.gzipped else request.body
-    payload = json.loads(body.decode("utf-8"))
+    payload = unpack_payload(json.loads(body.decode("utf-8")))
     payload["steps"] = shift_steps(payload["steps"], base)
     raw = encode_json(payload)
     return dataclasses.replace(request, body=gzip_bytes(raw) if request.gzipped else raw, rebase=False)

@@ -110,6 +110,8 @@ class Worker:
         self.once = OnceLogger()
         self.halted = False
         self.healthy = True
+        # The server said it takes packed columns (its answer to the run's registration).
+        self._packed = False
         self._fail_streak = 0
         self._next_probe = 0.0
         self._skip_runs: set[str] = set()
@@ -325,11 +327,12 @@ class Worker:
                 cols = b.shift_steps(cols, base)
             cols = b.compact_columns(cols, b.REQUIRED_STEP_COLUMNS)
             rebase = auto and base is None
-            for _payload, body, rows in b.fit_columns("steps", cols, extra, s.batch_max_bytes):
+            packed = self._packed and not rebase
+            for _payload, body, rows in b.fit_columns("steps", cols, extra, s.batch_max_bytes, packed=packed):
                 self._outbox.append(self._request("steps", run_path + "/steps", body, rows, rebase=rebase))
         while len(self._sample_cols) and (force or self._sample_cols.due(now_ns, s.batch_max_rows, max_age)):
             cols = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
-            for _payload, body, rows in b.fit_columns("samples", cols, extra, s.batch_max_bytes):
+            for _payload, body, rows in b.fit_columns("samples", cols, extra, s.batch_max_bytes, packed=self._packed):
                 self._outbox.append(self._request("samples", run_path + "/samples", body, rows))
         events_due = self._events_oldest is not None and now_ns - self._events_oldest >= max_age
         if self._events and (force or events_due or len(self._events) >= EVENTS_PER_REQUEST):
@@ -383,7 +386,8 @@ class Worker:
                     self._events_oldest = None
             if not parts:
                 return  # only held steps are pending
-            for body, rows, part_rebase in b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase):
+            batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed)
+            for body, rows, part_rebase in batches:
                 self._outbox.append(self._request("batch", path, body, rows, rebase=part_rebase))
 
     def _request(self, kind: str, path: str, body: bytes, rows: int, *, rebase: bool = False) -> SpooledRequest:
@@ -414,10 +418,12 @@ class Worker:
 
     def _registered(self, request: SpooledRequest, response: Response | None) -> None:
         """A registration was delivered: the step base of its process comes with the answer."""
-        base = b.step_base_from_run(response.json() if response is not None else None, self.ctx.rank)
+        answer = response.json() if response is not None else None
+        base = b.step_base_from_run(answer, self.ctx.rank)
         if self._is_registration(request):
             self._step_base = base
             self._base_pending = False
+            self._packed = b.packed_from_run(answer)
             self._notify_registered(response)
 
     def _notify_registered(self, response: Response | None) -> None:
@@ -718,10 +724,12 @@ class Worker:
         """Shifts the steps its process spooled after it, before the registration file goes."""
         writer = writer_of(entry.name)
         rank = writer[1] if writer is not None else self.ctx.rank
-        base = b.step_base_from_run(response.json() if response is not None else None, rank)
+        answer = response.json() if response is not None else None
+        base = b.step_base_from_run(answer, rank)
         self.spool.rebase_after(entry, base)
         if self._is_registration(request):
             self._step_base = base
+            self._packed = b.packed_from_run(answer)
             self._notify_registered(response)
 
     def _out_of_time(self, started: float, budget: float) -> bool:
@@ -888,7 +896,7 @@ def batch_endpoint_missing(response: Response | None) -> bool:
 def unbatch(request: SpooledRequest) -> list[SpooledRequest]:
     """A combined batch as the separate requests an older server takes (/steps, /samples, /events)."""
     raw = gzip.decompress(request.body) if request.gzipped else request.body
-    payload = json.loads(raw.decode("utf-8"))
+    payload = b.unpack_payload(json.loads(raw.decode("utf-8")))  # an older server: arrays only
     extra = {key: value for key, value in payload.items() if key not in b.BATCH_PARTS}
     base_path = request.path[: -len("/batch")]
     out = []
@@ -943,11 +951,11 @@ def split_request(request: SpooledRequest) -> list[SpooledRequest] | None:
     """Halves a columnar batch (steps or samples) for a server that answered 413."""
     if request.kind == "batch":
         raw = gzip.decompress(request.body) if request.gzipped else request.body
-        return split_batch(request, json.loads(raw.decode("utf-8")))
+        return split_batch(request, b.unpack_payload(json.loads(raw.decode("utf-8"))))
     if request.kind not in ("steps", "samples", "events") or request.rows <= 1:
         return None
     body = gzip.decompress(request.body) if request.gzipped else request.body
-    payload = json.loads(body.decode("utf-8"))
+    payload = b.unpack_payload(json.loads(body.decode("utf-8")))
     out = []
     if request.kind == "events":
         events = payload["events"]

@@ -202,14 +202,30 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
     team = serializers.CharField(source="project.team.slug", read_only=True)
     client_id = serializers.SerializerMethodField()
     ranks = serializers.SerializerMethodField()
+    wire = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
         fields = [
             "id", "client_id", "name", "project", "team", "tags", "status", "gpu_model", "gpu_count", "world_size",
             "nodes", "provider", "region", "pricing_tier", "dtype", "allocation_start", "started_at",
-            "finished_at", "last_seen_at", "config", "environment", "ranks",
+            "finished_at", "last_seen_at", "config", "environment", "ranks", "wire",
         ]  # fmt: skip
+
+    @extend_schema_field(
+        inline_serializer(
+            "RunWire",
+            {
+                "packed_columns": serializers.BooleanField(
+                    help_text='step and sample columns may be sent packed: {"i8" | "f8": base64 of little-endian values}'
+                )
+            },
+        )
+    )
+    def get_wire(self, run: Run) -> dict[str, bool]:
+        # What this server's ingest understands beyond plain arrays: the agent packs only after
+        # the server said so, so an older server keeps getting arrays.
+        return {"packed_columns": True}
 
     @extend_schema_field(
         serializers.UUIDField(help_text="the id the run was registered by (its `id`, unless another project had it)")

@@ -6,6 +6,8 @@ checked with a handful of vectorised comparisons instead of 75,000 Python-level 
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +89,59 @@ class Batch:
         return bool(self.nulls)
 
 
-def _typed(col: Column, field: str, raw: list[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
+# A packed column: `{"i8": "<base64>"}` or `{"f8": "<base64>"}`, the values as little-endian
+# int64 / float64 (no nulls: a column with nulls travels as an array). Decoding is a base64 pass
+# and a view, instead of a JSON number per value and a typed copy (~0.4 -> ~0.15 ms a column of
+# 5,000 rows); the checks after it are the same as for an array.
+PACKED_DTYPES = {"i8": np.dtype("<i8"), "f8": np.dtype("<f8")}
+
+
+def packed_length(raw: dict[str, Any]) -> int | None:
+    """Rows in a packed column, from its text's length alone (None: malformed; _unpacked says how)."""
+    if len(raw) != 1:
+        return None
+    ((code, text),) = raw.items()
+    if code not in PACKED_DTYPES or not isinstance(text, str) or len(text) % 4:
+        return None
+    size = len(text) // 4 * 3 - text[-2:].count("=")
+    itemsize = PACKED_DTYPES[code].itemsize
+    return size // itemsize if size % itemsize == 0 else None
+
+
+def _unpacked(col: Column, field: str, raw: dict[str, Any]) -> npt.NDArray[Any]:
+    if len(raw) != 1 or next(iter(raw)) not in PACKED_DTYPES or not isinstance(next(iter(raw.values())), str):
+        raise ColumnError(field, 'a packed column is {"i8": "<base64>"} or {"f8": "<base64>"}')
+    ((code, text),) = raw.items()
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ColumnError(field, "packed column: not valid base64") from None
+    dtype = PACKED_DTYPES[code]
+    if len(data) % dtype.itemsize:
+        raise ColumnError(field, f"packed column: {len(data)} bytes is not a whole number of {dtype.itemsize}-byte values")
+    arr = np.frombuffer(data, dtype=dtype).astype(np.int64 if code == "i8" else np.float64)
+    if code == "f8":
+        if not np.isfinite(arr).all():
+            raise ColumnError(field, "must be finite (no NaN or Infinity)")
+        if col.kind == "int":
+            raise ColumnError(field, "must be integers")
+    elif col.kind == "float":
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def _range_check(col: Column, field: str, arr: npt.NDArray[Any], shown: Any) -> None:
+    if len(arr) and (arr.min() < col.lo or arr.max() > col.hi):
+        bad = int(np.flatnonzero((arr < col.lo) | (arr > col.hi))[0])
+        value = shown[bad] if isinstance(shown, list) else arr[bad].item()
+        raise ColumnError(f"{field}[{bad}]", f"{value!r} is out of range; values must be in [{col.lo:g}, {col.hi:g}]")
+
+
+def _typed(col: Column, field: str, raw: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
+    if isinstance(raw, dict):
+        arr = _unpacked(col, field, raw)
+        _range_check(col, field, arr, arr)
+        return arr, None
     # One C-speed pass tells which Python types the column holds; numpy does the rest.
     types = set(map(type, raw))
     if not types <= {int, float, type(None)}:  # bool, str, list, dict...
@@ -111,9 +165,7 @@ def _typed(col: Column, field: str, raw: list[Any]) -> tuple[npt.NDArray[Any], n
             raise ColumnError(field, "must be integers")
     elif col.kind == "float":
         arr = arr.astype(np.float64)
-    if len(arr) and (arr.min() < col.lo or arr.max() > col.hi):
-        bad = int(np.flatnonzero((arr < col.lo) | (arr > col.hi))[0])
-        raise ColumnError(f"{field}[{bad}]", f"{raw[bad]!r} is out of range; values must be in [{col.lo:g}, {col.hi:g}]")
+    _range_check(col, field, arr, raw)
     return arr, nulls
 
 
@@ -143,15 +195,22 @@ def columns_validate(
     for col in spec:
         if col.required and col.name not in body:
             raise ColumnError(f"{where}.{col.name}", "required column is missing")
-    lengths = set()
+    lengths: dict[str, int] = {}
     for name, raw in body.items():
-        if not isinstance(raw, list):
-            raise ColumnError(f"{where}.{name}", "must be an array")
-        lengths.add(len(raw))
-    if len(lengths) > 1:
-        counts = ", ".join(f"{name}={len(raw)}" for name, raw in body.items())
+        if isinstance(raw, list):
+            lengths[name] = len(raw)
+        elif isinstance(raw, dict):
+            packed = packed_length(raw)
+            if packed is None:
+                _unpacked(known[name], f"{where}.{name}", raw)  # raises, naming what is wrong
+                raise ColumnError(f"{where}.{name}", "packed column: not valid base64")
+            lengths[name] = packed
+        else:
+            raise ColumnError(f"{where}.{name}", "must be an array (or a packed column)")
+    if len(set(lengths.values())) > 1:
+        counts = ", ".join(f"{name}={n}" for name, n in lengths.items())
         raise ColumnError(where, f"columns must all have the same length ({counts})")
-    n = lengths.pop() if lengths else 0
+    n = next(iter(lengths.values())) if lengths else 0
     if n == 0:
         raise ColumnError(f"{where}.{spec[0].name}", "batch is empty")
     if n > max_rows:
