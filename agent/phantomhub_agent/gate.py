@@ -102,7 +102,9 @@ def _share(value: Any) -> str:
 def _pct(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "–"
-    return f"{value:.1%}" if value == 0 or abs(value) >= 0.01 else f"{value * 100:.2g}%"  # never a bare 0.0%
+    if value == 0 or abs(value) >= 0.001:
+        return f"{value:.1%}"
+    return "<0.1%" if value > 0 else ">-0.1%"  # never a bare 0.0% for a small non-zero
 
 
 def _signed_usd(value: Any) -> str:
@@ -119,7 +121,7 @@ def _delta(metric: dict[str, Any]) -> str:
     if metric.get("unit") == "ms":
         text = f"{d:+,.2f} ms"
     else:
-        text = f"{d * 100:+.1f} pts" if d == 0 or abs(d) >= 0.001 else f"{d * 100:+.2g} pts"
+        text = f"{d * 100:+.1f} pts" if d == 0 or abs(d) >= 0.001 else ("<+0.1 pts" if d > 0 else ">-0.1 pts")
     return text + (f" ({pct:+.0%})" if isinstance(pct, (int, float)) else "")
 
 
