@@ -170,9 +170,12 @@ def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
     out: dict[str, Any] = {name: np.concatenate([getattr(b, name) for b in batches]) for name in ("step", "t_start_ns", "dur_ns")}
     for name in (*OPTIONAL_INT_COLUMNS, "flops"):
         parts = [getattr(b, name) for b in batches]
+        fill = np.nan if name == "flops" else (-1 if name in _MEM_COLUMNS else 0)
+        dtype = np.float64 if name == "flops" else np.int64
+        if all(p is None for p in parts):
+            out[name] = np.full(len(out["step"]), fill, dtype=dtype)
+            continue
         if any(p is None for p in parts):
-            fill = np.nan if name == "flops" else (-1 if name in _MEM_COLUMNS else 0)
-            dtype = np.float64 if name == "flops" else np.int64
             parts = [np.full(len(b), fill, dtype=dtype) if p is None else p for p, b in zip(parts, batches, strict=True)]
         out[name] = np.concatenate(parts)
     return out
@@ -532,7 +535,8 @@ class RunAccumulator:
         if end_ns < self.config.allocation_start_ns:
             raise ValueError("end_ns is before allocation_start_ns")
         done = self._clone()
-        last_rows: list[tuple[RankState, dict[str, Any], IntArray]] = []
+        states: list[RankState] = []
+        rows: list[dict[str, Any]] = []
         for rs in done.ranks.values():
             past_end = rs.max_t_start is not None and rs.max_t_start >= end_ns
             if past_end or (rs.horizon is not None and rs.horizon > end_ns):
@@ -540,9 +544,20 @@ class RunAccumulator:
             row, rs.pending = rs.pending, None
             if row is None or row["t_start_ns"] >= end_ns:
                 continue
-            row = {**row, "dur_ns": min(row["dur_ns"], end_ns - row["t_start_ns"])}
-            last_rows.append((rs, _pending_arrays(row), np.array([NS_MAX], dtype=np.int64)))
-        done._attribute_many(last_rows)
+            states.append(rs)
+            rows.append(row)
+        if rows:
+            # Every rank's last row, cut at the end, attributed in one pass (one row per rank).
+            cols: dict[str, Any] = {}
+            for k in rows[0]:
+                values = [row[k] for row in rows]
+                if k == "flops":
+                    cols[k] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+                else:
+                    cols[k] = np.array(values, dtype=np.int64)
+            cols["dur_ns"] = np.minimum(cols["dur_ns"], end_ns - cols["t_start_ns"])
+            ones = np.ones(len(rows), dtype=np.int64)
+            done._attribute_rows(states, ones, cols, np.full(len(rows), NS_MAX, dtype=np.int64))
         done._align(final=True)
         return done
 
@@ -552,7 +567,8 @@ class RunAccumulator:
         twin = copy.copy(self)
         twin.ranks = {}
         for rank, rs in self.ranks.items():
-            c = copy.copy(rs)
+            c = RankState.__new__(RankState)
+            c.__dict__.update(rs.__dict__)
             c.columns = set(rs.columns)
             c.pending = None if rs.pending is None else dict(rs.pending)
             c.piece_ns = rs.piece_ns.copy()
@@ -560,7 +576,7 @@ class RunAccumulator:
             c.tail = AlignedRows(list(rs.tail.step), list(rs.tail.arrival), list(rs.tail.comm))
             twin.ranks[rank] = c
         twin.windows = self.windows.copy()
-        twin.stragglers = {k: copy.copy(v) for k, v in self.stragglers.items()}
+        twin.stragglers = {k: StragglerCounters(*v.to_json()) for k, v in self.stragglers.items()}
         twin.hosts = {k: copy.deepcopy(v) for k, v in self.hosts.items()}
         return twin
 

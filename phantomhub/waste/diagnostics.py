@@ -68,10 +68,13 @@ def memory_diagnostics(ranks: Sequence[RankState], capacity_bytes: int | None, o
 
 
 def host_diagnostics(ranks: Sequence[RankState], hosts: dict[str, HostSamples]) -> HostDiagnostics:
-    names = sorted({r.host for r in ranks} | set(hosts))
+    by_host: dict[str, list[RankState]] = {}
+    for r in ranks:
+        by_host.setdefault(r.host, []).append(r)
+    names = sorted(set(by_host) | set(hosts))
     figures = []
     for name in names:
-        mine = [r for r in ranks if r.host == name]
+        mine = by_host.get(name, [])
         hs = hosts.get(name, HostSamples())
         step_ns = sum(r.sums["nonphase_ns"] for r in mine)
         other_mean = _mean(hs.other_sum, hs.other_n)

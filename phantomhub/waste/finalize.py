@@ -150,14 +150,17 @@ def build_analysis(
 
     # -- per rank ------------------------------------------------------------------------------
     ranks = []
+    label_cat: dict[str, str] = {}
     for slot, rs in enumerate(rank_slots):
         if rs is None:
             continue
         by_cat_ns = dict.fromkeys(CATEGORIES, 0)
         by_cat_usd = dict.fromkeys(CATEGORIES, 0.0)
+        rank_usd = book.rank_usd[slot]
         for label, ns in book.rank_ns[slot].items():
-            by_cat_ns[cat_of(label)] += ns
-            by_cat_usd[cat_of(label)] += book.rank_usd[slot][label]
+            cat = label_cat.get(label) or label_cat.setdefault(label, cat_of(label))
+            by_cat_ns[cat] += ns
+            by_cat_usd[cat] += rank_usd[label]
         live = rs.sums["live_steps"]
         compute_ns = rs.sums["useful_ns"] + rs.sums["inefficiency_ns"]
         counters = acc.stragglers.get(rs.rank)

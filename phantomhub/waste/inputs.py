@@ -142,6 +142,17 @@ class StepColumns:
             raise ValueError(f"missing required step column(s): {missing}")
         return cls(rank=rank, host=host, **{k: v for k, v in columns.items() if v is not None})
 
+    @classmethod
+    def trusted(cls, *, rank: int, host: str, columns: Mapping[str, Any]) -> StepColumns:
+        """From 1-D int64 (flops: float64) arrays of equal length, without checking them again
+        (columns read back from the database, already checked at ingest)."""
+        cols = object.__new__(cls)
+        object.__setattr__(cols, "rank", rank)
+        object.__setattr__(cols, "host", host)
+        for name in ALL_COLUMNS:
+            object.__setattr__(cols, name, columns.get(name))
+        return cols
+
     def __len__(self) -> int:
         return len(self.step)
 

@@ -72,7 +72,6 @@ def _rank_matrix(acc: RunAccumulator, slots: list[RankState | None], keep: Any, 
 
 def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None], gpu_per_slot: Fraction) -> Ledger:
     cov = acc.ctx.coverage
-    start = acc.config.allocation_start_ns
     all_lo = acc.ctx.pieces.starts
     all_hi = np.minimum(acc.ctx.pieces.ends(), end_ns)
     keep = all_hi > all_lo

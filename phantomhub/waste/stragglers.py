@@ -85,6 +85,10 @@ class AlignedRows:
 
     def take_through(self, watermark: int) -> tuple[IntArray, IntArray, IntArray]:
         """Remove and return rows with step <= watermark."""
+        if self.step and int(self.step[-1][-1]) <= watermark and all(int(s[-1]) <= watermark for s in self.step[:-1]):
+            out = self.arrays()  # all of them (the usual case: a rank's tail is one aligned batch)
+            self.step, self.arrival, self.comm = [], [], []
+            return out
         step, arrival, comm = self.arrays()
         done = step <= watermark
         keep = ~done
