@@ -70,7 +70,7 @@ def _waste(rule: AlertRule, row: RunAnalysis) -> Observation | None:
             "window_seconds": round(fig.seconds, 3),
             "steps": round(fig.steps, 2),
             "waste_share": fig.waste_share,
-            "shares": dict(fig.shares),
+            "shares": {name: round(share, 4) for name, share in fig.shares.items()},
             "useful_basis": fig.useful_basis,
             "run_usd_per_hour": rate,
             "mfu": fig.mfu,

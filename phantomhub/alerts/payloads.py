@@ -34,7 +34,7 @@ def _fmt(figure: str, value: float | None) -> str:
 def summary(rule: AlertRule, state: AlertState, event: str) -> str:
     figure = str(state.evidence.get("figure", ""))
     name = FIGURE_NAMES.get(figure, figure.replace("_", " "))
-    money = f", ${state.usd_per_hour:,.2f}/h" if state.usd_per_hour is not None else ""
+    money = f", ${state.usd_per_hour:,.2f}/h" if state.usd_per_hour is not None and not figure.endswith("usd_per_hour") else ""
     if event == "resolved":
         return f"Resolved: {rule.name}: {state.subject_label} is back within the rule ({name} {_fmt(figure, state.value)})"
     threshold = state.evidence.get("threshold")

@@ -119,7 +119,11 @@ def test_a_data_stall_mid_run_sends_one_signed_alert_and_one_resolve(
     assert alerts[0].at - stalled_at < 60
     steps_for(3)  # the stall goes on a little: still one alert
     stall["on"] = False
+    ended_at = time.monotonic()
     steps_for(60, until=lambda: len(receiver.got) >= 2)
+    if len(receiver.got) >= 2:
+        resolve_s = receiver.got[1].at - ended_at
+        print(f"alert {alerts[0].at - stalled_at:.1f} s after the stall began, resolve {resolve_s:.1f} s after it ended")
     steps_for(6)  # healthy again for a while: nothing more arrives
     run.finish()
     time.sleep(6)  # one more sweep after the run ended: the resolved alert stays resolved
