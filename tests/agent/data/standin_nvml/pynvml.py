@@ -37,12 +37,12 @@ class NVMLError(Exception):
     pass
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's own name
+class NVMLError_NotSupported(NVMLError):
     def __str__(self) -> str:
         return "Not Supported"
 
 
-class NVMLError_Uninitialized(NVMLError):  # noqa: N801
+class NVMLError_Uninitialized(NVMLError):
     def __str__(self) -> str:
         return "Uninitialized"
 
@@ -82,55 +82,55 @@ def _gpu(handle: int, reading: str) -> dict[str, Any]:
     return gpu
 
 
-def nvmlInit() -> None:  # noqa: N802 - NVML's names
+def nvmlInit() -> None:
     global _initialized
     _count("nvmlInit")
     _initialized += 1
 
 
-def nvmlShutdown() -> None:  # noqa: N802
+def nvmlShutdown() -> None:
     global _initialized
     _count("nvmlShutdown")
     _initialized = max(0, _initialized - 1)
 
 
-def nvmlDeviceGetCount() -> int:  # noqa: N802
+def nvmlDeviceGetCount() -> int:
     if not _initialized:
         raise NVMLError_Uninitialized()
     return len(_gpus())
 
 
-def nvmlDeviceGetHandleByIndex(index: int) -> int:  # noqa: N802
+def nvmlDeviceGetHandleByIndex(index: int) -> int:
     if not 0 <= index < nvmlDeviceGetCount():
         raise NVMLError("Invalid Argument")
     return index
 
 
-def nvmlDeviceGetUUID(handle: int) -> str:  # noqa: N802
+def nvmlDeviceGetUUID(handle: int) -> str:
     return str(_gpu(handle, "uuid")["uuid"])
 
 
-def nvmlDeviceGetName(handle: int) -> bytes:  # noqa: N802 - older bindings answer bytes
+def nvmlDeviceGetName(handle: int) -> bytes:
     return str(_gpu(handle, "name")["name"]).encode()
 
 
-def nvmlDeviceGetUtilizationRates(handle: int) -> Any:  # noqa: N802
+def nvmlDeviceGetUtilizationRates(handle: int) -> Any:
     _count("nvmlDeviceGetUtilizationRates")
     gpu = _gpu(handle, "utilization")
     return SimpleNamespace(gpu=int(gpu["util"]), memory=int(gpu.get("mem_util", 0)))
 
 
-def nvmlDeviceGetMemoryInfo(handle: int) -> Any:  # noqa: N802
+def nvmlDeviceGetMemoryInfo(handle: int) -> Any:
     gpu = _gpu(handle, "memory")
     total, used = int(gpu["mem_total"]), int(gpu["mem_used"])
     return SimpleNamespace(total=total, used=used, free=total - used)
 
 
-def nvmlDeviceGetPowerUsage(handle: int) -> int:  # noqa: N802
+def nvmlDeviceGetPowerUsage(handle: int) -> int:
     return int(_gpu(handle, "power")["power_mw"])
 
 
-def nvmlDeviceGetClockInfo(handle: int, clock_type: int) -> int:  # noqa: N802
+def nvmlDeviceGetClockInfo(handle: int, clock_type: int) -> int:
     if clock_type != NVML_CLOCK_SM:
         raise NVMLError_NotSupported()
     return int(_gpu(handle, "clock")["sm_clock"])
@@ -144,9 +144,9 @@ def _procs(handle: int, kind: str) -> list[Any]:
     return out
 
 
-def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[Any]:  # noqa: N802
+def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[Any]:
     return _procs(handle, "compute")
 
 
-def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[Any]:  # noqa: N802
+def nvmlDeviceGetGraphicsRunningProcesses(handle: int) -> list[Any]:
     return _procs(handle, "graphics")
