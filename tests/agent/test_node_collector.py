@@ -134,8 +134,10 @@ def test_an_outage_is_spooled_and_the_next_start_replays_it_nothing_lost(fake_se
     first = start(tmp_path, state, *args)
     wait_for(lambda: len(list(spool.rglob("*.phk"))) >= 3)
     first.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
     out, err = first.communicate(timeout=20)
     assert first.returncode == 0, err
+    assert time.monotonic() - signalled < 5 + 3  # the flush keeps to --finish-timeout (5 s), then spools
     taken = [p["gpus"]["t_ns"][0] for p in printed(out)]
     assert len(taken) >= 3
     assert not ok(fake_server.requests, answered)  # nothing got through
