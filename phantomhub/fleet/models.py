@@ -128,6 +128,9 @@ class FleetDay(models.Model):
     team = models.ForeignKey(Team, null=True, on_delete=models.SET_NULL, related_name="+")
     project = models.ForeignKey(Project, null=True, on_delete=models.SET_NULL, related_name="+")
     gpu_ns = models.BigIntegerField()
+    # Exact cost in units of 1e-4 USD x ns per GPU-hour: sum of covered ns x price in 1/10,000 USD
+    # (price-book prices have four decimals), so cents are re-footed without re-reading samples.
+    exact_units = models.DecimalField(max_digits=36, decimal_places=0, default=0)
     cost_cents = models.BigIntegerField()
 
     class Meta:
@@ -142,12 +145,27 @@ class DayPending(models.Model):
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
+    from_ns = models.BigIntegerField(default=0)  # the earliest new sample: at or before `derived_to_ns`, a rebuild
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "day"], name="daypending_unique")]
 
     def __str__(self) -> str:
         return f"{self.node_id} on {self.day}"
+
+
+class DayDerived(models.Model):
+    """How far a node-day's FleetDay rows reach: samples after `derived_to_ns` are added to them."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    derived_to_ns = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "day"], name="dayderived_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} on {self.day} to {self.derived_to_ns}"
 
 
 class MatchKind(models.TextChoices):

@@ -184,13 +184,16 @@ def _states_update(node: Node, rows: list[GpuSample], uuids: dict[int, str]) -> 
 
 
 def _days_mark(node: Node, rows: list[GpuSample]) -> None:
-    # A sample covers the time since the previous one (at most twice the interval), so a late
-    # sample also changes the coverage of its successor, which can lie on the next day.
-    days = set()
+    """Mark the node-days to derive, each with its earliest new sample. A sample covers the time
+    since the previous one (at most twice the interval), so a late sample also changes the
+    coverage of its successor, which can lie on the next day: that day is marked from it too."""
+    earliest: dict[date, int] = {}
     for row in rows:
-        days.add(day_of_ns(row.t_ns))
-        days.add(day_of_ns(row.t_ns + 2 * row.interval_s * NS))
-    DayPending.objects.bulk_create([DayPending(node=node, day=d) for d in days], ignore_conflicts=True)
+        for day in {day_of_ns(row.t_ns), day_of_ns(row.t_ns + 2 * row.interval_s * NS)}:
+            earliest[day] = min(earliest.get(day, row.t_ns), row.t_ns)
+    DayPending.objects.bulk_create([DayPending(node=node, day=d, from_ns=t) for d, t in earliest.items()], ignore_conflicts=True)
+    for day, t_ns in earliest.items():  # already marked: keep the earliest (portable "LEAST")
+        DayPending.objects.filter(node=node, day=day, from_ns__gt=t_ns).update(from_ns=t_ns)
 
 
 @transaction.atomic
