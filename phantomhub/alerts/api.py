@@ -207,7 +207,9 @@ def _may_write(request: Request, rule: AlertRule) -> None:
 
 
 class AlertRuleListApi(APIView):
-    @extend_schema(responses=OBJ, summary="Alert rules you may see, with the thresholds each kind takes")
+    @extend_schema(
+        responses=OBJ, summary="Alert rules you may see, with the thresholds each kind takes", operation_id="alerts_rules_list"
+    )
     def get(self, request: Request) -> Response:
         rules = selectors.rules_visible(request.user).order_by("id")
         kinds = {
