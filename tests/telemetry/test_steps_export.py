@@ -83,3 +83,71 @@ def test_exportsteps_names_the_bad_argument(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="run_id: no run"):
         call_command("exportsteps", "0b7e1c9a-0000-4000-8000-000000000000", "-o", str(tmp_path / "x.parquet"))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_steps_parquet_of_a_real_agent_run_is_what_the_agent_sent(live_server: Any, monkeypatch: Any, tmp_path: Path) -> None:
+    """Real CPU PyTorch training through the agent; every step batch the server accepted off the
+    wire is recorded on its way to storage (the oracle), then the export must equal it."""
+    torch = pytest.importorskip("torch")
+    agent = pytest.importorskip("phantomhub_agent")
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    from phantomhub.accounts.services import project_token_for_slugs
+    from phantomhub.telemetry import services as ingest
+    from phantomhub.telemetry.models import Run
+    from phantomhub.telemetry.storage import STEP_TABLE
+
+    sent: dict[int, list[dict[str, Any]]] = {}
+    store = ingest.batch_insert
+
+    def recording(*, table: Any, run_id: Any, rank: int, batch: Any) -> Any:
+        if table is STEP_TABLE:
+            cols = {n: [None if batch.nulls.get(n) is not None and batch.nulls[n][i] else v for i, v in enumerate(vals.tolist())]
+                    for n, vals in batch.values.items()}  # fmt: skip
+            sent.setdefault(rank, []).append(cols)
+        return store(table=table, run_id=run_id, rank=rank, batch=batch)
+
+    monkeypatch.setattr(ingest, "batch_insert", recording)
+    token = project_token_for_slugs(team_slug="ml", project_slug="export").raw
+    run = agent.init(project="export", team="ml", name="exported", gpu_model="L4", gpu_count=1, dtype="fp32",
+                     server=live_server.url, token=token, debug=True, spool_dir=str(tmp_path / "spool"),
+                     allocation_start=datetime.now(UTC))  # fmt: skip
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32)
+    for _ in run.data(range(30)):
+        with run.step(samples=8):
+            with run.stage("forward"):
+                loss = model(x).pow(2).mean()
+            with run.stage("backward"):
+                loss.backward()
+            with run.stage("optimizer"):
+                opt.step()
+                opt.zero_grad()
+    run.finish()
+    stored = Run.objects.get(name="exported")
+    client = _token_client(token)
+    response = client.get(f"/api/v1/runs/{stored.pk}/steps.parquet")
+    table = pq.read_table(io.BytesIO(b"".join(response.streaming_content)))
+    expected: dict[str, list[Any]] = {}
+    for batch in sent[0]:
+        for name, values in batch.items():
+            expected.setdefault(name, []).extend(values)
+    order = np.argsort(expected["step"], kind="stable")
+    assert table.num_rows == len(order) == 30
+    for name, values in expected.items():
+        assert table.column(name).to_pylist() == [values[i] for i in order], name
+    assert set(table.column("rank").to_pylist()) == {0}
+
+
+def _token_client(token: str) -> Any:
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
