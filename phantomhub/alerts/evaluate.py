@@ -90,7 +90,7 @@ def _efficiency(rule: AlertRule, row: RunAnalysis) -> Observation | None:
     current = fig.mfu if metric == "mfu" else fig.tokens_per_s
     if current is None:
         return None
-    base = selectors.project_baseline(project_id=row.project_id, gpu_key=row.gpu_key, metric=metric, exclude_run_id=row.run_id)
+    base = selectors.project_baseline(row=row, metric=metric)
     if base is None:
         return None
     drop_pct = (1 - current / base["value"]) * 100

@@ -65,12 +65,38 @@ def live_analyses(rule: AlertRule) -> list[RunAnalysis]:
     )
 
 
-def project_baseline(*, project_id: int, gpu_key: str, metric: str, exclude_run_id: Any) -> dict[str, Any] | None:
-    """The median over the project's last BASELINE_RUNS complete analyses of the same GPU of
-    MFU over time inside steps (result.mfu_step_time) or tokens/s (result.tokens_per_s).
+def project_baseline(*, row: RunAnalysis, metric: str) -> dict[str, Any] | None:
+    """The project's baseline of MFU over step time or tokens/s for this run.
 
-    phantomhub/waste/baseline.py is to own project baselines; until it does, this is the one the
-    alerts compare with."""
+    The comparable runs are the project baselines' (phantomhub/waste/baseline.py: the project's
+    last finished runs on the same GPU model with a step of the same work): MFU is their median
+    MFU over step time, tokens/s the median of their result.tokens_per_s. Where that module is
+    not installed, the project's last complete runs on the same GPU model stand in."""
+    try:
+        from phantomhub.waste.baseline import baseline_for
+    except ImportError:
+        return _baseline_same_gpu(project_id=row.project_id, gpu_key=row.gpu_key, metric=metric, exclude_run_id=row.run_id)
+    base = baseline_for(row.run)
+    if base is None:
+        return None
+    ids = [r.run_id for r in base.runs]
+    basis = f"median of the project's {len(ids)} comparable finished runs on {base.gpu_key or 'this GPU'} (project baseline)"
+    if metric == "mfu":
+        value = base.composition.mfu_step_time
+        return None if value is None or value <= 0 else {"value": value, "runs": ids, "metric": "mfu_step_time", "basis": basis}
+    rates = [
+        float(v)
+        for v in RunAnalysis.objects.filter(run_id__in=ids).values_list("result__tokens_per_s", flat=True)
+        if isinstance(v, (int, float)) and v > 0
+    ]
+    if not rates:
+        return None
+    return {"value": statistics.median(rates), "runs": ids, "metric": "tokens_per_s", "basis": basis}
+
+
+def _baseline_same_gpu(*, project_id: int, gpu_key: str, metric: str, exclude_run_id: Any) -> dict[str, Any] | None:
+    """The median over the project's last BASELINE_RUNS complete analyses of the same GPU of
+    MFU over time inside steps (result.mfu_step_time) or tokens/s (result.tokens_per_s)."""
     field = "mfu_step_time" if metric == "mfu" else "tokens_per_s"
     rows = (
         RunAnalysis.objects.filter(project_id=project_id, gpu_key=gpu_key, complete=True)

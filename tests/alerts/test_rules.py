@@ -266,3 +266,14 @@ def test_one_unreadable_analysis_leaves_its_alert_alone_and_the_others_are_evalu
     services.alerts_evaluate(now=NOW + timedelta(seconds=20))
     states = {s.subject: s.state for s in AlertState.objects.filter(rule=r)}
     assert states == {f"run:{broken}": "firing", f"run:{healthy_stalled}": "firing"}
+
+
+def test_without_the_project_baselines_module_the_same_gpu_runs_stand_in(owner: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "phantomhub.waste.baseline", None)
+    _baseline_runs(owner)
+    live_run(owner, steps(40, dur_s=1.6, data_s=0.8, tokens=1000))
+    r = rule(kind="efficiency_drop", params={"metric": "tokens_per_s", "drop_pct": 20}, for_s=0)
+    services.alerts_evaluate(now=NOW)
+    s = state_of(r)
+    assert s.state == "firing" and "last 3 finished runs" in s.evidence["baseline_basis"]
+    assert s.evidence["baseline"] == pytest.approx(1000, rel=0.02)
