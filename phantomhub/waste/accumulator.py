@@ -530,11 +530,13 @@ class RunAccumulator:
 
     # -- finishing -------------------------------------------------------------------------
 
-    def finished(self, end_ns: int) -> RunAccumulator:
-        """A copy with every pending row attributed up to ``end_ns``; this state is unchanged."""
+    def finished(self, end_ns: int, *, in_place: bool = False) -> RunAccumulator:
+        """A copy with every pending row attributed up to ``end_ns``; this state is unchanged
+        (``in_place``: this state itself, which is then not to be appended to or stored; for a
+        caller that has already packed it)."""
         if end_ns < self.config.allocation_start_ns:
             raise ValueError("end_ns is before allocation_start_ns")
-        done = self._clone()
+        done = self if in_place else self._clone()
         states: list[RankState] = []
         rows: list[dict[str, Any]] = []
         for rs in done.ranks.values():

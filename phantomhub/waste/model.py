@@ -128,13 +128,15 @@ def analysis_from(
     refs: References = NO_REFERENCES,
     dropped_rows: Mapping[str, int] | None = None,
     extra_warnings: tuple[str, ...] = (),
+    consume: bool = False,
 ) -> Analysis:
-    """Finish a copy of ``acc`` at ``end_ns`` and build the Analysis (``acc`` is unchanged).
+    """Finish a copy of ``acc`` at ``end_ns`` and build the Analysis (``acc`` is unchanged;
+    ``consume``: finish ``acc`` itself, cheaper for a caller that has already stored it).
 
     ``refs`` are the peer runs and project runs that may demonstrate better levels (evidence.py).
     """
     factors = recoverability_check(recoverability)
-    done = acc.finished(end_ns)
+    done = acc.finished(end_ns, in_place=consume)
     return build_analysis(
         done, end_ns=end_ns, recoverability=factors, oom_count=oom_count, refs=refs,
         dropped_rows=dropped_rows, extra_warnings=extra_warnings,

@@ -277,16 +277,16 @@ def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
 def _state_save(
     run: Run,
     loaded: LoadedState | None,
-    acc: RunAccumulator,
+    parts: StateParts,
     *,
     steps_changed: bool,
     rank_rows: dict[int, int],
     last_step: dict[int, int],
     service: dict[str, int],
 ) -> None:
-    """Store the state; of a loaded one, rewrite the rank arrays only when steps arrived and the
-    windows only when they changed (a pass with only a new sample writes the small header)."""
-    parts = state_pack(acc, ranks=steps_changed or loaded is None)
+    """Store the state (``parts``: packed with ranks when ``steps_changed`` or nothing was
+    loaded); of a loaded one, rewrite the rank arrays only when steps arrived and the windows
+    only when they changed (a pass with only a new sample writes the small header)."""
     header = orjson.dumps({**parts.header, "service": service})
     windows = arrays_pack(parts.windows)
     if loaded is None:
@@ -402,6 +402,9 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         if run.status == RunStatus.CRASHED and run.finished_at is None:
             Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
         oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
+        # The state is packed before the analysis finishes the accumulator in place (no copy).
+        steps_changed = full or any(len(cols) for cols, _, _, _ in fresh)
+        parts = state_pack(acc, ranks=steps_changed)
         reused = sum(r.reused_step_rows for r in ranks.values())
         analysis = analysis_from(
             acc,
@@ -411,14 +414,15 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             refs=references_for(run, gpu_key_for(run.gpu_model)),
             dropped_rows={"non_rising_start": dropped, "reused_step": reused},
             extra_warnings=world_size_for(run.world_size, ranks_seen, run.gpu_count)[1],
+            consume=True,
         )
         _store(row, run, analysis, seq)
         row.save(update_fields=_STORED_FIELDS)
         _state_save(
             run,
             loaded if not full else None,
-            acc,
-            steps_changed=full or any(len(cols) for cols, _, _, _ in fresh),
+            parts,
+            steps_changed=steps_changed,
             rank_rows=rank_rows,
             last_step=last_step,
             service={"samples_t": samples_since, "steps_end_ns": steps_end_ns, "dropped": dropped},

@@ -92,45 +92,47 @@ def state_pack(acc: RunAccumulator, *, ranks: bool = True) -> StateParts:
 
 def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
     ranks = sorted(acc.ranks.values(), key=lambda r: r.rank)
-    n_ranks, n_pieces = len(ranks), len(acc.ctx.pieces)
-    ints = np.full((n_ranks, len(INT_COLUMNS)), 0, dtype=np.int64)
-    floats = np.zeros((n_ranks, len(FLOAT_COLUMNS)), dtype=np.float64)
-    pieces = np.zeros((n_ranks, n_pieces, 5), dtype=np.int64)
+    n_pieces = len(acc.ctx.pieces)
     hosts: dict[str, int] = {}
-    host_idx = np.zeros(n_ranks, dtype=np.int64)
+    int_rows: list[list[int]] = []
+    float_rows: list[tuple[float, float, float]] = []
     tails: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    sum_at = _I[_SUM_KEYS[0]]
-    for i, rs in enumerate(ranks):
-        row = ints[i]
+    no_pending = [0] * len(_PENDING_INT)
+    no_counters = [0] * len(_COUNTERS)
+    host_idx: list[int] = []
+    for rs in ranks:
         counters = acc.stragglers.get(rs.rank)
-        step, arrival, comm = rs.tail.arrays()
-        tails.append((step, arrival, comm))
-        row[: len(_SCALARS)] = [
-            rs.rank, _opt(rs.first_s), _opt(rs.last_e), _opt(rs.max_t_start), _opt(rs.horizon), rs.mem_peak_max,
-            rs.mem_reserved_max, rs.mem_allocated_max, sum(_COLUMN_BIT[c] for c in rs.columns),
-            rs.pending is not None, len(step), counters is not None,
-        ]  # fmt: skip
-        if rs.pending is not None:
-            row[len(_SCALARS) : len(_SCALARS) + len(_PENDING_INT)] = [rs.pending[k] for k in _PENDING_INT]
-            flops = rs.pending["flops"]
-            floats[i, 2] = np.nan if flops is None else flops
-        row[sum_at : sum_at + len(_SUM_KEYS)] = [rs.sums[k] for k in _SUM_KEYS]
-        if counters is not None:
-            row[sum_at + len(_SUM_KEYS) :] = counters.to_json()
-        floats[i, 0], floats[i, 1] = rs.flops, rs.frag_sum
-        pieces[i] = rs.piece_ns
-        host_idx[i] = hosts.setdefault(rs.host, len(hosts))
+        tail = rs.tail.arrays()
+        tails.append(tail)
+        pending = rs.pending
+        flops = np.nan if pending is None or pending["flops"] is None else pending["flops"]
+        sums = rs.sums
+        int_rows.append(
+            [
+                rs.rank, _opt(rs.first_s), _opt(rs.last_e), _opt(rs.max_t_start), _opt(rs.horizon), rs.mem_peak_max,
+                rs.mem_reserved_max, rs.mem_allocated_max, sum(_COLUMN_BIT[c] for c in rs.columns),
+                pending is not None, len(tail[0]), counters is not None,
+                *(no_pending if pending is None else [pending[k] for k in _PENDING_INT]),
+                *[sums[k] for k in _SUM_KEYS],
+                *(no_counters if counters is None else counters.to_json()),
+            ]
+        )  # fmt: skip
+        float_rows.append((rs.flops, rs.frag_sum, flops))
+        host_idx.append(hosts.setdefault(rs.host, len(hosts)))
     # Straggler counters of ranks without a RankState cannot exist (attribute() counts known ranks).
     extra = sorted(set(acc.stragglers) - set(acc.ranks))
     if extra:
         raise ValueError(f"straggler counters for unknown ranks {extra}")
+    ints = np.array(int_rows, dtype=np.int64).reshape(len(ranks), len(INT_COLUMNS))
+    floats = np.array(float_rows, dtype=np.float64).reshape(len(ranks), len(FLOAT_COLUMNS))
+    pieces = np.stack([rs.piece_ns for rs in ranks]) if ranks else np.zeros((0, n_pieces, 5), dtype=np.int64)
 
     def cat(i: int) -> np.ndarray:
         return np.concatenate([t[i] for t in tails]) if tails else np.zeros(0, dtype=np.int64)
 
     names = np.frombuffer(orjson.dumps(list(hosts)), dtype=np.uint8)
-    return {"ints": ints, "floats": floats, "pieces": pieces, "host": host_idx, "host_names": names,
-            "tail_step": cat(0), "tail_arrival": cat(1), "tail_comm": cat(2)}  # fmt: skip
+    return {"ints": ints, "floats": floats, "pieces": pieces, "host": np.array(host_idx, dtype=np.int64),
+            "host_names": names, "tail_step": cat(0), "tail_arrival": cat(1), "tail_comm": cat(2)}  # fmt: skip
 
 
 def state_unpack(parts: StateParts) -> RunAccumulator:
@@ -146,28 +148,43 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
     offsets = np.concatenate(([0], np.cumsum(ints[:, _I["tail_len"]])))
     tail = r["tail_step"], r["tail_arrival"], r["tail_comm"]
     sum_at, n_scalar = _I[_SUM_KEYS[0]], len(_SCALARS)
+    p_end, s_end = n_scalar + len(_PENDING_INT), sum_at + len(_SUM_KEYS)
     rows = ints.tolist()
     frows = floats.tolist()
     hosts = r["host"].tolist()
+    bounds = offsets.tolist()
+    bits = list(_COLUMN_BIT.items())
     for i, row in enumerate(rows):
         rank = row[0]
-        rs = RankState(rank=rank, host=names[hosts[i]])
-        rs.columns = {c for c, bit in _COLUMN_BIT.items() if row[8] & bit}
-        rs.first_s, rs.last_e, rs.max_t_start, rs.horizon = (_back(v) for v in row[1:5])
-        rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max = row[5:8]
+        pending: dict[str, Any] | None = None
         if row[9]:
-            pending: dict[str, Any] = dict(zip(_PENDING_INT, row[n_scalar : n_scalar + len(_PENDING_INT)], strict=True))
+            pending = dict(zip(_PENDING_INT, row[n_scalar:p_end], strict=True))
             flops = frows[i][2]
             pending["flops"] = None if flops != flops else flops  # NaN: FLOPs not counted
-            rs.pending = pending
-        rs.sums = dict(zip(_SUM_KEYS, row[sum_at : sum_at + len(_SUM_KEYS)], strict=True))
-        rs.flops, rs.frag_sum = frows[i][0], frows[i][1]
-        rs.piece_ns = pieces[i].copy()
-        lo, hi = int(offsets[i]), int(offsets[i + 1])
-        if hi > lo:
-            rs.tail = AlignedRows([tail[0][lo:hi].copy()], [tail[1][lo:hi].copy()], [tail[2][lo:hi].copy()])
+        lo, hi = bounds[i], bounds[i + 1]
+        rs = RankState.__new__(RankState)  # every field set here (cheaper than the dataclass's defaults)
+        rs.__dict__.update(
+            rank=rank,
+            host=names[hosts[i]],
+            columns={c for c, bit in bits if row[8] & bit},
+            pending=pending,
+            first_s=_back(row[1]),
+            last_e=_back(row[2]),
+            max_t_start=_back(row[3]),
+            horizon=_back(row[4]),
+            piece_ns=pieces[i].copy(),
+            sums=dict(zip(_SUM_KEYS, row[sum_at:s_end], strict=True)),
+            flops=frows[i][0],
+            frag_sum=frows[i][1],
+            mem_peak_max=row[5],
+            mem_reserved_max=row[6],
+            mem_allocated_max=row[7],
+            tail=AlignedRows([tail[0][lo:hi].copy()], [tail[1][lo:hi].copy()], [tail[2][lo:hi].copy()])
+            if hi > lo
+            else AlignedRows(),
+        )
         if row[11]:
-            acc.stragglers[rank] = StragglerCounters(*row[sum_at + len(_SUM_KEYS) :])
+            acc.stragglers[rank] = StragglerCounters(*row[s_end:])
         acc.ranks[rank] = rs
     w = parts.windows
     acc.windows = WindowSums(int(header["window_level"]), w["sums"].copy(), w["peak"].copy(), w["dur_hist"].copy())
