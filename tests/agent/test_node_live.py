@@ -146,3 +146,50 @@ def test_a_project_token_cannot_send_node_telemetry_and_the_collector_keeps_it(l
     assert done.returncode == 1
     assert "refused /api/v1/nodes/samples with 403" in done.stderr and "phantomhub-agent sync" in done.stderr
     assert len(list(spool.rglob("*.phk"))) == 1  # kept for `phantomhub-agent sync` with the right token
+
+
+def test_every_owner_kind_the_collector_names_is_taken_by_the_server(live: LiveServer, node_token: str, tmp_path: Path) -> None:
+    """Owners from a proc root shaped like a Kubernetes and Slurm host's (pods file, kubepods and
+    slurm cgroups, a run registry entry, a plain user), through the server's strict validation."""
+    from .test_node_owners import BTIME, CONTAINER_ID, POD_UID, PODLIST, proc_tree, registry_file
+
+    proc = tmp_path / "proc"
+    proc_tree(proc, 4242, cgroup=f"0::/kubepods/burstable/pod{POD_UID}/{CONTAINER_ID}\n")
+    proc_tree(
+        proc,
+        5001,
+        uid=0,
+        cgroup="4:memory:/slurm/uid_0/job_12345/step_0/task_0\n",
+        environ={"SLURM_JOB_ID": "12345", "SLURM_JOB_ACCOUNT": "nlp"},
+    )
+    proc_tree(proc, 6001, uid=0)
+    proc_tree(proc, 7001, started_s=100.0)
+    registry_file(tmp_path / "runs", 7001, BTIME + 100.5)  # project "llm-pretrain": not on this server
+    record = json.loads((tmp_path / "runs" / "7001.json").read_text())
+    (tmp_path / "runs" / "7001.json").write_text(json.dumps({**record, "project": "agent"}))
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps(PODLIST))
+    gpus = [
+        {"uuid": f"GPU-{i}", "name": "NVIDIA H100 80GB HBM3", "util": 50, "mem_used": 10 * GIB, "mem_total": 80 * GIB,
+         "power_mw": 300_000, "sm_clock": 1980, "compute": [[pid, 9 * GIB]]}
+        for i, pid in enumerate([4242, 5001, 6001, 7001])
+    ]  # fmt: skip
+    state_path = tmp_path / "nvml-state.json"
+    state_path.write_text(json.dumps({"gpus": gpus}))
+    hostname = f"collector-owners-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        node_cmd("--server", live.url, "--token", node_token, "--once", "--hostname", hostname, "--spool", str(tmp_path / "sp"),
+                 "--proc-root", str(proc), "--run-dir", str(tmp_path / "runs"), "--pods-file", str(pods)),
+        env=node_env(tmp_path, state_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = stored(live, hostname)
+    owners = {p[0]: (p[3], p[4]) for p in data["processes"]}
+    assert owners[0] == (
+        "k8s",
+        {"kind": "k8s", "namespace": "ml-team", "pod": "train-abc", "labels": PODLIST["items"][0]["metadata"]["labels"]},
+    )
+    assert owners[1] == ("slurm", {"kind": "slurm", "job_id": "12345", "account": "nlp", "user": "root"})
+    assert owners[2] == ("user", {"kind": "user", "user": "root"})
+    assert owners[3][0] == "run" and owners[3][1]["project"] == "agent"
+    assert [cls for index, _, cls in sorted(data["gpus"])] == [2, 2, 2, 1]  # the run's GPU is instrumented
