@@ -212,7 +212,8 @@ def _idle_gpus(rule: AlertRule, now: datetime) -> list[Observation] | None:
             Observation(
                 subject=f"gpu:{gpu['node']}:{gpu['gpu_index']}",
                 label=f"GPU {gpu['gpu_index']} on {gpu['node']} held by {gpu.get('holder') or 'unknown'}",
-                breached=held >= rule.for_s,
+                # Idle-held at all is a breach since `since`: pending until held for for_s.
+                breached=True,
                 figure="idle_held_seconds",
                 value=held,
                 threshold=rule.for_s,
