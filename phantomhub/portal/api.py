@@ -421,7 +421,7 @@ def _token_row_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
     return {
         "id": serializers.IntegerField(),
         "prefix": serializers.CharField(),
-        "kind": serializers.CharField(help_text="project or personal"),
+        "kind": serializers.CharField(help_text="project, personal or node"),
         "name": serializers.CharField(),
         "project": serializers.CharField(allow_null=True),
         "user": serializers.CharField(allow_null=True),
@@ -462,6 +462,8 @@ class TokenListApi(APIView):
         self._people_only(request)
         user = cast(User, request.user)
         tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
+        if is_org_admin(user):  # node tokens (the node collectors') belong to the organization
+            tokens = tokens | ApiToken.objects.filter(kind=TokenKind.NODE)
         return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
 
     @extend_schema(
@@ -479,6 +481,14 @@ class TokenListApi(APIView):
         data.is_valid(raise_exception=True)
         if data.validated_data["kind"] == TokenKind.PERSONAL:
             issued = personal_token_create(user=cast(User, request.user), name=data.validated_data["name"])
+        elif data.validated_data["kind"] == TokenKind.NODE:
+            if not is_org_admin(request.user):
+                raise ApiError(
+                    "forbidden", "node tokens are created by organization admins", fields={"kind": "admins only"}, status_code=403
+                )
+            from phantomhub.fleet.services import node_token_create
+
+            issued = node_token_create(name=data.validated_data["name"])
         else:
             slug = data.validated_data.get("project")
             if not slug:
@@ -503,6 +513,7 @@ class TokenDetailApi(APIView):
         token = (
             ApiToken.objects.filter(pk=token_id, project__in=_administered_projects(request.user)).first()
             or ApiToken.objects.filter(pk=token_id, user=cast(User, request.user)).first()
+            or (ApiToken.objects.filter(pk=token_id, kind=TokenKind.NODE).first() if is_org_admin(request.user) else None)
         )
         if token is None:
             raise ApiError("not_found", "token not found", status_code=404)

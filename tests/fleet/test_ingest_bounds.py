@@ -100,3 +100,28 @@ def test_createtoken_node_prints_a_working_node_token(db: None, capsys: Any) -> 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert client.post(URL, good(), format="json").status_code == 200
+
+
+def test_organization_admins_create_list_and_revoke_node_tokens_in_settings(db: None) -> None:
+    from django.contrib.auth.models import User
+
+    from phantomhub.accounts.models import Profile
+
+    admin, member = User.objects.create_user("root"), User.objects.create_user("m")
+    Profile.objects.create(user=admin, is_org_admin=True)
+    clients = {}
+    for name, user in (("admin", admin), ("member", member)):
+        clients[name] = APIClient()
+        clients[name].force_authenticate(user)
+    refused = clients["member"].post("/api/v1/portal/tokens", {"kind": "node", "name": "rack"}, format="json")
+    assert refused.status_code == 403 and "kind" in refused.json()["error"]["fields"]
+    issued = clients["admin"].post("/api/v1/portal/tokens", {"kind": "node", "name": "rack"}, format="json")
+    assert issued.status_code == 201 and issued.json()["kind"] == "node"
+    collector = APIClient()
+    collector.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.json()['token']}")
+    assert collector.post(URL, good(), format="json").status_code == 200
+    assert [t["kind"] for t in clients["admin"].get("/api/v1/portal/tokens").json()] == ["node"]
+    assert clients["member"].get("/api/v1/portal/tokens").json() == []
+    assert clients["member"].delete(f"/api/v1/portal/tokens/{issued.json()['id']}").status_code == 404
+    assert clients["admin"].delete(f"/api/v1/portal/tokens/{issued.json()['id']}").status_code == 204
+    assert collector.post(URL, good(), format="json").status_code == 401

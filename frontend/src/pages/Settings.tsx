@@ -195,7 +195,7 @@ function OrgSettingsCard() {
 
 function TokensCard() {
   const state = useApi<ApiTokenRow[]>("tokens");
-  const [kind, setKind] = useState<"project" | "personal">("personal");
+  const [kind, setKind] = useState<"project" | "personal" | "node">("personal");
   const [project, setProject] = useState("");
   const [name, setName] = useState("");
   const [created, setCreated] = useState<ApiTokenRow | null>(null);
@@ -207,7 +207,7 @@ function TokensCard() {
     setBusy(true);
     setError(null);
     try {
-      const body = kind === "personal" ? { kind, name } : { project, name };
+      const body = kind === "project" ? { project, name } : { kind, name };
       setCreated(await apiFetch<ApiTokenRow>("tokens", { method: "POST", body }));
       setName("");
       state.reload();
@@ -238,6 +238,7 @@ function TokensCard() {
             options={[
               { value: "personal", label: "Personal (read)" },
               { value: "project", label: "Project (ingest)" },
+              { value: "node", label: "Node (collector)" },
             ]}
           />
           {kind === "project" && (
