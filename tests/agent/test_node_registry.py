@@ -97,3 +97,31 @@ def test_the_default_registry_is_shared_by_every_user_like_tmp(
     finally:
         run.finish()
     assert not (directory / f"{os.getpid()}.json").exists()
+
+
+def test_a_registration_answered_only_after_an_outage_still_fills_the_registry(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registration is spooled while the server answers 503, replayed once it is back: the
+    replay's answer completes the registry file like a first-time answer does."""
+    monkeypatch.setenv("PHANTOMHUB_RUN_DIR", str(tmp_path / "runs"))
+    server_id = str(uuid.uuid4())
+    down = {"on": True}
+
+    def answer(req: Recorded, index: int) -> tuple[int, dict[str, str], bytes] | None:
+        if down["on"]:
+            return 503, {}, b'{"error": {"code": "unavailable", "message": "down", "fields": {}}}'
+        if req.path.endswith("/runs"):
+            return 201, {}, json.dumps({**req.body, "id": server_id, "project": "llm"}).encode()
+        return None
+
+    fake_server.script = answer
+    run = pa.init(name="late", server=fake_server.url, token="phk_t", **agent_kwargs)
+    path = tmp_path / "runs" / f"{os.getpid()}.json"
+    wait_for(lambda: list(agent_kwargs["spool_dir"].rglob("*.phk")))  # the registration went to the spool
+    assert read(path)["server_run_id"] is None
+    down["on"] = False
+    answered = wait_for(lambda: read(path) if read(path)["server_run_id"] else None, timeout_s=20)
+    assert answered["server_run_id"] == server_id and answered["project"] == "llm"
+    run.finish()
+    assert not path.exists()
