@@ -54,6 +54,7 @@ class MaintenanceResult:
     would_archive: list[str] = field(default_factory=list)
     would_drop: list[str] = field(default_factory=list)
     would_prune: list[str] = field(default_factory=list)
+    skipped: bool = False  # another pass held the lock
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,8 +176,28 @@ def _run_rows_delete(run: Run) -> None:
         RunArchive.objects.filter(run=run).update(pruned_at=timezone.now())
 
 
+_PASS_LOCK = (4242, 7011)  # a PostgreSQL advisory lock: one pass at a time in the whole deployment
+
+
 def storage_maintain(*, now: datetime | None = None, dry_run: bool = False, progress: Any = None) -> MaintenanceResult:
-    """One maintenance pass: partitions ahead, archive, retention. `progress(line)` is told each step."""
+    """One maintenance pass: partitions ahead, archive, retention. `progress(line)` is told each
+    step. On PostgreSQL a pass that finds another one running (beat and a manual `retention`)
+    does nothing and says so."""
+    if connection.vendor != "postgresql":
+        return _storage_maintain(now=now, dry_run=dry_run, progress=progress)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", list(_PASS_LOCK))
+        row = cursor.fetchone()
+        if not (row and row[0]):
+            (progress or (lambda line: None))("another storage maintenance pass is running; nothing done")
+            return MaintenanceResult(dry_run=dry_run, skipped=True)
+        try:
+            return _storage_maintain(now=now, dry_run=dry_run, progress=progress)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", list(_PASS_LOCK))
+
+
+def _storage_maintain(*, now: datetime | None, dry_run: bool, progress: Any) -> MaintenanceResult:
     now = now or timezone.now()
     say = progress or (lambda line: None)
     result = MaintenanceResult(dry_run=dry_run)

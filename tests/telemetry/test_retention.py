@@ -127,3 +127,27 @@ def test_a_crashed_run_counts_as_over(owner: Tenant) -> None:
     type(run).objects.filter(pk=run.pk).update(status=RunStatus.CRASHED, finished_at=None)
     storage_maintain(now=later(31))
     assert _hot(run) == 0
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pass lock is a PostgreSQL advisory lock")
+def test_a_second_pass_while_one_runs_does_nothing(owner: Tenant) -> None:
+    run_with_telemetry(owner, finished_days_ago=2)
+    import psycopg
+    from django.conf import settings as django_settings
+
+    conf = django_settings.DATABASES["default"]
+    other = psycopg.connect(
+        dbname=connection.settings_dict["NAME"],
+        user=conf["USER"],
+        password=conf["PASSWORD"],
+        host=conf["HOST"],
+        port=conf["PORT"] or 5432,
+    )
+    try:
+        other.execute("SELECT pg_advisory_lock(4242, 7011)")  # a pass elsewhere holds it
+        result = storage_maintain(now=later(1))
+        assert result.skipped and result.archived == 0 and not RunArchive.objects.exists()
+        other.execute("SELECT pg_advisory_unlock(4242, 7011)")  # that pass ends
+    finally:
+        other.close()
+    assert storage_maintain(now=later(1)).archived == 1
