@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -38,6 +40,14 @@ NodeIngestResult = inline_serializer(
 )
 
 
+def _within_retention(times_ns: list[int]) -> None:
+    """Raw samples are kept FLEET_RAW_DAYS: an older one could not be re-derived with its day."""
+    oldest = int(timezone.now().timestamp() - settings.FLEET_RAW_DAYS * 86_400) * 10**9
+    for i, t in enumerate(times_ns):
+        if t < oldest:
+            raise invalid(f"gpus.t_ns[{i}]", f"older than the {settings.FLEET_RAW_DAYS} days raw node samples are kept")
+
+
 class NodeSamplesApi(APIView):
     max_body_bytes = MAX_NODE_BODY_BYTES
 
@@ -50,6 +60,7 @@ class NodeSamplesApi(APIView):
         if getattr(request.auth, "kind", None) != TokenKind.NODE:
             raise ApiError("forbidden", "node telemetry needs a node token", status_code=403)
         batch = node_batch_parse(request.data)
+        _within_retention(batch.gpus["t_ns"])
         return Response(services.node_samples_ingest(batch=batch).as_dict())
 
 

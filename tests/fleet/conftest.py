@@ -77,3 +77,9 @@ def teams(db: None) -> dict[str, Team]:
     vision = Team.objects.create(slug="vision", name="vision")
     Project.objects.create(slug="llm-pretrain", name="llm", team=nlp)
     return {"nlp": nlp, "vision": vision}
+
+
+@pytest.fixture(autouse=True)
+def raw_days_for_fixed_dates(settings: Any) -> None:
+    """The tests' samples carry fixed dates in 2026; keep raw samples long enough to accept them."""
+    settings.FLEET_RAW_DAYS = 3650

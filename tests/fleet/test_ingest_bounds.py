@@ -125,3 +125,11 @@ def test_organization_admins_create_list_and_revoke_node_tokens_in_settings(db: 
     assert clients["member"].delete(f"/api/v1/portal/tokens/{issued.json()['id']}").status_code == 404
     assert clients["admin"].delete(f"/api/v1/portal/tokens/{issued.json()['id']}").status_code == 204
     assert collector.post(URL, good(), format="json").status_code == 401
+
+
+def test_a_sample_older_than_the_raw_retention_is_refused(node_client: APIClient, settings: Any) -> None:
+    settings.FLEET_RAW_DAYS = 14  # the samples are from 2026-09-21, long before that
+    response = node_client.post(URL, good(), format="json")
+    assert response.status_code == 400
+    assert "gpus.t_ns[0]" in response.json()["error"]["fields"]
+    assert not GpuSample.objects.exists()
