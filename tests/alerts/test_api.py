@@ -58,6 +58,9 @@ GOOD = {"name": "stall", "kind": "waste_rate", "scope": "project", "project": "l
         ({"email_to": ["not an address"]}, "email_to[0]"),
         ({"name": ""}, "name"),
         ({"webhook_format": "teams"}, "webhook_format"),
+        ({"kind": "silent_run", "params": {}, "for_s": 10}, "for_s"),
+        ({"params": {"share": 0.5, "drop_pct": 3}}, "params.drop_pct"),
+        ({"params": [0.5]}, "params"),
     ],
 )
 def test_a_bad_rule_is_a_400_naming_the_field_and_writes_nothing(admin: APIClient, change: dict[str, Any], field: str) -> None:
