@@ -27,7 +27,7 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(summary))
         else:
-            counts = {k: (len(v) if isinstance(v, list) else v) for k, v in summary.items() if k != "dry_run"}
+            counts = {k: (len(v) if isinstance(v, list) else v) for k, v in summary.items() if not isinstance(v, bool)}
             self.stdout.write(("dry run: " if result.dry_run else "") + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if result.archive_failed or result.prune_failed:
             self.stderr.write(f"{result.archive_failed} archive and {result.prune_failed} prune failures (see the log)")
