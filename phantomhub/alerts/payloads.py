@@ -36,6 +36,9 @@ def summary(rule: AlertRule, state: AlertState, event: str) -> str:
     name = FIGURE_NAMES.get(figure, figure.replace("_", " "))
     money = f", ${state.usd_per_hour:,.2f}/h" if state.usd_per_hour is not None and not figure.endswith("usd_per_hour") else ""
     if event == "resolved":
+        gone = state.evidence.get("resolved_because")
+        if gone:
+            return f"Resolved: {rule.name}: {state.subject_label}: {gone}"
         return f"Resolved: {rule.name}: {state.subject_label} is back within the rule ({name} {_fmt(figure, state.value)})"
     threshold = state.evidence.get("threshold")
     limit = f" (threshold {_fmt(figure, threshold)})" if isinstance(threshold, (int, float)) else ""

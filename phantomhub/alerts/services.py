@@ -29,6 +29,7 @@ from phantomhub.alerts.models import (
     StateKind,
     WebhookFormat,
 )
+from phantomhub.telemetry.models import Run, RunStatus
 
 log = logging.getLogger(__name__)
 # A claimed delivery is not attempted by anyone else for this long (one attempt's timeout, and
@@ -91,6 +92,15 @@ def _record(state: AlertState, obs: Observation, now: datetime) -> None:
     state.evaluated_at = now
 
 
+def _gone_because(state: AlertState) -> str:
+    if state.run_id is None:
+        return "the GPU is no longer idle-held (released, busy again, or its node stopped reporting)"
+    status = Run.objects.filter(pk=state.run_id).values_list("status", flat=True).first()
+    if status == RunStatus.CRASHED:
+        return "the run ended: marked crashed after its silence, billed up to its last telemetry"
+    return f"the run ended ({status or 'deleted'})"
+
+
 def state_apply(*, rule: AlertRule, state: AlertState, obs: Observation | None, now: datetime) -> str | None:
     """One step of the state machine; returns "fired" or "resolved" when that happened."""
     happened = None
@@ -121,7 +131,7 @@ def state_apply(*, rule: AlertRule, state: AlertState, obs: Observation | None, 
         state.resolved_at = now
         happened = "resolved"
         if obs is None:
-            state.evidence = {**state.evidence, "resolved_because": "the subject is gone (the run ended or the GPU was released)"}
+            state.evidence = {**state.evidence, "resolved_because": _gone_because(state)}
         if state.notified:
             state.save()
             _tell(rule, state, DeliveryEvent.RESOLVED)

@@ -97,7 +97,8 @@ def test_a_run_that_ends_while_firing_resolves(owner: Tenant, receiver: Receiver
     services.alerts_evaluate(now=NOW + timedelta(seconds=20))
     got = receiver.wait_for(2, 5)
     assert [g.json["event"] for g in got] == ["firing", "resolved"]
-    assert "run ended" in got[1].json["evidence"]["resolved_because"]
+    assert got[1].json["evidence"]["resolved_because"] == "the run ended (finished)"
+    assert got[1].json["summary"].endswith(": the run ended (finished)")
 
 
 def test_a_breach_shorter_than_n_minutes_never_fires(owner: Tenant) -> None:
@@ -214,7 +215,22 @@ def test_a_silent_run_that_is_still_billed(owner: Tenant) -> None:
     assert s.usd_per_hour == pytest.approx(36, rel=0.01)
     owner.post_steps(run_id, steps(5, first=10))  # telemetry again
     services.alerts_evaluate(now=timezone.now())
-    assert state_of(r).state == "resolved"
+    assert state_of(r).state == "resolved" and "resolved_because" not in state_of(r).evidence
+
+
+def test_a_silent_run_marked_crashed_resolves_saying_so(owner: Tenant, receiver: Receiver) -> None:
+    from phantomhub.waste.services import runs_mark_crashed
+
+    run_id = live_run(owner, steps(10))
+    now = timezone.now()
+    Run.objects.filter(pk=run_id).update(last_seen_at=now - timedelta(seconds=1000))
+    rule(kind="silent_run", for_s=300, webhook_url=receiver.url)
+    services.alerts_evaluate(now=now)
+    assert runs_mark_crashed(now=now) == 1  # crash_after_s (900 s) passed: billing stops
+    services.alerts_evaluate(now=now + timedelta(seconds=20))
+    got = receiver.wait_for(2, 5)
+    assert [g.json["event"] for g in got] == ["firing", "resolved"]
+    assert "marked crashed" in got[1].json["summary"]
 
 
 def test_without_the_fleet_collector_the_idle_gpu_rule_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
