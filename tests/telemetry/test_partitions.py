@@ -168,3 +168,28 @@ def test_the_migration_converts_a_database_with_data_and_back(scratch_database: 
     with psycopg.connect(**params) as conn:
         assert conn.execute("SELECT relkind FROM pg_class WHERE relname = 'telemetry_step'").fetchone() == ("r",)
         assert conn.execute("SELECT count(*), sum(step) FROM telemetry_step").fetchone() == (2000, 4 * sum(range(500)))
+
+
+def test_retention_drops_the_weeks_partitions_once_its_runs_are_archived_and_expired(
+    owner: Tenant, settings: Any, tmp_path: Path
+) -> None:
+    from phantomhub.telemetry.models import RunArchive, RunStatus
+    from phantomhub.telemetry.retention import storage_maintain
+
+    settings.ARCHIVE_URL = str(tmp_path)
+    run_id = owner.create_run()
+    owner.post_steps(run_id, steps_body(30))
+    ended = timezone.now()
+    Run.objects.filter(pk=run_id).update(status=RunStatus.FINISHED, finished_at=ended, last_seen_at=ended)
+    week = Run.objects.get(pk=run_id).storage_week
+    names = [partition_name(table, week) for table in RAW_TABLES]
+    kept = storage_maintain(now=ended + timedelta(days=29))  # archived, not yet expired
+    assert kept.archived == 1 and not set(names) & set(kept.partitions_dropped)
+    result = storage_maintain(now=ended + timedelta(days=31))
+    assert set(names) <= set(result.partitions_dropped)
+    assert not set(names) & {p.name for p in partitions_list()}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_class WHERE relname = ANY(%s)", [names])
+        assert cursor.fetchone()[0] == 0  # dropped, not just detached
+    assert RunArchive.objects.get(run_id=run_id).pruned_at is not None
+    assert steps_arrays(run_id=uuid.UUID(run_id), rank=0)["step"].tolist() == list(range(30))  # from the archive
