@@ -133,6 +133,9 @@ def _rules_in(body: Any) -> list[services.RuleInput]:
         if not isinstance(pattern, str) or not pattern or len(pattern) > 200:
             raise invalid(f"{where}.pattern", "must be a non-empty string of at most 200 characters")
         team_slug, project_slug = item.get("team"), item.get("project")
+        for name, value in (("team", team_slug), ("project", project_slug)):
+            if value is not None and not isinstance(value, str):
+                raise invalid(f"{where}.{name}", "must be a slug or null")
         if team_slug is None and project_slug is None:
             raise invalid(f"{where}.team", "a rule names a team, a project, or both")
         team = teams.get(team_slug) if team_slug is not None else None

@@ -25,6 +25,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from phantomhub.fleet.models import InvoiceImport, InvoiceLine, Node
+from phantomhub.telemetry.parsers import nul_field
 
 REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd", "BillingCurrency")
 # The columns that name a charge: the same values are the same line, whatever the file.
@@ -69,12 +70,17 @@ def _row(raw: dict[str, str | None]) -> dict[str, Any]:
     def text(name: str) -> str:
         return (raw.get(name) or "").strip()
 
+    for name, value in raw.items():
+        if value and "\x00" in value:  # PostgreSQL stores no NUL in text or jsonb
+            raise ValueError(f"{name}: NUL characters are not allowed")
+
     try:
         cost = Decimal(text("BilledCost"))
     except InvalidOperation:
         raise ValueError(f"BilledCost: {text('BilledCost')!r} is not a number") from None
     if not cost.is_finite() or abs(cost) >= Decimal(10) ** 10:
         raise ValueError("BilledCost: must be a finite amount below 10,000,000,000")
+    cost = cost.quantize(Decimal("0.000001"))  # what the column stores, so a re-import compares equal
     currency = text("BillingCurrency")
     if not currency or len(currency) > 8:
         raise ValueError("BillingCurrency: required (at most 8 characters)")
@@ -89,6 +95,8 @@ def _row(raw: dict[str, str | None]) -> dict[str, Any]:
             raise ValueError("Tags: not a JSON object") from None
         if not isinstance(tags, dict):
             raise ValueError("Tags: not a JSON object")
+        if nul_field(tags) is not None:
+            raise ValueError("Tags: NUL characters are not allowed")
     identity = hashlib.sha256("\x1f".join(text(name) for name in IDENTITY).encode()).hexdigest()
     for name, limit in (("ResourceId", 512), ("ServiceName", 200), ("SkuId", 200)):
         if len(text(name)) > limit:

@@ -98,6 +98,7 @@ def test_saving_rules_re_attributes_and_unmatched_time_stays_unattributed(
         ({"match": "unix_user", "pattern": "bob", "team": "nobody"}, "rules[0].team"),
         ({"match": "unix_user", "pattern": "bob", "team": "vision", "project": "llm-pretrain"}, "rules[0].project"),
         ({"match": "unix_user", "pattern": "bob", "team": "nlp", "colour": 1}, "rules[0].colour"),
+        ({"match": "unix_user", "pattern": "bob", "team": ["nlp"]}, "rules[0].team"),
     ],
 )
 def test_a_bad_rule_is_a_400_naming_it_and_saves_nothing(admin: APIClient, teams: dict[str, Team], rule: Any, field: str) -> None:

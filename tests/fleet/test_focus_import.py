@@ -3,6 +3,7 @@ and reconciled with the fleet's measured cost in the finance review."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -128,3 +129,11 @@ def test_importfocus_imports_once_and_says_so(db: None, tmp_path: Any, capsys: A
     path.write_text(invoice(line("nope")))
     with pytest.raises(CommandError, match="line 2: BilledCost"):
         call_command("importfocus", str(path))
+
+
+def test_nul_characters_and_sub_micro_cents_are_handled(db: None) -> None:
+    bad = focus_import(text=invoice(line("1.00", tags='{"a": "x\\u0000y"}')))
+    assert bad.errors == ["line 2: Tags: NUL characters are not allowed"]
+    assert focus_import(text=invoice(line("1.0000004"))).created
+    assert InvoiceLine.objects.get().billed_cost == Decimal("1.000000")
+    assert focus_import(text=invoice(line("1.0000004"), line("2", sku="other"))).lines_new == 1  # the first line is known
