@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
@@ -217,22 +217,22 @@ def references_for(run: Run, gpu_key: str) -> References:
     return References(peers=tuple(peers), project=tuple(project))
 
 
-def _analysis_lock(run: Run) -> RunAnalysis:
-    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time.
-
-    The stored result is not loaded (it is about to be replaced); only the incremental state is.
-    """
-    if not RunAnalysis.objects.filter(run=run).exists():
-        try:
-            with transaction.atomic():
-                RunAnalysis.objects.create(run=run, project_id=run.project_id, team_id=run.project.team_id)
-        except IntegrityError:
-            pass  # created concurrently
-    return (
-        RunAnalysis.objects.select_for_update()
-        .defer("result", "recommendations", "state", "rank_rows", "rank_last_step")
-        .get(run=run)
-    )
+def _analysis_lock(run_id: uuid.UUID) -> RunAnalysis | None:
+    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time
+    (None: no such run). The stored result is not loaded (it is about to be replaced)."""
+    locked = RunAnalysis.objects.select_for_update().defer("result", "recommendations", "state", "rank_rows", "rank_last_step")
+    row = locked.filter(run_id=run_id).first()
+    if row is not None:
+        return row
+    run = Run.objects.select_related("project").filter(pk=run_id).first()
+    if run is None:
+        return None
+    try:
+        with transaction.atomic():
+            RunAnalysis.objects.create(run=run, project_id=run.project_id, team_id=run.project.team_id)
+    except IntegrityError:
+        pass  # created concurrently
+    return locked.get(run_id=run_id)
 
 
 @dataclass
@@ -345,12 +345,12 @@ def _span_check(run: Run, end_ns: int | None = None) -> None:
 def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
     """Analyse one run and store the result, its recommendations and its per-day costs."""
     with transaction.atomic():
+        row = _analysis_lock(run_id)
+        # Read after taking the lock: the seq read here is the one we analyse up to.
         run = Run.objects.select_related("project", "project__team").filter(pk=run_id).first()
-        if run is None:
+        if row is None or run is None:
             return None
         _span_check(run)
-        row = _analysis_lock(run)
-        run.refresh_from_db()  # the seq read after taking the lock is the one we analyse up to
         seq = run.ingest_seq
         policy = policy_for(run)
         ranks = {
@@ -397,11 +397,12 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         for batch in samples:
             acc.add_samples(batch)
 
-        end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns)
+        events = RunEvent.objects.filter(run=run).aggregate(last=Max("t_ns"), ooms=Count("pk", filter=Q(kind=EventKind.OOM)))
+        end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns, events["last"])
         _span_check(run, end_ns)
         if run.status == RunStatus.CRASHED and run.finished_at is None:
             Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
-        oom_count = RunEvent.objects.filter(run=run, kind=EventKind.OOM).count()
+        oom_count = int(events["ooms"])
         # The state is packed before the analysis finishes the accumulator in place (no copy).
         steps_changed = full or any(len(cols) for cols, _, _, _ in fresh)
         parts = state_pack(acc, ranks=steps_changed)
@@ -548,15 +549,13 @@ def _step_columns_many(
     return out
 
 
-def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int) -> int:
+def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int, last_event_ns: int | None) -> int:
     """Billing ends at the finish; otherwise at the last sign of life in the telemetry itself.
 
     Signs of life are timestamps from the training job's clock (step ends, samples, events), not
     when the server received them: a spool synced a week late must not bill the week.
     """
-    end = max(steps_end_ns, samples_t_ns, start_ns)
-    last_event = RunEvent.objects.filter(run=run).order_by("-t_ns").values_list("t_ns", flat=True).first()
-    end = max(end, last_event or 0)
+    end = max(steps_end_ns, samples_t_ns, start_ns, last_event_ns or 0)
     if run.status != RunStatus.RUNNING and run.finished_at is not None:
         end = max(_ns(run.finished_at), steps_end_ns, start_ns)
     return end
@@ -628,7 +627,8 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
     # The run's recoverable cents follow its dollars over the days, so days sum to the run exactly.
     recoverable = cents_allocate(round(analysis.recoverable_usd * 100), {k: weights[d] for k, d in zip(keys, days)})
     old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
-    RunDay.objects.filter(run=run).delete()
+    if old_days - set(days):
+        RunDay.objects.filter(run=run).exclude(day__in=days).delete()
     rows = []
     for key, day in zip(keys, days):
         cats = {name: by_cat[name][key] / 100 for name in CATEGORIES}
@@ -652,8 +652,13 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
                 mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
             )
         )
-    RunDay.objects.bulk_create(rows)
+    # One upsert: a live run's days are rewritten by every analysis.
+    RunDay.objects.bulk_create(rows, update_conflicts=True, unique_fields=["run", "day"], update_fields=_RUNDAY_FIELDS)
     rollups_mark(old_days | set(days))
+
+
+_RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
+                  "categories_usd", "recoverable_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip
 
 
 def _entries_on(day: date, analysis: Analysis, price_rows: list[PriceSegmentRow]) -> list[int]:
@@ -663,8 +668,14 @@ def _entries_on(day: date, analysis: Analysis, price_rows: list[PriceSegmentRow]
 
 
 def rollups_mark(days: Iterable[date]) -> None:
-    for day in days:
-        RollupPending.objects.update_or_create(day=day)
+    """Mark days for a rollup rebuild (one upsert for all of them)."""
+    now = timezone.now()
+    RollupPending.objects.bulk_create(
+        [RollupPending(day=day, marked_at=now) for day in sorted(set(days))],
+        update_conflicts=True,
+        unique_fields=["day"],
+        update_fields=["marked_at"],
+    )
 
 
 def rollups_rebuild(*, days: Iterable[date] | None = None) -> list[date]:
