@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from phantomhub.errors import ApiError
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
 from phantomhub.telemetry.models import Run, RunArchive, RunRank
 from phantomhub.telemetry.selectors import ANALYSIS_COLUMNS, SAMPLE_READ_COLUMNS, hot_rows, merge_rows
@@ -255,10 +256,21 @@ def run_archive(*, run_id: uuid.UUID) -> ArchiveResult:
     return ArchiveResult(run.pk, step_rows, sample_rows, steps_bytes, samples_bytes)
 
 
+class ArchiveUnavailable(ApiError):
+    """The archive holding a run's rows cannot be read (a store down, a file gone): a 503 in the
+    API's shape, and a failed (retried) analysis, never rows silently missing."""
+
+    def __init__(self, run_id: uuid.UUID, reason: str) -> None:
+        super().__init__("unavailable", f"the archive of run {run_id} cannot be read: {reason}", status_code=503)
+
+
 def archive_open(archive: RunArchive, kind: str) -> Any:
     """A binary file object of one of the run's archived files."""
     fs, root = archive_fs()
-    return fs.open(f"{root}/{archive.steps_path if kind == 'steps' else archive.samples_path}", "rb")
+    try:
+        return fs.open(f"{root}/{archive.steps_path if kind == 'steps' else archive.samples_path}", "rb")
+    except OSError as exc:
+        raise ArchiveUnavailable(archive.run_id, f"{type(exc).__name__}: {exc}") from exc
 
 
 def archive_read(
@@ -280,5 +292,8 @@ def archive_read(
     if after_t_ns is not None:
         filters.append(("t_ns", ">", after_t_ns))
     with archive_open(archive, kind) as handle:
-        table = pq.read_table(handle, columns=names, filters=filters or None)
+        try:
+            table = pq.read_table(handle, columns=names, filters=filters or None)
+        except (OSError, pa.ArrowException) as exc:
+            raise ArchiveUnavailable(archive.run_id, f"{type(exc).__name__}: {exc}") from exc
     return arrays_from_table(table, names)

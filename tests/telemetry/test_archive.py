@@ -139,3 +139,18 @@ def test_an_archived_step_row_takes_at_most_30_bytes(owner: Tenant, archive_dir:
     assert path.stat().st_size == archived.steps_bytes
     meta = pq.ParquetFile(path).metadata
     assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_an_unreadable_archive_is_a_503_never_missing_rows(owner: Tenant, archive_dir: Path) -> None:
+    run = run_with_telemetry(owner)
+    storage_maintain(now=later(31))
+    (archive_dir / RunArchive.objects.get(run=run).steps_path).unlink()  # the store lost the file
+    for path in (f"/api/v1/runs/{run.pk}/steps", f"/api/v1/runs/{run.pk}/steps.parquet"):
+        response = owner.client.get(path)
+        assert response.status_code == 503, path
+        assert response.json()["error"]["code"] == "unavailable" and str(run.pk) in response.json()["error"]["message"]
+    RunAnalysis.objects.filter(run=run).delete()
+    from phantomhub.waste.services import run_analyze_isolated
+
+    assert run_analyze_isolated(run_id=run.pk) is None  # a failed analysis, recorded and retried later
+    assert RunAnalysis.objects.get(run=run).failures == 1
