@@ -101,15 +101,16 @@ def test_the_layout_reads_as_a_hive_partitioned_dataset(owner: Tenant, outsider:
     assert sorted(set(table.column("project").to_pylist())) == ["detector", "llm-pretrain"]
 
 
-def test_an_fsspec_memory_url_holds_the_archive(owner: Tenant, settings: Any) -> None:
-    settings.ARCHIVE_URL = f"memory://phantomhub-{uuid.uuid4().hex}"
+@pytest.mark.parametrize("scheme", ["memory", "file"])
+def test_an_fsspec_url_holds_the_archive(owner: Tenant, settings: Any, tmp_path: Path, scheme: str) -> None:
+    root = f"/phantomhub-{uuid.uuid4().hex}" if scheme == "memory" else str(tmp_path / "by-url")
+    settings.ARCHIVE_URL = f"{scheme}://{root}"
     run = run_with_telemetry(owner)
     hot = _all_steps(run)
     storage_maintain(now=later(31))
-    fs = fsspec.filesystem("memory")
-    root = settings.ARCHIVE_URL.removeprefix("memory://")
-    listed = fs.find(f"/{root}")
-    assert len(listed) == 2 and all(p.endswith(".parquet") for p in listed)
+    assert not Step.objects.filter(run=run).exists()
+    listed = fsspec.filesystem(scheme).find(root)
+    assert sorted(p.rsplit("/", 3)[-3] for p in listed) == ["samples", "steps"] and all(p.endswith(".parquet") for p in listed)
     for rank, arrays in _all_steps(run).items():
         _assert_same(hot[rank], arrays)
 
