@@ -180,8 +180,8 @@ def window_series(
 
     def ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> tuple[float | None, ...]:
         with np.errstate(divide="ignore", invalid="ignore"):
-            vals = num * scale / den
-        return tuple(float(v) if d > 0 else None for v, d in zip(vals, den, strict=True))
+            vals = (num * scale / den).tolist()  # Python floats: no per-element numpy scalars
+        return tuple(v if d else None for v, d in zip(vals, (den > 0).tolist(), strict=True))
 
     mfu: tuple[float | None, ...]
     if peak_total_flops is None or not acc_has_flops(fields["flops"]):
@@ -190,9 +190,9 @@ def window_series(
         mfu = ratio(fields["flops"] * rank_scale, length_s * peak_total_flops)
     return WindowSeries(
         width_ns=width,
-        t_start_ns=tuple(int(t) for t in t0),
-        steps=tuple(float(s) for s in steps),
-        step_starts=tuple(int(s) for s in fields["step_starts"]),
+        t_start_ns=tuple(t0.tolist()),
+        steps=tuple(steps.tolist()),
+        step_starts=tuple(int(s) for s in fields["step_starts"].tolist()),
         step_ms=ratio(fields["step_ns"], steps, 1e-6),
         data_ms=ratio(fields["data_ns"], steps, 1e-6),
         forward_ms=ratio(fields["forward_ns"], steps, 1e-6),
@@ -205,9 +205,9 @@ def window_series(
         mfu=mfu,
         mem_allocated_bytes=ratio(fields["mem_allocated_sum"], fields["mem_rows"]),
         mem_reserved_bytes=ratio(fields["mem_reserved_sum"], fields["mem_rows"]),
-        mem_peak_bytes=tuple(float(p) if p >= 0 else None for p in peak),
+        mem_peak_bytes=tuple(p if p >= 0 else None for p in peak.tolist()),
         gpu_util_pct=ratio(fields["gpu_util_sum"], fields["gpu_util_samples"]),
-        alloc_retries=tuple(int(r) for r in fields["alloc_retries"]),
+        alloc_retries=tuple(int(r) for r in fields["alloc_retries"].tolist()),
     )
 
 
