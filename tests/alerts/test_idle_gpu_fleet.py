@@ -11,7 +11,7 @@ from phantomhub.accounts.models import Team
 from phantomhub.alerts import services
 from phantomhub.alerts.models import AlertRule, AlertState
 from phantomhub.fleet.services import rules_replace
-from tests.fleet.conftest import HOUR_START, h100_price, node_client, teams  # noqa: F401
+from tests.fleet.conftest import HOUR_START, h100_price, node_client, raw_days_for_fixed_dates, teams  # noqa: F401
 from tests.fleet.test_ground_truth import post_hour, rules
 
 pytestmark = pytest.mark.django_db
