@@ -70,7 +70,7 @@ def test_a_pruned_run_reads_back_from_the_archive_exactly_as_it_was_hot(owner: T
 def test_reanalysis_of_an_archived_run_equals_the_analysis_before_archiving(owner: Tenant) -> None:
     run = run_with_telemetry(owner)
     before = run_analyze(run_id=run.pk)
-    assert before is not None and before.result
+    assert before is not None and before.result["steps"] == RANKS * STEPS and before.cost_usd > 0
     expected = (before.result, before.recommendations, before.cost_usd, before.waste_usd)
 
     storage_maintain(now=later(31))
@@ -155,3 +155,26 @@ def test_an_unreadable_archive_is_a_503_never_missing_rows(owner: Tenant, archiv
 
     assert run_analyze_isolated(run_id=run.pk) is None  # a failed analysis, recorded and retried later
     assert RunAnalysis.objects.get(run=run).failures == 1
+
+
+def test_a_price_change_reprices_an_archived_run(owner: Tenant) -> None:
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from phantomhub.pricing.models import PriceEntry
+    from phantomhub.pricing.services import price_set
+    from phantomhub.waste.services import analyses_invalidate
+
+    PriceEntry.objects.all().delete()
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("1000"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
+    run = run_with_telemetry(owner)
+    before = run_analyze(run_id=run.pk)
+    assert before is not None and before.cost_usd > 0
+    storage_maintain(now=later(31))
+    assert not Step.objects.filter(run=run).exists()
+    # History re-priced: the same hours at three times the rate.
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("3000"), effective_from=datetime(2020, 1, 2, tzinfo=UTC))
+    analyses_invalidate()
+    after = run_analyze(run_id=run.pk)
+    assert after is not None and after.result["steps"] == before.result["steps"] == RANKS * STEPS
+    assert after.cost_usd == pytest.approx(3 * before.cost_usd, abs=Decimal("0.02"))
