@@ -106,6 +106,7 @@ describe("Settings → Alerts", () => {
     expect(states).toHaveTextContent("pretrain-a (llm)");
     expect(states).toHaveTextContent("82.0% waste");
     expect(states).toHaveTextContent("$29.70/h");
+    expect(within(states).getByRole("link", { name: "pretrain-a (llm)" })).toHaveAttribute("href", "/runs/r1");
     const log = await screen.findByTestId("alert-deliveries");
     const row = within(log).getAllByRole("row")[1];
     expect(row).toHaveTextContent("webhook");

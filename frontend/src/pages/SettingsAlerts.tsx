@@ -1,6 +1,7 @@
 // Settings → Alerts: rules (create, edit, delete, test-send, mute, snooze), the alerts they raised
 // (mute or snooze one subject), and the delivery log. Everything comes from /api/v1/alerts/.
 import { useState, type FormEvent } from "react";
+import { Link } from "react-router";
 
 import { ApiError, apiFetch } from "../api/client";
 import { useApi } from "../api/hooks";
@@ -451,7 +452,7 @@ function AlertsCard({ nonce }: { nonce: number }) {
             rows={d.alerts}
             rowKey={(a) => String(a.id)}
             columns={[
-              { key: "subject", header: "Subject", render: (a) => (a.run_id ? <a href={`/runs/${a.run_id}`}>{a.subject_label}</a> : a.subject_label) },
+              { key: "subject", header: "Subject", render: (a) => (a.run_id ? <Link to={`/runs/${a.run_id}`}>{a.subject_label}</Link> : a.subject_label) },
               { key: "rule", header: "Rule", render: (a) => a.rule_name },
               { key: "state", header: "State", render: (a) => <span className={`badge${a.state === "firing" ? " badge-warn" : ""}`}>{a.state}</span> },
               { key: "figure", header: "Figure", align: "right", render: (a) => figureText(a) },
