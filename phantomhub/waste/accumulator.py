@@ -241,7 +241,19 @@ class RunAccumulator:
                 raise ValueError(f"rank {cols.rank}: one batch per rank per call")
             seen.add(cols.rank)
         if len(batches) > 1:
-            self._add_concatenated(batches)
+            # In chunks of about GROUP_ROWS rows to attribute (the groups _attribute_rows would
+            # make anyway): a from-scratch run's millions of rows are never all copied at once.
+            chunk: list[StepColumns] = []
+            rows = 0
+            for cols in batches:
+                chunk.append(cols)
+                rs = self.ranks.get(cols.rank)
+                rows += len(cols) - (0 if rs is not None and rs.pending is not None else 1)
+                if rows >= GROUP_ROWS:
+                    self._add_concatenated(chunk)
+                    chunk, rows = [], 0
+            if chunk:
+                self._add_concatenated(chunk)
         elif batches:
             item = self._prepare(batches[0])
             if item is not None:
