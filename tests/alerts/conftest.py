@@ -83,6 +83,7 @@ class Receiver:
     got: list[Received] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
     answer: Callable[[Received], int] | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every answer
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wait_for(self, count: int, timeout_s: float) -> list[Received]:
@@ -113,6 +114,8 @@ def receiver() -> Iterator[Receiver]:
             body = b'{"ok": true}'
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            for key, value in state.headers.items():
+                self.send_header(key, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -81,6 +81,14 @@ def test_a_4xx_is_not_retried(receiver: Receiver) -> None:
     assert "410" in item.error and item.next_attempt_at is None
 
 
+def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
+    receiver.answers = [302]
+    receiver.headers = {"Location": receiver.url + "/elsewhere"}
+    [item] = services.rule_test_send(rule=_rule(receiver.url))
+    assert (item.status, item.status_code) == ("failed", 302)
+    assert [g.path for g in receiver.got] == ["/hook"]  # the signed body went nowhere else
+
+
 def test_a_network_error_is_retried() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
