@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # A claimed delivery is not attempted by anyone else for this long (one attempt's timeout, and
 # then some): two evaluators never send the same attempt twice.
 CLAIM_S = 60
+LOG_DAYS = 90  # resolved alerts and finished deliveries are kept this long
 
 
 @dataclass
@@ -170,6 +171,16 @@ def rule_evaluate(*, rule: AlertRule, now: datetime, result: EvaluateResult) -> 
                 result.resolved += happened == "resolved"
 
 
+def alerts_prune(*, now: datetime) -> int:
+    """Forget what no one needs: subjects back to ok for a day, and resolved alerts and deliveries
+    older than LOG_DAYS (the log keeps its rows' text; an alert's deliveries outlive it)."""
+    old = now - timedelta(days=LOG_DAYS)
+    gone = AlertState.objects.filter(state=StateKind.OK, evaluated_at__lt=now - timedelta(days=1)).delete()[0]
+    gone += AlertState.objects.filter(state=StateKind.RESOLVED, resolved_at__lt=old).delete()[0]
+    gone += AlertDelivery.objects.filter(created_at__lt=old).exclude(status=DeliveryStatus.PENDING).delete()[0]
+    return int(gone)
+
+
 def alerts_evaluate(*, now: datetime | None = None, send: bool = True) -> EvaluateResult:
     """Evaluate every enabled rule, then attempt the deliveries that are due. One rule that fails
     (bad data in one analysis) is logged and does not stop the others."""
@@ -184,6 +195,7 @@ def alerts_evaluate(*, now: datetime | None = None, send: bool = True) -> Evalua
     if send:
         sent, failed = deliveries_send_due()
         result.sent, result.failed = sent, failed
+    alerts_prune(now=now)
     return result
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from phantomhub.alerts import services
 from phantomhub.alerts.delivery import url_problem
-from phantomhub.alerts.models import AlertDelivery, AlertRule
+from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
 from tests.alerts.conftest import Receiver
 
 pytestmark = pytest.mark.django_db
@@ -149,3 +149,19 @@ def test_email_through_a_real_smtp_receiver(settings: Any) -> None:
         controller.stop()
     assert item.status == "sent" and len(got) == 1 and got[0].rcpt_tos == ["oncall@example.com"]
     assert b"Test of the alert rule" in got[0].content
+
+
+def test_old_log_rows_and_cleared_subjects_are_forgotten(receiver: Receiver) -> None:
+    rule = _rule(receiver.url)
+    now = timezone.now()
+    [old] = services.rule_test_send(rule=rule)
+    [recent] = services.rule_test_send(rule=rule)
+    AlertDelivery.objects.filter(pk=old.pk).update(created_at=now - timedelta(days=91))
+    states = {
+        name: AlertState.objects.create(rule=rule, subject=name, state=state, evaluated_at=at, resolved_at=at)
+        for name, state, at in [("ok-old", "ok", now - timedelta(days=2)), ("ok-new", "ok", now),
+                                ("resolved-old", "resolved", now - timedelta(days=91)), ("resolved", "resolved", now)]
+    }  # fmt: skip
+    services.alerts_evaluate(now=now)
+    assert set(AlertDelivery.objects.values_list("pk", flat=True)) == {recent.pk}
+    assert set(AlertState.objects.values_list("subject", flat=True)) == {"ok-new", "resolved"} and states
