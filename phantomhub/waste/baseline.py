@@ -174,15 +174,15 @@ def _lookup(run: Run) -> _Lookup:
         if len(matching) == BASELINE_RUNS:
             break
     if not matching:
-        what = "no finished run" if not rows else f"{len(rows)} finished run{'' if len(rows) == 1 else 's'}, none"
-        return _Lookup(
-            row,
-            profile,
-            None,
-            f"No comparable finished runs: this project has {what} on {gpu} before this one with a step within "
-            f"±{PEER_TOLERANCE:.0%} of this run's FLOPs, tokens and samples per step.",
-            len(rows),
-        )
+        if not rows:
+            why = f"this project has no finished run on {gpu} before this one."
+        else:
+            runs_text = f"{len(rows)} finished run{'' if len(rows) == 1 else 's'}"
+            why = (
+                f"this project has {runs_text} on {gpu} before this one, none with a step within "
+                f"±{PEER_TOLERANCE:.0%} of this run's FLOPs, tokens and samples per step."
+            )
+        return _Lookup(row, profile, None, f"No comparable finished runs: {why}", len(rows))
     # Only the two keys of each stored result that a composition needs (a big run's result holds
     # every rank's figures): the database extracts them.
     found = {
