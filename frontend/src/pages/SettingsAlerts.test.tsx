@@ -161,6 +161,26 @@ describe("Settings → Alerts", () => {
   });
 });
 
+describe("Settings → Alerts for people who may not write rules", () => {
+  it("offers no new rule and no buttons on rules it may not change", async () => {
+    const member = { username: "mia", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "member" }] };
+    const api = mockFetch({
+      "/api/v1/portal/session": { authenticated: true, user: member, csrf_token: "tok" },
+      "/api/v1/alerts/rules": { rules: [rule({ writable: false, webhook_secret: null })], kinds: KINDS },
+      "/api/v1/alerts/alerts": { alerts: [{ ...alertRow, writable: false }] },
+      "/api/v1/alerts/deliveries": { deliveries: [] },
+    });
+    vi.stubGlobal("fetch", api.fn);
+    renderAlerts();
+    expect(await screen.findByTestId("alert-rules")).toHaveTextContent("loader stall");
+    expect(screen.queryByRole("button", { name: "New rule" })).not.toBeInTheDocument();
+    expect(screen.queryByRole("button", { name: "Edit loader stall" })).not.toBeInTheDocument();
+    expect(await screen.findByTestId("alert-states")).toHaveTextContent("pretrain-a (llm)");
+    expect(screen.queryByRole("button", { name: /Mute pretrain-a/ })).not.toBeInTheDocument();
+    expect(await screen.findByText("Nothing sent yet")).toBeInTheDocument();
+  });
+});
+
 describe("alert rule helpers", () => {
   it("says each kind of rule in words", () => {
     expect(ruleSummary({ kind: "waste_rate", params: { usd_per_hour: 25, share: 0.5 }, for_s: 120 })).toBe("waste > $25.00/h or waste share > 50% for 2 min");

@@ -5,6 +5,7 @@ import { Link } from "react-router";
 
 import { ApiError, apiFetch } from "../api/client";
 import { useApi } from "../api/hooks";
+import { isAdmin, useSession } from "../api/session";
 import type { AlertDeliveryRow, AlertParamSpec, AlertRule, AlertRuleKind, AlertRuleList, AlertStateRow } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { Async, Empty, FieldErrors } from "../components/States";
@@ -328,7 +329,9 @@ function RulesCard({ onChanged }: { onChanged: () => void }) {
     }
   }
 
-  const canCreate = true; // the API says who may write which rule; the form shows its answer
+  const { user } = useSession();
+  // Organization admins write every rule, a team's admins their team's (the API decides each).
+  const canCreate = isAdmin(user) || !!user?.teams.some((t) => t.role === "admin");
   return (
     <Card
       title="Alert rules"
