@@ -192,7 +192,21 @@ class InvoiceImportApi(APIView):
     permission_classes = [FinanceOrAdmin]
     parser_classes = [CsvParser]
 
-    @extend_schema(responses=OBJ, summary="Invoices imported (FOCUS CSV)")
+    @extend_schema(
+        responses=inline_serializer(
+            "InvoiceImportRow",
+            {
+                "id": serializers.IntegerField(),
+                "filename": serializers.CharField(),
+                "lines": serializers.IntegerField(),
+                "lines_new": serializers.IntegerField(),
+                "imported_at": serializers.DateTimeField(),
+                "sha256": serializers.CharField(),
+            },
+            many=True,
+        ),
+        summary="Invoices imported (FOCUS CSV), newest first",
+    )
     def get(self, request: Request) -> Response:
         rows = InvoiceImport.objects.order_by("-imported_at")[:200]
         return Response(
