@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -145,6 +146,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=25_000, help="steps per rank")
     parser.add_argument("--database-url", default=os.environ.get("PHANTOMHUB_DATABASE_URL"))
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "storage.json"))
+    parser.add_argument("--keep-archive", action="store_true", help="keep the archive directory (to read it in a notebook)")
     args = parser.parse_args()
     if not args.database_url or not args.database_url.startswith("postgres"):
         sys.exit("bench/storage.py measures PostgreSQL: set PHANTOMHUB_DATABASE_URL (or --database-url) to postgres://...")
@@ -160,6 +162,10 @@ def main() -> None:
 
         connections.close_all()
         _scratch_database(args.database_url, drop=scratch_url)
+        if args.keep_archive:
+            print(f"archive kept in {archive_dir}")
+        else:
+            shutil.rmtree(archive_dir, ignore_errors=True)
 
 
 def _scratch_database(url: str, drop: str | None = None) -> str:
