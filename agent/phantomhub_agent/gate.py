@@ -122,7 +122,9 @@ def _delta(metric: dict[str, Any]) -> str:
         text = f"{d:+,.2f} ms"
     else:
         text = f"{d * 100:+.1f} pts" if d == 0 or abs(d) >= 0.001 else ("<+0.1 pts" if d > 0 else ">-0.1 pts")
-    return text + (f" ({pct:+.0%})" if isinstance(pct, (int, float)) else "")
+    if not isinstance(pct, (int, float)):
+        return text
+    return text + (f" ({pct:+.0%})" if abs(pct) >= 0.01 or pct == 0 else f" ({pct:+.1%})")  # never a bare -0%
 
 
 def table(metrics: Sequence[dict[str, Any]]) -> str:
