@@ -101,7 +101,7 @@ def _node(value: Any) -> dict[str, Any]:
 
 
 def _owner(value: Any, field: str) -> dict[str, Any]:
-    if not isinstance(value, dict) or value.get("kind") not in OWNER_KINDS:
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str) or value["kind"] not in OWNER_KINDS:
         raise invalid(f"{field}.kind", f"must be one of {', '.join(OWNER_KINDS)}")
     kind = value["kind"]
     body = _object(value, field, {"kind", *OWNER_KINDS[kind]})
