@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from phantomhub.fleet.models import GpuSample, Node, ProcessSample
+from phantomhub.fleet.models import GpuSample, ProcessSample
 from tests.fleet.conftest import NS, T0, node_body, node_meta
 from tests.fleet.test_ground_truth import OWNERS, one_per_class
 
