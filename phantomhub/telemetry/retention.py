@@ -135,8 +135,12 @@ def _weeks_droppable(now: datetime, overrides: dict[int, int]) -> dict[int, list
 
 
 def _week_drop(week: int, partitions: list[Partition]) -> None:
+    run_ids = list(Run.objects.filter(storage_week=week).values_list("id", flat=True))
     with transaction.atomic():
         RunArchive.objects.filter(run__storage_week=week, pruned_at__isnull=True).update(pruned_at=timezone.now())
+        with connection.cursor() as cursor:
+            for table in RAW_TABLES:  # rows of these runs written without their week (a bulk COPY)
+                cursor.execute(f"DELETE FROM {table} WHERE run_week = %s AND run_id = ANY(%s)", [LEGACY_WEEK, run_ids])
         for partition in partitions:
             partition_drop(partition)
 

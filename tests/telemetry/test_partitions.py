@@ -193,3 +193,30 @@ def test_retention_drops_the_weeks_partitions_once_its_runs_are_archived_and_exp
         assert cursor.fetchone()[0] == 0  # dropped, not just detached
     assert RunArchive.objects.get(run_id=run_id).pruned_at is not None
     assert steps_arrays(run_id=uuid.UUID(run_id), rank=0)["step"].tolist() == list(range(30))  # from the archive
+
+
+def test_rows_a_bulk_copy_wrote_without_their_week_leave_with_the_week(owner: Tenant, settings: Any, tmp_path: Path) -> None:
+    """A COPY that names no run_week (bench/ingest.py's baseline) lands in the legacy partition:
+    read with the run's other rows, archived with them, and deleted when its week is dropped."""
+    from phantomhub.telemetry.models import RunStatus
+    from phantomhub.telemetry.retention import storage_maintain
+    from phantomhub.telemetry.services import _steps_checked
+    from phantomhub.telemetry.storage import STEP_TABLE, pg_copy_payload
+
+    settings.ARCHIVE_URL = str(tmp_path)
+    run = Run.objects.get(pk=owner.create_run())
+    owner.post_steps(str(run.pk), steps_body(10, rank=0))
+    batch = _steps_checked(run, steps_body(10, rank=1)["steps"])
+    names = [n for n in STEP_TABLE.pg_types if n in batch.values]
+    connection.ensure_connection()
+    sql = f"COPY telemetry_step (run_id, rank, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+    with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
+        copy.write(pg_copy_payload(STEP_TABLE, names, run.pk, 1, batch))
+    assert _count("telemetry_step_legacy") == 10
+    assert steps_arrays(run_id=run.pk, rank=1)["step"].tolist() == list(range(10))
+    ended = timezone.now()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FINISHED, finished_at=ended, last_seen_at=ended)
+    result = storage_maintain(now=ended + timedelta(days=31))
+    assert partition_name("telemetry_step", run.storage_week) in result.partitions_dropped
+    assert _count("telemetry_step_legacy") == 0 and not Step.objects.filter(run=run).exists()
+    assert steps_arrays(run_id=run.pk, rank=1)["step"].tolist() == list(range(10))  # from the archive
