@@ -109,6 +109,25 @@ def model_side_by_side(ranks: int, steps: int, pairs: int = 3) -> dict[str, floa
     return out
 
 
+def cent_figures(x: Any, y: Any) -> list[tuple[str, Any, Any]]:
+    """The figures that must agree to the cent (and the straggler findings), side by side."""
+
+    def of(row: Any) -> dict[str, Any]:
+        r = row.result
+        stragglers = [(s["rank"], s["caused_wait_gpu_seconds"]) for s in r["stragglers"]]
+        out = {"cost_usd": row.cost_usd, "waste_usd": row.waste_usd, "recoverable_usd": row.recoverable_usd,
+               "steps": r["steps"], "stragglers": stragglers}  # fmt: skip
+        for c in r["categories"]:
+            out[f"{c['category']}.usd_cents"] = c["usd_cents"]
+            out[f"{c['category']}.recoverable_cents"] = c["recoverable_cents"]
+        for rank in r["ranks"]:
+            out[f"rank {rank['rank']}.steps"] = rank["steps"]
+        return out
+
+    a, b = of(x), of(y)
+    return [(k, a[k], b.get(k)) for k in a]
+
+
 def sweep_case(run: Any, repeat: int) -> dict[str, float]:
     """Sweeps with nothing dirty while ``run`` (analysed) is the database's one run."""
     from phantomhub.waste.services import analysis_sweep, run_analyze
@@ -296,9 +315,9 @@ def main() -> None:
     RunAnalysisState.objects.filter(run=run).delete()
     scratch = run_analyze(run_id=run.pk)
     assert scratch is not None
-    same = (live_row.cost_usd, live_row.waste_usd, live_row.result["categories"], live_row.result["stragglers"]) == (
-        scratch.cost_usd, scratch.waste_usd, scratch.result["categories"], scratch.result["stragglers"])  # fmt: skip
-    print(f"incremental equals a from-scratch analysis of the same rows: {same}")
+    differ = [name for name, a, b in cent_figures(live_row, scratch) if a != b]
+    same = not differ
+    print(f"incremental equals a from-scratch analysis of the same rows, to the cent: {same} {differ or ''}")
 
     none_wall, none_cpu = [], []
     for i in range(args.repeat):

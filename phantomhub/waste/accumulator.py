@@ -303,9 +303,9 @@ class RunAccumulator:
         comb_len = lengths + n_pending
         comb_bounds = np.concatenate(([0], np.cumsum(comb_len)))
         new_at = np.repeat(comb_bounds[:-1] + n_pending - first, lengths) + np.arange(len(t))
-        comb: dict[str, Any] = {}
+        comb: dict[str, Any] = {} if has_pending.any() else filled  # no pending rows: nothing to insert
         p_idx = np.flatnonzero(has_pending)
-        for k, v in filled.items():
+        for k, v in filled.items() if has_pending.any() else ():
             out = np.empty(int(comb_bounds[-1]), dtype=v.dtype)
             out[new_at] = v
             if len(p_idx):
