@@ -83,3 +83,12 @@ def teams(db: None) -> dict[str, Team]:
 def raw_days_for_fixed_dates(settings: Any) -> None:
     """The tests' samples carry fixed dates in 2026; keep raw samples long enough to accept them."""
     settings.FLEET_RAW_DAYS = 3650
+
+
+@pytest.fixture
+def server_threads_close_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections opened by an in-process server's threads end with their request, so none is
+    left open on the test database when it is dropped."""
+    from django.db import connections
+
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)

@@ -19,7 +19,9 @@ NOW = datetime(2026, 11, 10, 12, 0, 7, tzinfo=UTC)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_demo_nodes_fill_the_fleet_page_and_a_second_seeding_adds_only_new_samples(h100_price) -> None:
+def test_demo_nodes_fill_the_fleet_page_and_a_second_seeding_adds_only_new_samples(
+    h100_price, server_threads_close_connections
+) -> None:
     for team in ("research", "vision", "recsys", "speech", "nlp"):
         team_get_or_create(slug=team)
     project_get_or_create(team=team_get_or_create(slug="speech"), slug="asr")

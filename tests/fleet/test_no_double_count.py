@@ -59,7 +59,9 @@ def node_request(entry: dict[str, Any], times_ns: list[int]) -> dict[str, Any]:
     return {"node": node, "interval_s": 1, "gpus": gpus, "processes": procs, "owners": [run_owner, pod]}
 
 
-def test_a_live_runs_gpu_is_counted_once(h100_price: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_live_runs_gpu_is_counted_once(
+    h100_price: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_threads_close_connections: None
+) -> None:
     monkeypatch.setenv("PHANTOMHUB_RUN_DIR", str(tmp_path / "runs"))
     token = project_token_for_slugs(team_slug="nlp", project_slug="llm-pretrain").raw
     torch.manual_seed(0)
