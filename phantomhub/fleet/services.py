@@ -273,5 +273,9 @@ def raw_samples_purge(*, now_ns: int | None = None) -> int:
     pending = DayPending.objects.order_by("day").values_list("day", flat=True).first()
     if pending is not None:
         cutoff = min(cutoff, int(datetime(pending.year, pending.month, pending.day, tzinfo=UTC).timestamp()) * NS)
-    deleted = ProcessSample.objects.filter(t_ns__lt=cutoff).delete()[0]
-    return deleted + GpuSample.objects.filter(t_ns__lt=cutoff).delete()[0]
+    deleted = 0
+    # GPU by GPU, so each delete is a range of the (node, gpu_index, t_ns) unique index.
+    for node_id, index in GpuState.objects.values_list("node_id", "gpu_index"):
+        deleted += ProcessSample.objects.filter(node_id=node_id, gpu_index=index, t_ns__lt=cutoff).delete()[0]
+        deleted += GpuSample.objects.filter(node_id=node_id, gpu_index=index, t_ns__lt=cutoff).delete()[0]
+    return deleted

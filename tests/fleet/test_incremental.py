@@ -62,3 +62,21 @@ def test_a_late_sample_rebuilds_the_day(node_client: Any, h100_price: Any, teams
     node_day_derive(node=Node.objects.get(), day=late[0][0])
     assert snapshot() == late
     assert sum(r[3] for r in late if r[1] != 9) == 4 * 80 * 15 * NS  # the gap is filled: every second priced once
+
+
+def test_raw_samples_past_retention_are_purged_and_their_days_stay(
+    node_client: Any, h100_price: Any, teams: Any, settings: Any
+) -> None:
+    from phantomhub.fleet.models import GpuSample, ProcessSample
+    from phantomhub.fleet.services import raw_samples_purge
+
+    post(node_client, [T0 + (i + 1) * 15 * NS for i in range(40)])
+    fleet_derive_pending()
+    before = snapshot()
+    settings.FLEET_RAW_DAYS = 1
+    assert raw_samples_purge(now_ns=T0 + 86_400 * NS) == 0  # a day later: still within the day kept
+    raw = GpuSample.objects.count() + ProcessSample.objects.count()
+    assert raw == 4 * 40 + 3 * 40  # in `varied`, three GPUs of four hold a process at any time
+    assert raw_samples_purge(now_ns=T0 + 3 * 86_400 * NS) == raw
+    assert not GpuSample.objects.exists() and not ProcessSample.objects.exists()
+    assert snapshot() == before  # the derived rows stay
