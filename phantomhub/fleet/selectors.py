@@ -212,7 +212,12 @@ def fleet_summary(*, period: Period) -> dict[str, Any]:
             for row in idle
         ],
         "node_count": Node.objects.count(),
+        "last_report_at": _iso(Node.objects.aggregate(at=Max("last_seen_at"))["at"]),
     }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 def latest_fleet_day() -> Any:

@@ -122,3 +122,9 @@ test("people who are not admins read the rules but cannot change them", async ()
   expect(await screen.findByLabelText("Rule 1 pattern")).toBeDisabled();
   await waitFor(() => expect(screen.queryByRole("button", { name: "Save rules" })).not.toBeInTheDocument());
 });
+
+test("with no GPU idle-held now, the page says when the latest report came", async () => {
+  renderAt("/fleet", { "/api/v1/fleet/summary": summary({ idle_held_now: [], last_report_at: "2026-11-10T12:00:07Z" }) });
+  expect(await screen.findByText("No GPU is idle-held right now")).toBeInTheDocument();
+  expect(screen.getByText(/latest node report came/)).toBeInTheDocument();
+});

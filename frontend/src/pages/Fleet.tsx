@@ -82,6 +82,8 @@ export interface FleetSummary {
   teams: { team: string | null; team_name: string; instrumented_usd: number; busy_uninstrumented_usd: number; idle_held_usd: number; empty_usd: number }[];
   idle_held_now: IdleHeldRow[];
   node_count: number;
+  /** When a node last reported (any node); "now" is what their latest reports say. */
+  last_report_at?: string | null;
 }
 
 export const FLEET_API = "/api/v1/fleet/";
@@ -187,7 +189,7 @@ export function FleetPage() {
               {d.idle_held_now.length > 0 ? (
                 <DataTable caption="GPUs idle-held right now" testId="fleet-idle-now" columns={IDLE_COLUMNS} rows={d.idle_held_now} rowKey={(r) => `${r.node}:${r.gpu_index}`} />
               ) : (
-                <Empty title="No GPU is idle-held right now" />
+                <Empty title="No GPU is idle-held right now">{d.last_report_at ? `The latest node report came ${formatDateTime(d.last_report_at)}; a GPU counts as now while its node reported within four intervals.` : null}</Empty>
               )}
             </Card>
             <Card title="Nodes that cost most" actions={<span className="card-links"><span className="muted small">{formatNumber(d.nodes.length)} of {formatNumber(d.node_count)} nodes</span><CsvLink table="nodes" period={period} /></span>}>
