@@ -175,6 +175,7 @@ def _figures(row: Any) -> tuple[Any, ...]:
 
 
 @pytest.mark.django_db
+@pytest.mark.backends
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_live_analyses_of_a_16_rank_run_in_random_pieces_equal_a_full_one(owner: Tenant, seed: int) -> None:
     PriceEntry.objects.all().delete()
