@@ -260,8 +260,8 @@ def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
             return None
         ranks = arrays_unpack(bytes(stored.ranks))
         acc = state_unpack(StateParts(header, ranks, arrays_unpack(bytes(stored.windows))))
-    except (NotAppendable, KeyError, TypeError, ValueError):
-        return None  # a state saved by another version of the model: start over
+    except (NotAppendable, KeyError, TypeError, ValueError, IndexError):
+        return None  # a state saved by another version of the model (or unreadable): start over
     svc = header["service"]
     return LoadedState(
         acc=acc,

@@ -204,3 +204,27 @@ def test_live_analyses_of_a_16_rank_run_in_random_pieces_equal_a_full_one(owner:
     full = services.run_analyze(run_id=uuid.UUID(run_id))
     assert full is not None
     assert _figures(live) == _figures(full)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("damage", ["header", "ranks", "windows"])
+def test_an_unreadable_stored_state_means_a_correct_full_analysis(owner: Tenant, damage: str) -> None:
+    PriceEntry.objects.all().delete()
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("36"), effective_from=datetime(2026, 1, 1, tzinfo=UTC))
+    run_id = owner.create_run(
+        gpu_model="NVIDIA H100 80GB HBM3", gpu_count=4, world_size=4, dtype="bf16",
+        allocation_start=_iso(T0 - timedelta(seconds=10)), started_at=_iso(T0),
+    )  # fmt: skip
+    for rank in range(4):
+        assert owner.post_steps(run_id, _rank_steps(rank, 0, 20)).status_code == 200
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    RunAnalysisState.objects.filter(run_id=run_id).update(**{damage: b"PHS1\xff\xff\xff\x7fnot a state"})
+    for rank in range(4):
+        assert owner.post_steps(run_id, _rank_steps(rank, 20, 10)).status_code == 200
+    recovered = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert recovered is not None and recovered.result["steps"] == 4 * 30
+
+    assert RunAnalysisState.objects.filter(run_id=run_id).delete()[0] == 1
+    full = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert full is not None
+    assert _figures(recovered) == _figures(full)
