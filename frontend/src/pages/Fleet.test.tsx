@@ -6,6 +6,7 @@ import { SessionProvider } from "../api/session";
 import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
 import { FleetPage, heldFor, type FleetSummary } from "./Fleet";
+import { InvoiceCard } from "./FleetInvoice";
 import { SettingsPage } from "./Settings";
 import { rulesBody } from "./SettingsAttribution";
 
@@ -127,4 +128,28 @@ test("with no GPU idle-held now, the page says when the latest report came", asy
   renderAt("/fleet", { "/api/v1/fleet/summary": summary({ idle_held_now: [], last_report_at: "2026-11-10T12:00:07Z" }) });
   expect(await screen.findByText("No GPU is idle-held right now")).toBeInTheDocument();
   expect(screen.getByText(/latest node report came/)).toBeInTheDocument();
+});
+
+test("the invoice card shows billed, measured and unexplained per team with the unmatched rest apart", () => {
+  render(
+    <MemoryRouter>
+      <InvoiceCard
+        month="2026-09"
+        invoice={{
+          rows: [
+            { team: "nlp", team_name: "NLP", billed_usd: 8, measured_usd: 7.2, unexplained_usd: 0.8 },
+            { team: null, team_name: "unattributed", billed_usd: 4, measured_usd: 3.6, unexplained_usd: 0.4 },
+          ],
+          totals: { billed_usd: 12, measured_usd: 10.8, unexplained_usd: 1.2 },
+          unmatched_billed_usd: 3,
+          lines: 3,
+        }}
+      />
+    </MemoryRouter>,
+  );
+  const table = screen.getByTestId("finance-invoice");
+  expect(within(table).getByText("NLP")).toBeInTheDocument();
+  expect(within(table).getByText("unattributed")).toBeInTheDocument();
+  expect(screen.getByTestId("finance-invoice-total")).toHaveTextContent("$12.00$10.80$1.20");
+  expect(screen.getByTestId("finance-invoice-unmatched")).toHaveTextContent("$3.00 of the invoice matches no node");
 });
