@@ -10,6 +10,7 @@ keeps in the same transaction as the rows.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -30,8 +31,8 @@ from django.utils import timezone
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
 from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
-from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus, SystemSample
-from phantomhub.telemetry.selectors import steps_arrays_after
+from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
+from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.model import (
     CATEGORIES,
@@ -163,35 +164,35 @@ def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray], after_ns:
 
 
 def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[SystemSamples], int]:
-    rows = list(
-        SystemSample.objects.filter(run=run, t_ns__gt=since_ns)
-        .order_by("rank", "device", "t_ns")
-        .values_list("rank", "device", "t_ns", "gpu_util_pct", "cpu_other_pct", "cpu_steal_pct")
-    )
-    if not rows:
+    # Through the telemetry selector, so that a run whose raw rows were archived and pruned is
+    # re-analysed with its samples read back from the archive.
+    cols = samples_arrays(run_id=run.pk, since_ns=since_ns)
+    t_ns = cols["t_ns"]
+    if not len(t_ns):
         return [], since_ns
+    rank, device = cols["rank"], cols["device"]
+    # Rows come ordered by (rank, device, t_ns): each (rank, device) is one contiguous slice.
+    change = np.flatnonzero((np.diff(rank) != 0) | (np.diff(device) != 0)) + 1
+    bounds = [0, *change.tolist(), len(t_ns)]
+
+    def column(name: str, lo: int, hi: int) -> np.ndarray | None:
+        arr = np.asarray(cols[name][lo:hi], dtype=np.float64)
+        return arr if np.isfinite(arr).any() else None
+
     out: list[SystemSamples] = []
-    groups: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
-    for row in rows:
-        groups.setdefault((row[0], row[1]), []).append(row)
-    for (rank, device), group in groups.items():
-
-        def column(i: int, group: list[tuple[Any, ...]] = group) -> np.ndarray | None:
-            values = [np.nan if r[i] is None else r[i] for r in group]
-            arr = np.array(values, dtype=np.float64)
-            return arr if np.isfinite(arr).any() else None
-
+    for lo, hi in itertools.pairwise(bounds):
+        r, d = int(rank[lo]), int(device[lo])
         out.append(
             SystemSamples(
-                host=hosts.get(rank, f"rank-{rank}"),
-                t_ns=np.array([r[2] for r in group], dtype=np.int64),
-                gpu_util_pct=column(3) if device >= 0 else None,
-                cpu_other_pct=column(4) if device < 0 else None,
-                cpu_steal_pct=column(5) if device < 0 else None,
-                rank=rank if device >= 0 else None,
+                host=hosts.get(r, f"rank-{r}"),
+                t_ns=t_ns[lo:hi].astype(np.int64),
+                gpu_util_pct=column("gpu_util_pct", lo, hi) if d >= 0 else None,
+                cpu_other_pct=column("cpu_other_pct", lo, hi) if d < 0 else None,
+                cpu_steal_pct=column("cpu_steal_pct", lo, hi) if d < 0 else None,
+                rank=r if d >= 0 else None,
             )
         )
-    return out, max(r[2] for r in rows)
+    return out, int(t_ns.max())
 
 
 def references_for(run: Run, gpu_key: str) -> References:

@@ -19,7 +19,7 @@ from phantomhub.telemetry.archive import run_archive
 from phantomhub.telemetry.models import Run, RunArchive, Step, SystemSample
 from phantomhub.telemetry.retention import storage_maintain
 from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
-from phantomhub.waste.models import RunAnalysis
+from phantomhub.waste.models import RunAnalysis, RunAnalysisState
 from phantomhub.waste.services import run_analyze
 from tests.conftest import Tenant
 from tests.telemetry.storage_helpers import RANKS, STEPS, later, run_finish, run_with_telemetry
@@ -75,9 +75,12 @@ def test_reanalysis_of_an_archived_run_equals_the_analysis_before_archiving(owne
 
     storage_maintain(now=later(31))
     assert not Step.objects.filter(run=run).exists()
-    RunAnalysis.objects.filter(run=run).delete()  # a model upgrade: analyse from scratch
+    # A model upgrade: analyse from scratch, with no analysis and no incremental state left.
+    RunAnalysis.objects.filter(run=run).delete()
+    assert RunAnalysisState.objects.filter(run=run).delete()[0] == 1
     after = run_analyze(run_id=run.pk)
     assert after is not None
+    assert after.result["host"]["gpu_util_pct_mean"] == before.result["host"]["gpu_util_pct_mean"] is not None
     assert (after.result, after.recommendations, after.cost_usd, after.waste_usd) == expected
 
 
