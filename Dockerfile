@@ -31,7 +31,7 @@ COPY deploy ./deploy
 # collectstatic needs settings; a throwaway key is fine at build time (no DB access). The files go
 # to the installed package's STATIC_ROOT, beside the UI, read-only for the phantomhub user.
 RUN PHANTOMHUB_SECRET_KEY=build-only-key-build-only-key-build-only python -m django collectstatic --no-input -v 0 \
-    && chmod 0755 deploy/entrypoint.sh && mkdir -p /app/var && chown phantomhub /app/var
+    && chmod 0755 deploy/entrypoint.sh && mkdir -p /app/var/archive && chown -R phantomhub /app/var
 USER phantomhub
 EXPOSE 8000
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]

@@ -70,6 +70,20 @@ def test_compose_runs_migrate_web_worker_and_beat_from_one_image_beside_postgres
             assert service["depends_on"][dep]["condition"] == "service_healthy"
 
 
+def test_web_worker_and_beat_share_one_archive_the_image_lets_them_write() -> None:
+    services = COMPOSE["services"]
+    archive = services["web"]["environment"]["PHANTOMHUB_ARCHIVE_URL"]
+    path = re.fullmatch(r"\$\{PHANTOMHUB_ARCHIVE_URL:-(/[^}]+)\}", archive)
+    assert path, archive
+    for name in ("web", "worker", "beat"):
+        assert f"archive:{path[1]}" in services[name]["volumes"], name
+    assert "archive" in COMPOSE["volumes"]
+    # A named volume starts as a copy of the image's directory, ownership included: it must exist.
+    runtime = _stages()["runtime"]
+    assert f"mkdir -p {path[1]}" in runtime and "chown -R phantomhub /app/var" in runtime
+    assert runtime.index("chown -R phantomhub") < runtime.index("USER phantomhub")
+
+
 def test_migrations_run_once_per_deploy_before_the_roles_that_need_them() -> None:
     services = COMPOSE["services"]
     migrate = services["migrate"]
