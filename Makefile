@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install --disable-pip-version-check -q
 PHANTOMHUB_PORT ?= 8000
 export PHANTOMHUB_PORT
 
-.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-frontend lint fmt typecheck check bench soak screenshots clean
+.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-frontend lint fmt typecheck check bench fleet-sim soak screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -85,6 +85,13 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/savings.py
 	$(PY) bench/portal.py --browser
+	$(PY) bench/storage.py
+	$(PY) bench/fleet.py
+	$(PY) bench/fleet_nodes.py
+	$(PY) bench/node_collector.py
+
+fleet-sim: venv-dev ## the fleet simulation: how many live 8-rank runs this machine keeps up with (long)
+	$(PY) bench/fleet_sim.py
 
 soak: venv-dev ## load with faults: restarts PostgreSQL, stops Redis, kills the worker (disturbs anything else using them)
 	$(PY) bench/soak.py
