@@ -74,7 +74,8 @@ class FleetSummaryApi(APIView):
 
 CSV_TABLES = {
     "nodes": (["node", "gpu_model", "gpu_count", "provider", "region", "billed_gpu_hours", "coverage", "cost_usd",
-               "instrumented_usd", "busy_uninstrumented_usd", "idle_held_usd", "empty_usd", "unknown_gpu_hours"],
+               "instrumented_usd", "busy_uninstrumented_usd", "idle_held_usd", "empty_usd", "unknown_gpu_hours",
+               "collector_sent", "collector_spooled", "collector_dropped", "counters_at"],
               selectors.fleet_nodes),
     "holders": (["holder", "kind", "team", "project", "gpu_hours", "busy_uninstrumented_usd", "idle_held_usd", "cost_usd"],
                 selectors.fleet_holders),

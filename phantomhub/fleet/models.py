@@ -40,6 +40,12 @@ class Node(models.Model):
     interval_s = models.PositiveIntegerField(default=15)
     first_seen_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # The collector's latest sender counters (sent, spooled, dropped, ...): those of the request
+    # with the latest samples (`counters_t_ns`), so a request replayed from the spool later never
+    # replaces newer ones; `counters_at` is when the server received them.
+    counters = models.JSONField(default=dict, blank=True)
+    counters_t_ns = models.BigIntegerField(null=True, blank=True)
+    counters_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["hostname"]
@@ -77,6 +83,7 @@ class GpuSample(models.Model):
     mem_total_bytes = models.BigIntegerField(null=True)
     power_w = models.FloatField(null=True)
     sm_clock_mhz = models.FloatField(null=True)
+    sm_active = models.FloatField(null=True)  # DCGM_FI_PROF_SM_ACTIVE (0-1), dcgm sources only
     cls = models.SmallIntegerField(choices=GpuClass.choices)
     holder = models.ForeignKey(Owner, null=True, on_delete=models.PROTECT, related_name="+", db_index=False)
 

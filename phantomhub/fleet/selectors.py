@@ -21,6 +21,16 @@ NS = 10**9
 NS_PER_HOUR = 3600 * NS
 # A GPU whose node has not reported for this many intervals is no longer "now".
 STALE_INTERVALS = 4
+# The collector's counters of requests lost for good: refused by its full queue, or neither
+# delivered nor written to (or evicted from) its full spool.
+DROPPED_COUNTERS = ("dropped_samples", "spool_dropped_batches")
+
+
+def collector_dropped(counters: Any) -> int:
+    """Requests a node's collector reported losing (0 when it reported no counters)."""
+    if not isinstance(counters, dict):
+        return 0
+    return sum(v for k in DROPPED_COUNTERS if isinstance(v := counters.get(k), int) and not isinstance(v, bool) and v >= 0)
 
 
 def _hours(ns: int) -> float:
@@ -141,6 +151,11 @@ def fleet_nodes(period: Period, limit: int | None = None) -> list[dict[str, Any]
                 **_class_columns(rows),
                 "unknown_gpu_hours": _hours(sum(r["ns"] or 0 for r in rows if r["cls"] == GpuClass.UNKNOWN)),
                 "last_seen_at": node.last_seen_at.isoformat() if node.last_seen_at else None,
+                "counters": node.counters or {},
+                "counters_at": node.counters_at.isoformat() if node.counters_at else None,
+                "collector_sent": (node.counters or {}).get("sent_batches"),
+                "collector_spooled": (node.counters or {}).get("spooled_batches"),
+                "collector_dropped": collector_dropped(node.counters) if node.counters else None,
             }
         )  # fmt: skip
     out.sort(key=lambda r: (-float(r["cost_usd"]), str(r["node"])))

@@ -85,7 +85,7 @@ def _owners_resolve(owners: list[dict[str, Any]]) -> list[Owner]:
 
 def _node_upsert(batch: NodeBatch, now: datetime) -> Node:
     fields = {k: v for k, v in batch.node.items() if k != "hostname"}
-    node, created = Node.objects.select_for_update().get_or_create(
+    node, created = Node.objects.select_for_update().get_or_create(  # row-locked: counters compare then write
         hostname=batch.node["hostname"], defaults={**fields, "interval_s": batch.interval_s, "last_seen_at": now}
     )
     if not created:
@@ -93,8 +93,21 @@ def _node_upsert(batch: NodeBatch, now: datetime) -> Node:
             setattr(node, name, value)
         node.interval_s = batch.interval_s
         node.last_seen_at = now
-        node.save()
+    _counters_keep(node, batch, now)
+    node.save()
     return node
+
+
+def _counters_keep(node: Node, batch: NodeBatch, now: datetime) -> None:
+    """Keep the request's counters when its samples are the node's latest: a request replayed from
+    the spool carries the counters of when it was built, older than those already kept. A request
+    without GPU samples has no time to order it by and leaves the counters alone."""
+    if batch.counters is None or not batch.gpus["t_ns"]:
+        return
+    t_ns = max(batch.gpus["t_ns"])
+    if node.counters_t_ns is not None and t_ns <= node.counters_t_ns:
+        return
+    node.counters, node.counters_t_ns, node.counters_at = batch.counters, t_ns, now
 
 
 @dataclass(frozen=True)
@@ -132,7 +145,12 @@ def _gpu_rows(node: Node, batch: NodeBatch, procs: list[ProcessSample], owners: 
     rows = []
     for i in range(len(g["t_ns"])):
         key = (g["gpu_index"][i], g["t_ns"][i])
-        cls, holder = gpu_classify(util_pct=g["util_pct"][i], mem_used_bytes=g["mem_used_bytes"][i], processes=held.get(key, []))
+        cls, holder = gpu_classify(
+            util_pct=g["util_pct"][i],
+            mem_used_bytes=g["mem_used_bytes"][i],
+            processes=held.get(key, []),
+            sm_active=g["sm_active"][i],
+        )
         rows.append(
             GpuSample(
                 node=node,
@@ -144,6 +162,7 @@ def _gpu_rows(node: Node, batch: NodeBatch, procs: list[ProcessSample], owners: 
                 mem_total_bytes=g["mem_total_bytes"][i],
                 power_w=g["power_w"][i],
                 sm_clock_mhz=g["sm_clock_mhz"][i],
+                sm_active=g["sm_active"][i],
                 cls=cls,
                 holder_id=holder,
             )

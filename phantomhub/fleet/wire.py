@@ -8,6 +8,7 @@ timestamp range, JSON documents (labels, owners) bounded in size and values.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ MAX_OWNERS = 2_000
 MAX_OWNER_BYTES = 8 * 1024
 MAX_LABELS_BYTES = 16 * 1024
 MAX_INTERVAL_S = 3_600
+MAX_COUNTERS = 32
+COUNTER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 OWNER_KINDS = {
     "run": {"project", "run_id", "server_run_id"},
     "k8s": {"namespace", "pod", "labels"},
@@ -36,7 +39,9 @@ NODE_FIELDS = {
     "gpu_model": 128,
     "collector_version": 64,
 }
-GPU_COLUMNS = ("t_ns", "gpu_index", "gpu_uuid", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz")
+GPU_COLUMNS = (
+    "t_ns", "gpu_index", "gpu_uuid", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz", "sm_active",
+)  # fmt: skip
 GPU_REQUIRED = ("t_ns", "gpu_index")
 PROCESS_COLUMNS = ("t_ns", "gpu_index", "pid", "mem_used_bytes", "owner")
 PROCESS_REQUIRED = ("t_ns", "gpu_index", "pid")
@@ -49,6 +54,7 @@ class NodeBatch:
     gpus: dict[str, list[Any]]  # every GPU_COLUMNS name, None where unknown
     processes: dict[str, list[Any]]
     owners: list[dict[str, Any]]
+    counters: dict[str, int] | None = None  # the collector's sender counters when it sent them
 
 
 def _object(value: Any, field: str, allowed: set[str]) -> dict[str, Any]:
@@ -174,6 +180,7 @@ def _gpus(value: Any, gpu_count: int) -> dict[str, list[Any]]:
     cols["util_pct"] = _floats(cols["util_pct"], "gpus.util_pct", 100.0)
     cols["power_w"] = _floats(cols["power_w"], "gpus.power_w", 100_000.0)
     cols["sm_clock_mhz"] = _floats(cols["sm_clock_mhz"], "gpus.sm_clock_mhz", 100_000.0)
+    cols["sm_active"] = _floats(cols["sm_active"], "gpus.sm_active", 1.0)  # DCGM_FI_PROF_SM_ACTIVE, a ratio
     seen: set[tuple[int, int]] = set()
     for i, key in enumerate(zip(cols["gpu_index"], cols["t_ns"], strict=True)):
         if key in seen:
@@ -203,8 +210,21 @@ def _processes(value: Any, owners: int, gpu_count: int) -> dict[str, list[Any]]:
     return cols
 
 
+def _counters(value: Any) -> dict[str, int] | None:
+    """The collector's cumulative sender counters: short snake_case names, non-negative int64."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_COUNTERS:
+        raise invalid("counters", f"must be an object of at most {MAX_COUNTERS} counters")
+    for name, count in value.items():
+        if not COUNTER_NAME.fullmatch(name):
+            raise invalid(f"counters.{name[:64]}", "a counter name is lowercase letters, digits and _ (at most 64)")
+        _int(count, f"counters.{name}", 0, INT64_MAX)
+    return dict(value)
+
+
 def node_batch_parse(body: Any) -> NodeBatch:
-    body = _object(body, "", {"node", "interval_s", "gpus", "processes", "owners"})
+    body = _object(body, "", {"node", "interval_s", "gpus", "processes", "owners", "counters"})
     for name in ("node", "gpus"):
         if name not in body:
             raise invalid(name, "this field is required")
@@ -216,4 +236,5 @@ def node_batch_parse(body: Any) -> NodeBatch:
     owners = [_owner(o, f"owners[{i}]") for i, o in enumerate(raw_owners)]
     gpus = _gpus(body["gpus"], node["gpu_count"])
     processes = _processes(body.get("processes", {"t_ns": [], "gpu_index": [], "pid": []}), len(owners), node["gpu_count"])
-    return NodeBatch(node=node, interval_s=interval_s, gpus=gpus, processes=processes, owners=owners)
+    counters = _counters(body.get("counters"))
+    return NodeBatch(node=node, interval_s=interval_s, gpus=gpus, processes=processes, owners=owners, counters=counters)

@@ -15,6 +15,8 @@ from django.db.models import Count, F, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
+from phantomhub.fleet.models import Node
+from phantomhub.fleet.selectors import collector_dropped
 from phantomhub.telemetry.models import Run, RunRank, RunStatus
 from phantomhub.waste.models import RollupPending, RunAnalysis
 
@@ -36,6 +38,15 @@ def _counter(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _COUNTER_MAX:
         return 0
     return value
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _node_dropped() -> list[tuple[str, float]]:
+    rows = Node.objects.exclude(counters={}).order_by("hostname").values_list("hostname", "counters")
+    return [(f'{{node="{_label(host)}"}}', min(collector_dropped(c), _COUNTER_MAX)) for host, c in rows]
 
 
 def metrics_text() -> str:
@@ -68,6 +79,8 @@ def metrics_text() -> str:
                      [("", RollupPending.objects.count())])  # fmt: skip
     lines += _metric("phantomhub_step_rows_total", "counter", "Step rows stored.", [("", ranks["rows"] or 0)])
     lines += _metric("phantomhub_agent_dropped_steps_total", "counter", "Steps agents reported dropping.", [("", dropped)])
+    lines += _metric("phantomhub_node_collector_dropped_total", "counter",
+                     "Requests a node collector reported dropping (its latest counters).", _node_dropped())  # fmt: skip
     lines += _metric("phantomhub_cost_usd", "gauge", "Cost of all analysed runs, USD.", [("", float(money["cost"] or 0))])
     lines += _metric("phantomhub_recoverable_usd", "gauge", "Recoverable spend of all analysed runs, USD.",
                      [("", float(money["recoverable"] or 0))])  # fmt: skip

@@ -55,6 +55,19 @@ CASES = [
     ("processes.pid[0]", -3, "processes.pid[0]"),
     ("owners", [{"kind": "pet"}], "owners[0].kind"),
     ("owners", [{"kind": "run", "project": "p"}], "owners[0].run_id"),
+    ("counters", [1], "counters"),
+    ("counters", {f"c{i}": 1 for i in range(33)}, "counters"),
+    ("counters", {"sent_batches": -1}, "counters.sent_batches"),
+    ("counters", {"sent_batches": 2**63}, "counters.sent_batches"),  # past int64
+    ("counters", {"sent_batches": 1.5}, "counters.sent_batches"),
+    ("counters", {"sent_batches": True}, "counters.sent_batches"),
+    ("counters", {"sent_batches": "3"}, "counters.sent_batches"),
+    ("counters", {"Sent-Batches": 3}, "counters.Sent-Batches"),
+    ("counters", {"": 3}, "counters."),
+    ("gpus.sm_active", [0.5] * 7 + [1.5], "gpus.sm_active[7]"),  # a ratio: at most 1
+    ("gpus.sm_active", [-0.1] + [0.5] * 7, "gpus.sm_active[0]"),
+    ("gpus.sm_active", [0.5] * 7 + ["busy"], "gpus.sm_active[7]"),
+    ("gpus.sm_active", [0.5] * 3, "gpus.sm_active"),  # length differs from t_ns
 ]
 
 
@@ -66,6 +79,15 @@ def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(
     assert response.status_code == 400, response.content
     assert field in response.json()["error"]["fields"], response.json()
     assert not Node.objects.exists() and not GpuSample.objects.exists() and not Owner.objects.exists()
+
+
+def test_counters_at_their_bounds_are_accepted(node_client: APIClient) -> None:
+    body = good()
+    body["counters"] = {f"counter_{i}": 2**63 - 1 if i == 0 else 0 for i in range(32)}
+    body["gpus"]["sm_active"] = [0.0, 1.0, None, 0.05] * 2
+    assert node_client.post(URL, body, format="json").status_code == 200
+    assert Node.objects.get().counters["counter_0"] == 2**63 - 1
+    assert sorted(GpuSample.objects.values_list("sm_active", flat=True), key=str) == [0.0, 0.0, 0.05, 0.05, 1.0, 1.0, None, None]
 
 
 def test_a_gzipped_body_is_stored_like_a_plain_one(node_client: APIClient) -> None:
