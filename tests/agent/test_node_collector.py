@@ -118,6 +118,12 @@ def test_one_request_per_interval_until_sigterm_then_a_clean_exit(fake_server: F
     assert body["owners"][0]["kind"] in ("user", "k8s", "slurm")
     assert "counters" in err  # the drop counters, logged at exit
     assert not list((tmp_path / "spool").rglob("*.phk"))
+    # Every request carries the sender's counters as they stood when it was built: the requests
+    # delivered before it, nothing spooled, dropped or failed.
+    sent = [r.body["counters"] for r in requests]
+    assert [c["sent_batches"] for c in sent] == list(range(len(sent)))
+    assert all(c["spooled_batches"] == c["dropped_samples"] == c["send_failures"] == c["internal_errors"] == 0 for c in sent)
+    assert "sm_active" not in body["gpus"]  # NVML has no SM activity: no column of nulls
 
 
 def test_an_outage_is_spooled_and_the_next_start_replays_it_nothing_lost(fake_server: FakeServer, tmp_path: Path) -> None:
@@ -152,6 +158,13 @@ def test_an_outage_is_spooled_and_the_next_start_replays_it_nothing_lost(fake_se
     replayed = [t for t in delivered if t != taken[-1]]
     assert replayed == sorted(replayed)  # the backlog in the order it was taken
     assert not list(spool.rglob("*.phk"))
+    # The counters rode along, as they stood when each request was built: during the outage
+    # nothing sent and the failed attempts (at least the first request's, a second before the third).
+    bodies = {r.body["gpus"]["t_ns"][0]: r.body["counters"] for r in ok(fake_server.requests, answered)}
+    outage = [bodies[t] for t in taken[:-1]]
+    assert all(c["sent_batches"] == 0 for c in outage)
+    failures = [c["send_failures"] for c in outage]
+    assert failures == sorted(failures) and failures[0] == 0 and failures[-1] >= 1
 
 
 def test_a_request_the_server_refuses_is_dropped_and_counted_not_retried(fake_server: FakeServer, tmp_path: Path) -> None:
@@ -223,6 +236,8 @@ def test_a_dcgm_exporter_page_is_the_source_when_named(fake_server: FakeServer, 
     assert body["node"]["hostname"] == "gpu-a-17" and body["node"]["source"] == "dcgm"
     assert body["node"]["gpu_model"] == "NVIDIA H100 80GB HBM3" and body["node"]["region"] == "us-east-1"
     assert body["gpus"]["util_pct"] == [97.0, 0.0, 0.0, 43.0]
+    assert body["gpus"]["sm_active"] == [0.912034, 0.0, 0.0, 0.382511]  # DCGM_FI_PROF_SM_ACTIVE
+    assert body["counters"]["sent_batches"] == 0 and body["counters"]["source_errors"] == 0
     assert [o["namespace"] for o in body["owners"]] == ["ml-team", "notebooks", "serving"]
 
 

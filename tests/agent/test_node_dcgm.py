@@ -120,7 +120,8 @@ def test_the_source_scrapes_the_exporter_each_interval(exporter: dict[str, Any])
         "jupyter-alice",
         "infer-7d9f8c6b5-x2lqp",
     ]
-    assert "sm_active" not in body["gpus"]  # the server's node endpoint has no such column
+    assert body["gpus"]["sm_active"] == [0.912034, 0.0, 0.0, 0.382511]  # the server classifies with it
+    assert "counters" not in body  # none given: a --print run without a sender
 
 
 def test_an_unreachable_exporter_raises_for_the_loop_to_count() -> None:

@@ -4,8 +4,9 @@ Delivery is the training agent's own (``_worker.Worker`` over ``_transport`` and
 retries of 5xx/429/network with capped backoff honoring Retry-After, the disk spool while the
 server is unreachable (replayed in order once it answers again, and adopted by the next
 collector process after a crash), no retry of other 4xx, drop counters. The node has no run to
-send counter events to, and the server's node endpoint takes none: the counters are logged
-(once a minute when they changed, and at exit).
+send counter events to: every request carries the sender's counters as they stand when it is
+built (``counters``: sent, spooled, replayed, dropped, ...), the server keeps the latest on the
+node, and they are logged too (once a minute when they changed, and at exit).
 
 ``POST /api/v1/nodes/samples`` is idempotent on (node, GPU, sample time): a request replayed
 from the spool, or sent twice because an answer was lost, changes nothing.
@@ -58,8 +59,10 @@ def payload_build(
     t_ns: int,
     readings: list[GpuReading],
     owner_of: Callable[[int], Owner | None],
+    counters: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """One request's body: the node, its GPUs at ``t_ns`` (columnar) and their holders."""
+    """One request's body: the node, its GPUs at ``t_ns`` (columnar), their holders and the
+    sender's counters. ``sm_active`` (DCGM profiling) is a column only when the source has it."""
     gpus: dict[str, list[Any]] = {
         "t_ns": [],
         "gpu_index": [],
@@ -69,6 +72,7 @@ def payload_build(
         "mem_total_bytes": [],
         "power_w": [],
         "sm_clock_mhz": [],
+        "sm_active": [],
     }
     procs: dict[str, list[Any]] = {"t_ns": [], "gpu_index": [], "pid": [], "mem_used_bytes": [], "owner": []}
     owners: list[Owner] = []
@@ -82,6 +86,7 @@ def payload_build(
         gpus["mem_total_bytes"].append(gpu.mem_total_bytes)
         gpus["power_w"].append(gpu.power_w)
         gpus["sm_clock_mhz"].append(gpu.sm_clock_mhz)
+        gpus["sm_active"].append(gpu.sm_active)
         for holder in gpu.holders:
             owner = holder.owner if holder.owner is not None else owner_of(holder.pid)
             index = None  # the process exited between NVML's answer and its /proc lookup
@@ -96,24 +101,29 @@ def payload_build(
             procs["pid"].append(holder.pid)
             procs["mem_used_bytes"].append(holder.mem_used_bytes)
             procs["owner"].append(index)
+    if all(v is None for v in gpus["sm_active"]):
+        del gpus["sm_active"]  # NVML has no such field: no column of nulls on every request
     models = [g.model for g in readings if g.model]
     described = dict(node)
     described.setdefault("gpu_model", models[0] if models else None)
     described["gpu_count"] = len(readings)
-    return {
+    body: dict[str, Any] = {
         "node": described,
         "interval_s": max(1, round(interval_s)),  # whole seconds, as the server keeps it
         "gpus": gpus,
         "processes": procs,
         "owners": owners,
     }
+    if counters is not None:
+        body["counters"] = counters
+    return body
 
 
 class _NodeWorker(Worker):
     """The training agent's sender, for requests without a run."""
 
     def _queue_counters(self, *, force: bool) -> None:
-        # Counter events belong to a run; the node's counters are logged instead (Collector).
+        # Counter events belong to a run; the node's counters ride on every request instead.
         self._next_counters = float("inf")
 
 
@@ -229,6 +239,7 @@ class Collector:
                 t_ns=t_ns,
                 readings=readings,
                 owner_of=self.resolver.owner,
+                counters=self.sender.counters() if self.sender is not None else None,
             )
             self.samples += 1
             if self.out is not None:
