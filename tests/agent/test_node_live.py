@@ -4,10 +4,15 @@ GPUs' known states say, with the GPU a real training run holds counted as that r
 
 from __future__ import annotations
 
+import gzip
+import http.server
 import json
 import signal
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -121,6 +126,101 @@ def test_a_collector_runs_samples_land_in_the_server_classified_with_the_run_cou
     assert status == 200, answer
     assert answer["stored"] == {"gpu": 0, "processes": 0} and answer["duplicates"] == 4 + 3
     assert len(stored(live, hostname)["gpus"]) == len(data["gpus"])
+
+
+COUNTERS_QUERY = """
+import json
+from phantomhub.fleet.models import Node
+node = Node.objects.get(hostname={hostname!r})
+print(json.dumps({{"counters": node.counters, "t_ns": node.counters_t_ns, "at": str(node.counters_at)}}))
+"""
+
+
+class OutageProxy:
+    """Forwards the collector's requests to the live server, or answers 503 while ``down``."""
+
+    def __init__(self, upstream: str) -> None:
+        proxy = self
+        self.down = True
+        self.forwarded: list[tuple[int, bytes, dict[str, str]]] = []  # (status, body, headers) in order
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if proxy.down:
+                    status, answer = 503, b'{"error": {"code": "unavailable", "message": "outage", "fields": {}}}'
+                else:
+                    keep = ("Authorization", "Content-Type", "Content-Encoding")
+                    headers = {k: v for k in keep if (v := self.headers.get(k)) is not None}
+                    request = urllib.request.Request(upstream + self.path, data=body, headers=headers, method="POST")
+                    try:
+                        with urllib.request.urlopen(request, timeout=30) as response:
+                            status, answer = response.status, response.read()
+                    except urllib.error.HTTPError as exc:
+                        status, answer = exc.code, exc.read()
+                    proxy.forwarded.append((status, body, dict(self.headers)))
+                self.send_response(status)
+                if status == 503:
+                    self.send_header("Retry-After", "1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_after_an_outage_the_server_keeps_the_collectors_latest_counters_with_the_spooling_in_them(
+    live: LiveServer, node_token: str, tmp_path: Path
+) -> None:
+    gpu = {"uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "util": 0, "mem_used": 0, "mem_total": 80 * GIB,
+           "power_mw": 69_000, "sm_clock": 345, "compute": []}  # fmt: skip
+    state_path = tmp_path / "nvml-state.json"
+    state_path.write_text(json.dumps({"gpus": [gpu]}))
+    spool = tmp_path / "node-spool"
+    hostname = f"collector-outage-{uuid.uuid4().hex[:8]}"
+    proxy = OutageProxy(live.url)
+    try:
+        collector = subprocess.Popen(
+            node_cmd("--server", proxy.url, "--token", node_token, "--interval", "1", "--hostname", hostname,
+                     "--spool", str(spool), "--print"),
+            env=node_env(tmp_path, state_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        wait_for(lambda: len(list(spool.rglob("*.phk"))) >= 1, timeout_s=60)  # retries spent: spooled
+        proxy.down = False  # the server is back: the backlog is replayed, new requests tell of it
+
+        def counters() -> dict[str, Any]:
+            out = live.manage("shell", "-c", COUNTERS_QUERY.format(hostname=hostname))
+            return dict(json.loads(out.strip().splitlines()[-1]))
+
+        wait_for(lambda: bool(proxy.forwarded) and counters()["counters"].get("spooled_batches", 0) > 0, timeout_s=60)
+        wait_for(lambda: not list(spool.rglob("*.phk")), timeout_s=60)
+        collector.send_signal(signal.SIGTERM)
+        out, err = collector.communicate(timeout=20)
+        assert collector.returncode == 0, err
+    finally:
+        proxy.close()
+
+    kept = counters()
+    assert kept["counters"]["spooled_batches"] > 0 and kept["counters"]["send_failures"] > 0
+    assert kept["counters"]["dropped_samples"] == 0 and kept["counters"]["spool_dropped_batches"] == 0
+    # What the server kept is the counters of the delivered request with the latest sample.
+    delivered = [json.loads(gzip.decompress(b) if h.get("Content-Encoding") == "gzip" else b) for s, b, h in proxy.forwarded
+                 if s == 200]  # fmt: skip
+    latest = max(delivered, key=lambda body: body["gpus"]["t_ns"][0])
+    assert kept["t_ns"] == latest["gpus"]["t_ns"][0] and kept["counters"] == latest["counters"]
+    # Nothing lost to the outage: every sample taken is stored, once.
+    taken = sorted(p["gpus"]["t_ns"][0] for p in printed(out))
+    assert sorted(t for _, t, _ in stored(live, hostname)["gpus"]) == taken
 
 
 def test_a_project_token_cannot_send_node_telemetry_and_the_collector_keeps_it(live: LiveServer, tmp_path: Path) -> None:
