@@ -24,7 +24,8 @@ function summary(over: Partial<FleetSummary> = {}): FleetSummary {
     classes: { instrumented: cls(3.6, 1), busy_uninstrumented: cls(3.61, 1), idle_held: cls(3.59, 1), empty: cls(3.6, 1), unknown: cls(0, 0.5) },
     nodes: [
       { node: "gpu-a-17", gpu_model: "H100-SXM", gpu_count: 4, provider: "aws", region: "us-east-1", billed_gpu_hours: 4, coverage: 0.25, cost_usd: 14.4,
-        instrumented_usd: 3.6, busy_uninstrumented_usd: 3.61, idle_held_usd: 3.59, empty_usd: 3.6, unknown_gpu_hours: 0.5, last_seen_at: null },
+        instrumented_usd: 3.6, busy_uninstrumented_usd: 3.61, idle_held_usd: 3.59, empty_usd: 3.6, unknown_gpu_hours: 0.5, last_seen_at: null,
+        counters: {}, counters_at: null, collector_sent: null, collector_spooled: null, collector_dropped: null },
     ],
     holders: [{ holder: "slurm job 12345 (alice, vision)", kind: "slurm", team: "vision", project: null, gpu_hours: 1, busy_uninstrumented_usd: 0, idle_held_usd: 3.59, cost_usd: 3.59 }],
     teams: [],
@@ -76,6 +77,27 @@ test("the Fleet page shows coverage, the four classes, idle-held GPUs now, nodes
   expect(within(screen.getByTestId("fleet-holders")).getByText("vision")).toBeInTheDocument();
   expect(screen.getByTestId("fleet-nodes-csv")).toHaveAttribute("href", "/api/v1/fleet/nodes.csv?period=2026-09");
   expect(api.calls.some((c) => c.url === "/api/v1/fleet/summary?period=2026-09")).toBe(true);
+});
+
+test("the nodes table highlights a collector that dropped requests, and says nothing of one that reports no counters", async () => {
+  const base = summary().nodes[0];
+  const reported = { counters_at: "2026-09-21T11:00:00Z", collector_sent: 240 };
+  const nodes = [
+    { ...base, node: "gpu-drops", ...reported, collector_spooled: 12, collector_dropped: 3, counters: { dropped_samples: 2, spool_dropped_batches: 1 } },
+    { ...base, node: "gpu-clean", ...reported, collector_spooled: 0, collector_dropped: 0, counters: { sent_batches: 240 } },
+    { ...base, node: "gpu-silent" },
+  ];
+  renderAt("/fleet", { "/api/v1/fleet/summary": summary({ nodes, node_count: 3 }) });
+  const table = await screen.findByTestId("fleet-nodes");
+  const drops = within(table).getByTestId("collector-gpu-drops");
+  expect(within(drops).getByText("dropped 3")).toHaveClass("badge-bad");
+  expect(drops).toHaveTextContent("spooled 12");
+  const clean = within(table).getByTestId("collector-gpu-clean");
+  expect(clean).toHaveTextContent("none dropped");
+  expect(clean.querySelector(".badge-bad")).toBeNull();
+  expect(clean).not.toHaveTextContent("spooled");
+  expect(within(table).queryByTestId("collector-gpu-silent")).toBeNull();
+  expect(within(table).getAllByTitle("this node's collector reports no counters")).toHaveLength(1);
 });
 
 test("a fleet with no nodes says how to start the collector", async () => {

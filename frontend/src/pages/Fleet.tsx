@@ -46,6 +46,12 @@ export interface FleetNodeRow {
   empty_usd: number;
   unknown_gpu_hours: number;
   last_seen_at: string | null;
+  // The node collector's latest sender counters (null: it never reported any).
+  counters: Record<string, number>;
+  counters_at: string | null;
+  collector_sent: number | null;
+  collector_spooled: number | null;
+  collector_dropped: number | null;
 }
 
 export interface FleetHolderRow {
@@ -113,6 +119,17 @@ const IDLE_COLUMNS: Column<IdleHeldRow>[] = [
   { key: "so_far", header: "So far", align: "right", render: (r) => formatUsd((r.usd_per_hour * r.held_minutes) / 60) },
 ];
 
+function CollectorCell({ row }: { row: FleetNodeRow }) {
+  if (row.counters_at === null) return <span className="muted" title="this node's collector reports no counters">—</span>;
+  const dropped = row.collector_dropped ?? 0;
+  return (
+    <span className="nowrap" data-testid={`collector-${row.node}`} title={`counters of ${formatDateTime(row.counters_at)}`}>
+      {dropped > 0 ? <span className="badge badge-bad badge-inline">dropped {formatNumber(dropped)}</span> : <span className="muted">none dropped</span>}
+      {(row.collector_spooled ?? 0) > 0 && <span className="cell-sub">spooled {formatNumber(row.collector_spooled ?? 0)}</span>}
+    </span>
+  );
+}
+
 const NODE_COLUMNS: Column<FleetNodeRow>[] = [
   { key: "node", header: "Node", render: (r) => <div className="cell-main"><span>{r.node}</span><span className="cell-sub">{r.gpu_count} × {r.gpu_model || "GPU"} · {[r.provider, r.region].filter(Boolean).join(" ")}</span></div> },
   { key: "cost_usd", header: "Cost", align: "right", render: (r) => <strong>{formatUsd(r.cost_usd)}</strong> },
@@ -122,6 +139,7 @@ const NODE_COLUMNS: Column<FleetNodeRow>[] = [
   { key: "empty_usd", header: "Empty", align: "right", render: (r) => formatUsd(r.empty_usd) },
   { key: "instrumented_usd", header: "Instrumented", align: "right", render: (r) => formatUsd(r.instrumented_usd) },
   { key: "billed_gpu_hours", header: "GPU-hours", align: "right", priority: "low", render: (r) => formatGpuHours(r.billed_gpu_hours) },
+  { key: "collector_dropped", header: "Collector", render: (r) => <CollectorCell row={r} /> },
 ];
 
 const HOLDER_COLUMNS: Column<FleetHolderRow>[] = [
