@@ -9,17 +9,32 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Api, Server
-from tests.e2e.seed import seed_fleet
+from tests.e2e.seed import Client, seed_fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_server, pytest.mark.slow]
 
 DERIVE = "from phantomhub.fleet.derive import fleet_derive_pending; fleet_derive_pending()"
+LATEST = (
+    "from phantomhub.fleet.models import GpuState; "
+    "print(GpuState.objects.get(node__hostname='e2e-gpu-node', gpu_index=3).last_t_ns)"
+)
+COUNTERS = {"sent_batches": 239, "spooled_batches": 4, "replayed_batches": 4, "dropped_samples": 2, "spool_dropped_batches": 1}
+
+
+def report_counters(server: Server, token: str) -> None:
+    """The node's latest sample again (a duplicate: nothing stored) carrying its collector's counters."""
+    t_ns = int(server.manage("shell", "-c", LATEST).strip().splitlines()[-1])
+    node = {"hostname": "e2e-gpu-node", "provider": "aws", "region": "us-east-1", "resource_id": "i-0e2e",
+            "gpu_model": "H100-SXM", "gpu_count": 4, "source": "nvml"}  # fmt: skip
+    gpus = {"t_ns": [t_ns], "gpu_index": [3], "util_pct": [0.0], "mem_used_bytes": [0]}
+    Client(server.url, token).post("/api/v1/nodes/samples", {"node": node, "interval_s": 15, "gpus": gpus, "counters": COUNTERS})
 
 
 @pytest.fixture(scope="module")
 def fleet(server: Server) -> Server:
     token = server.manage("createtoken", "--node", "--name", "e2e").strip()
     seed_fleet(server.url, token)
+    report_counters(server, token)
     server.manage("shell", "-c", DERIVE)
     return server
 
@@ -41,11 +56,17 @@ def test_the_fleet_page_shows_what_the_server_computed(fleet: Server, api: Api, 
     assert "e2e-gpu-node · GPU 2" in idle.inner_text()
     assert "slurm job 4711 (erin, speech)" in idle.inner_text()
     assert "e2e-gpu-node" in page.get_by_test_id("fleet-nodes").inner_text()
+    node = next(n for n in summary["nodes"] if n["node"] == "e2e-gpu-node")
+    assert node["collector_dropped"] == 2 + 1 and node["collector_spooled"] == 4
+    collector = page.get_by_test_id("collector-e2e-gpu-node")
+    badge = collector.locator(".badge-bad")
+    assert badge.inner_text() == "dropped 3" and "spooled 4" in collector.inner_text()
     with page.expect_download() as download:
         page.get_by_test_id("fleet-nodes-csv").click()
     text = Path(download.value.path()).read_text()
     assert text.splitlines()[0].startswith("node,gpu_model,gpu_count")
     assert "e2e-gpu-node" in text
+    assert "collector_dropped" in text.splitlines()[0]
 
 
 def test_an_admin_previews_a_rule_on_the_last_day_then_saves_it(fleet: Server, api: Api, signed_in: Any) -> None:
