@@ -61,8 +61,9 @@ def summary(wall: list[float], cpu: list[float]) -> dict[str, float]:
 
 
 def line(name: str, s: dict[str, float], target: str = "") -> str:
+    queries = f"; {s['queries']:.0f} SQL statements" if "queries" in s else ""
     return (f"{name}: first {s['first']:.0f} ms, p50 {s['p50']:.0f} ms, p99 {s['p99']:.0f} ms wall; CPU first "
-            f"{s['cpu_first']:.0f}, p50 {s['cpu_p50']:.0f}, p99 {s['cpu_p99']:.0f} ms{target}")  # fmt: skip
+            f"{s['cpu_first']:.0f}, p50 {s['cpu_p50']:.0f}, p99 {s['cpu_p99']:.0f} ms{queries}{target}")  # fmt: skip
 
 
 def model_side_by_side(ranks: int, steps: int, pairs: int = 3) -> dict[str, float]:
@@ -155,6 +156,16 @@ def sweep_run(project: Any, start: datetime, n_ranks: int, batch: Any) -> Any:
     return run
 
 
+def queries_of(fn: Any) -> int:
+    """How many SQL statements ``fn`` runs (an untimed pass: capturing formats every statement)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        fn()
+    return sum(1 for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT"))
+
+
 def small_run_case(project: Any, start: datetime, repeat: int) -> dict[str, float]:
     """An ordinary live run: 8 ranks, each pass after 30 more steps (30 s at 1 step/s) per rank."""
     from phantomhub.telemetry.models import Run
@@ -191,8 +202,11 @@ def small_run_case(project: Any, start: datetime, repeat: int) -> dict[str, floa
         assert row is not None and row.result["steps"] == 8 * first
         wall.append(w)
         cpu.append(c)
+    for rank in range(8):
+        steps_ingest(run=run, rank=rank, host=f"node-{rank // 4}", steps=steps(rank, first, 30))
+    queries = queries_of(lambda: run_analyze(run_id=run.pk))
     run.delete()
-    return summary(wall, cpu)
+    return {**summary(wall, cpu), "queries": queries}
 
 
 def main() -> None:
@@ -328,8 +342,11 @@ def main() -> None:
         inc_wall.append(wall)
         inc_cpu.append(cpu)
         assert row is not None and row.result["steps"] == next_step * args.ranks
+    for rank in range(args.ranks):
+        steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, next_step, 1))
+    next_step += 1
+    incremental = {**summary(inc_wall, inc_cpu), "queries": queries_of(lambda: run_analyze(run_id=run.pk))}
     live_state = state_bytes()
-    incremental = summary(inc_wall, inc_cpu)
     print(line("incremental after one step per rank", incremental, " (target p99 <= 200 ms)") + f"; state {live_state}")
     # The oracle: the same rows analysed from scratch give the same figures, to the cent.
     live_row = RunAnalysis.objects.get(run=run)
@@ -347,7 +364,8 @@ def main() -> None:
         _, wall, cpu = timed(lambda: run_analyze(run_id=run.pk))
         none_wall.append(wall)
         none_cpu.append(cpu)
-    no_new = summary(none_wall, none_cpu)
+    samples_ingest(run=run, rank=0, host="node-0", samples={"t_ns": [t0 + next_step * step_ns + 10**6], "cpu_other_pct": [3.0]})
+    no_new = {**summary(none_wall, none_cpu), "queries": queries_of(lambda: run_analyze(run_id=run.pk))}
     print(line("re-analysis with no new steps (a sample)", no_new))
 
     sweeps[str(args.ranks)] = sweep_case(run, args.repeat)

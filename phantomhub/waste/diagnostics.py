@@ -180,8 +180,10 @@ def window_series(
 
     def ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> tuple[float | None, ...]:
         with np.errstate(divide="ignore", invalid="ignore"):
-            vals = (num * scale / den).tolist()  # Python floats: no per-element numpy scalars
-        return tuple(v if d else None for v, d in zip(vals, (den > 0).tolist(), strict=True))
+            # Python floats made in one C pass (an object array), None where nothing was counted.
+            vals = (num * scale / den).astype(object)
+        vals[~(den > 0)] = None
+        return tuple(vals.tolist())
 
     mfu: tuple[float | None, ...]
     if peak_total_flops is None or not acc_has_flops(fields["flops"]):

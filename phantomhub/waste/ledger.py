@@ -95,8 +95,13 @@ def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None]
     per_rank_usd = np.matmul(usd_per_ns, m).tolist()
     phase_ns = {label: int(col.sum()) for label, col in phase_cols.items()}
     phase_usd = {label: float(usd_per_ns @ col) for label, col in phase_cols.items()}
-    rank_ns: list[dict[str, int]] = [{**dict(zip(RANK_LABELS, row, strict=True)), **phase_ns} for row in per_rank_ns]
-    rank_usd: list[dict[str, float]] = [{**dict(zip(RANK_LABELS, row, strict=True)), **phase_usd} for row in per_rank_usd]
+    rank_ns: list[dict[str, int]] = [dict(zip(RANK_LABELS, row, strict=True)) for row in per_rank_ns]
+    rank_usd: list[dict[str, float]] = [dict(zip(RANK_LABELS, row, strict=True)) for row in per_rank_usd]
+    if phase_cols:  # every rank carries the run's phase figures too
+        for d in rank_ns:
+            d.update(phase_ns)
+        for u in rank_usd:
+            u.update(phase_usd)
 
     labels = [lbl for lbl, u in zip(RANK_LABELS, used, strict=True) if u]
     total_ns: dict[str, int] = {}

@@ -95,8 +95,12 @@ class Policy:
 
 
 def policy_for(run: Run) -> Policy:
+    """The run's policy (``run.project.waste_settings`` already joined in saves a read)."""
     org = OrgSettings.get()
-    project_settings = ProjectSettings.objects.filter(project_id=run.project_id).first()
+    try:
+        project_settings: ProjectSettings | None = run.project.waste_settings
+    except ProjectSettings.DoesNotExist:
+        project_settings = None
     factors = {**org.recoverability, **(project_settings.recoverability if project_settings else {})}
     return Policy(
         target_mfu=run.project.target_mfu or org.target_mfu,
@@ -104,18 +108,27 @@ def policy_for(run: Run) -> Policy:
     )
 
 
-def run_config_and_prices(run: Run, policy: Policy, ranks_seen: int = 0) -> tuple[RunConfig, list[PriceSegmentRow]]:
+def run_config_and_prices(
+    run: Run, policy: Policy, ranks_seen: int = 0, *, with_phases: bool = True
+) -> tuple[RunConfig, list[PriceSegmentRow]]:
     """The model's configuration for the run, and the price-book segments it was priced with.
 
     ``ranks_seen`` (ranks with step rows) above the declared world size replaces it: one scaling
-    for billing and FLOPs (``world_size_for``)."""
+    for billing and FLOPs (``world_size_for``). ``with_phases=False``: the caller knows the run has no
+    phase events (no read for them)."""
     spec = gpu_resolve(run.gpu_model) if run.gpu_model else None
     peak = peak_flops(spec, run.dtype) if spec and run.dtype else None
     segments = run_price_segments(run=run, end=run.allocation_start + PRICE_HORIZON)
     phases = [
-        Phase(event.name, event.t_start_ns, event.t_start_ns + event.dur_ns)
-        for event in RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns", "event_id")
-        if event.t_start_ns is not None and event.dur_ns is not None
+        Phase(name, t_start_ns, t_start_ns + dur_ns)
+        for name, t_start_ns, dur_ns in (
+            RunEvent.objects.filter(run=run, kind=EventKind.PHASE)
+            .order_by("t_start_ns", "event_id")
+            .values_list("name", "t_start_ns", "dur_ns")
+            if with_phases
+            else []
+        )
+        if t_start_ns is not None and dur_ns is not None
     ]
     config = RunConfig(
         gpu_count=run.gpu_count,
@@ -248,6 +261,8 @@ class LoadedState:
     steps_end_ns: int
     dropped: int
     stored: RunAnalysisState
+    # The days this run's RunDay rows cover, as last written (None: read them from the table).
+    days: set[date] | None = None
 
 
 def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
@@ -261,9 +276,10 @@ def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
             return None
         ranks = arrays_unpack(bytes(stored.ranks))
         acc = state_unpack(StateParts(header, ranks, arrays_unpack(bytes(stored.windows))))
+        svc = header["service"]
+        days = {date.fromisoformat(d) for d in svc["days"]} if "days" in svc else None
     except (NotAppendable, KeyError, TypeError, ValueError, IndexError):
         return None  # a state saved by another version of the model (or unreadable): start over
-    svc = header["service"]
     return LoadedState(
         acc=acc,
         rank_rows=dict(zip(ranks["svc_rank"].tolist(), ranks["svc_rows"].tolist(), strict=True)),
@@ -272,6 +288,7 @@ def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
         steps_end_ns=int(svc["steps_end_ns"]),
         dropped=int(svc["dropped"]),
         stored=stored,
+        days=days,
     )
 
 
@@ -283,7 +300,7 @@ def _state_save(
     steps_changed: bool,
     rank_rows: dict[int, int],
     last_step: dict[int, int],
-    service: dict[str, int],
+    service: dict[str, Any],
 ) -> None:
     """Store the state (``parts``: packed with ranks when ``steps_changed`` or nothing was
     loaded); of a loaded one, rewrite the rank arrays only when steps arrived and the windows
@@ -348,7 +365,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
     with transaction.atomic():
         row = _analysis_lock(run_id)
         # Read after taking the lock: the seq read here is the one we analyse up to.
-        run = Run.objects.select_related("project", "project__team").filter(pk=run_id).first()
+        run = Run.objects.select_related("project", "project__team", "project__waste_settings").filter(pk=run_id).first()
         if row is None or run is None:
             return None
         _span_check(run)
@@ -359,7 +376,11 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             for r in RunRank.objects.filter(run=run).values_list("rank", "host", "step_rows", "reused_step_rows")
         }
         ranks_seen = sum(1 for r in ranks.values() if r.step_rows > 0)
-        config, price_rows = run_config_and_prices(run, policy, ranks_seen)
+        # One read of the run's events: its last timestamp, its OOMs, and whether it has phases.
+        events = RunEvent.objects.filter(run=run).aggregate(
+            last=Max("t_ns"), ooms=Count("pk", filter=Q(kind=EventKind.OOM)), phases=Count("pk", filter=Q(kind=EventKind.PHASE))
+        )
+        config, price_rows = run_config_and_prices(run, policy, ranks_seen, with_phases=events["phases"] > 0)
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
         loaded = _state_load(run, config)
@@ -398,7 +419,6 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         for batch in samples:
             acc.add_samples(batch)
 
-        events = RunEvent.objects.filter(run=run).aggregate(last=Max("t_ns"), ooms=Count("pk", filter=Q(kind=EventKind.OOM)))
         end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns, events["last"])
         _span_check(run, end_ns)
         if run.status == RunStatus.CRASHED and run.finished_at is None:
@@ -420,6 +440,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         )
         _store(row, run, analysis, seq)
         row.save(update_fields=_STORED_FIELDS)
+        days = _days_store(run, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None)
         _state_save(
             run,
             loaded if not full else None,
@@ -427,9 +448,13 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             steps_changed=steps_changed,
             rank_rows=rank_rows,
             last_step=last_step,
-            service={"samples_t": samples_since, "steps_end_ns": steps_end_ns, "dropped": dropped},
+            service={
+                "samples_t": samples_since,
+                "steps_end_ns": steps_end_ns,
+                "dropped": dropped,
+                "days": [d.isoformat() for d in days],
+            },
         )
-        _days_store(run, row, analysis, config, price_rows)
     return row
 
 
@@ -618,7 +643,17 @@ def _day_weights(config: RunConfig, analysis: Analysis) -> tuple[dict[date, Frac
     return dollars, time
 
 
-def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfig, price_rows: list[PriceSegmentRow]) -> None:
+def _days_store(
+    run: Run,
+    row: RunAnalysis,
+    analysis: Analysis,
+    config: RunConfig,
+    price_rows: list[PriceSegmentRow],
+    old_days: set[date] | None = None,
+) -> list[date]:
+    """Write the run's RunDay rows and mark their days for a rollup; the days written.
+
+    ``old_days`` (the days the stored state says were written last time) saves reading them."""
     weights, time_weights = _day_weights(config, analysis)
     days = sorted(weights)
     keys = [d.isoformat() for d in days]
@@ -627,7 +662,8 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
     }
     # The run's recoverable cents follow its dollars over the days, so days sum to the run exactly.
     recoverable = cents_allocate(round(analysis.recoverable_usd * 100), {k: weights[d] for k, d in zip(keys, days)})
-    old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
+    if old_days is None:
+        old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
     if old_days - set(days):
         RunDay.objects.filter(run=run).exclude(day__in=days).delete()
     rows = []
@@ -656,6 +692,7 @@ def _days_store(run: Run, row: RunAnalysis, analysis: Analysis, config: RunConfi
     # One upsert: a live run's days are rewritten by every analysis.
     RunDay.objects.bulk_create(rows, update_conflicts=True, unique_fields=["run", "day"], update_fields=_RUNDAY_FIELDS)
     rollups_mark(old_days | set(days))
+    return days
 
 
 _RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
@@ -792,25 +829,6 @@ def analysis_request(run_id: uuid.UUID) -> None:
             log.warning("could not enqueue analysis of run %s; the periodic sweep will pick it up", run_id, exc_info=True)
 
 
-def _analysis_enqueue_once(run_id: uuid.UUID) -> int:
-    """The sweep's catch-up for a dirty run, through the same debounce key as ingest: a run whose
-    analysis is already scheduled (key held) is left to it, so the sweep adds no duplicate
-    analyses (a fleet simulation measured 11-23 extra per 30 s sweep without this). The key
-    expires after the debounce interval, so a lost message is still retried by a later sweep."""
-    from phantomhub.waste.tasks import analyze_run, redis_client
-
-    try:
-        held = not redis_client().set(
-            f"phantomhub:analyze:{run_id}", "1", nx=True, ex=max(OrgSettings.get().analysis_debounce_s, 1)
-        )
-    except Exception:  # Redis down: enqueue anyway (it fails too, or reaches a broker that is back)
-        held = False
-    if held:
-        return 0
-    analyze_run.delay(str(run_id))
-    return 1
-
-
 @dataclass(frozen=True)
 class SweepResult:
     crashed: int
@@ -829,7 +847,10 @@ def analysis_sweep(*, inline: bool) -> SweepResult:
             if run_analyze_isolated(run_id=run_id) is not None:
                 analysed += 1
     else:
+        from phantomhub.waste.tasks import analyze_run
+
         for run_id in dirty:
-            enqueued += _analysis_enqueue_once(run_id)
+            analyze_run.delay(str(run_id))
+            enqueued += 1
     days = rollups_rebuild()
     return SweepResult(crashed, analysed, enqueued, len(days))
