@@ -114,7 +114,10 @@ def test_injected_sleeps_land_in_the_right_columns(live: LiveServer, agent_kwarg
         assert stages <= rows["dur_ns"][i] <= stages + OUTLIER_NS
         assert rows["t_start_ns"][i] + rows["dur_ns"][i] <= rows["t_start_ns"][i + 1]
     # the 60 ms eval after step 3 is not charged to step 3, but leaves a gap before step 4
-    assert rows["dur_ns"][3] < 60 * MS + 10 * MS
+    # (charged, step 3 would last its stages + 60 ms; a fixed 70 ms bound failed at 72 ms on a
+    # loaded machine, where the stages themselves stretch)
+    stages_3 = sum(rows[c][3] for c in ("data_ns", "forward_ns", "backward_ns", "optimizer_ns"))
+    assert rows["dur_ns"][3] < stages_3 + 60 * MS
     assert rows["t_start_ns"][4] - (rows["t_start_ns"][3] + rows["dur_ns"][3]) >= 60 * MS
     assert abs(rows["t_start_ns"][0] - time.time_ns()) < 120 * 10**9  # wall clock, unix epoch ns
 
