@@ -440,8 +440,8 @@ class RunAccumulator:
         stacked = np.concatenate([rs.piece_ns for rs in states]) if len(states) > 1 else states[0].piece_ns
         np.add.at(stacked, idx, sums)
         if len(states) > 1:
-            for i, rs in enumerate(states):
-                rs.piece_ns = stacked[i * n_pieces : (i + 1) * n_pieces].copy()
+            for i, rs in enumerate(states):  # views of the fresh array: each rank writes only its rows
+                rs.piece_ns = stacked[i * n_pieces : (i + 1) * n_pieces]
         self._fold_sums_many(states, block, cols, offsets)
         live = block.e_ns > block.s_ns
         first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets).tolist()

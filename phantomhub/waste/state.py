@@ -146,7 +146,9 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
         raise NotAppendable("state shaped for another configuration")
     names = orjson.loads(r["host_names"].tobytes())
     offsets = np.concatenate(([0], np.cumsum(ints[:, _I["tail_len"]])))
-    tail = r["tail_step"], r["tail_arrival"], r["tail_comm"]
+    # One copy of each stored array (they are read-only buffers); every rank gets views of its rows.
+    tail = r["tail_step"].copy(), r["tail_arrival"].copy(), r["tail_comm"].copy()
+    pieces = pieces.copy()
     sum_at, n_scalar = _I[_SUM_KEYS[0]], len(_SCALARS)
     p_end, s_end = n_scalar + len(_PENDING_INT), sum_at + len(_SUM_KEYS)
     rows = ints.tolist()
@@ -172,16 +174,14 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
             last_e=_back(row[2]),
             max_t_start=_back(row[3]),
             horizon=_back(row[4]),
-            piece_ns=pieces[i].copy(),
+            piece_ns=pieces[i],
             sums=dict(zip(_SUM_KEYS, row[sum_at:s_end], strict=True)),
             flops=frows[i][0],
             frag_sum=frows[i][1],
             mem_peak_max=row[5],
             mem_reserved_max=row[6],
             mem_allocated_max=row[7],
-            tail=AlignedRows([tail[0][lo:hi].copy()], [tail[1][lo:hi].copy()], [tail[2][lo:hi].copy()])
-            if hi > lo
-            else AlignedRows(),
+            tail=AlignedRows([tail[0][lo:hi]], [tail[1][lo:hi]], [tail[2][lo:hi]]) if hi > lo else AlignedRows(),
         )
         if row[11]:
             acc.stragglers[rank] = StragglerCounters(*row[s_end:])
