@@ -67,6 +67,16 @@ def pick_run(page: Page) -> str | None:
     return ids[0] if ids else None
 
 
+def compare_pair(page: Page) -> list[str] | None:
+    """Two analysed runs of one project (the costliest recoverable first): what people compare."""
+    runs = api_json(page, "/api/v1/portal/runs?sort=-recoverable_usd&page_size=40") or {"results": []}
+    by_project: dict[str, list[str]] = {}
+    for r in runs["results"]:
+        if r.get("analysed"):
+            by_project.setdefault(str(r.get("project")), []).append(r["id"])
+    return next((ids[:2] for ids in by_project.values() if len(ids) >= 2), None)
+
+
 def pick_stretch_run(page: Page) -> str | None:
     """The costliest run whose recoverable dollars rest on its own best stretch somewhere."""
     runs = api_json(page, "/api/v1/portal/runs?sort=-recoverable_usd&page_size=40") or {"results": []}
@@ -214,6 +224,12 @@ def main() -> int:
             shoot(page, args.out, "finance", f"/finance?month={busiest_month(page)}")
             shoot(page, args.out, "settings", "/settings")
             shoot(page, args.out, "settings-prices", "/settings?tab=prices")
+            shoot(page, args.out, "settings-alerts", "/settings?tab=alerts")
+            shoot(page, args.out, "settings-attribution", "/settings?tab=attribution")
+            shoot(page, args.out, "fleet", "/fleet?period=30d")
+            pair = compare_pair(page)
+            if pair:
+                shoot(page, args.out, "compare", f"/compare?runs={','.join(pair)}")
             context.close()
         browser.close()
     print(f"screenshots in {args.out}")
