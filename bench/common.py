@@ -70,6 +70,31 @@ def gunicorn(env: dict[str, str], workers: int) -> Iterator[int]:
         yield port
 
 
+def server_setup(database_url: str, redis_url: str) -> dict[str, str]:
+    """A fresh, migrated database and an empty Redis db for a whole-server benchmark; the
+    environment its server processes run with (production settings, ingest rate limit off)."""
+    import os
+
+    import redis
+
+    database_recreate(database_url)
+    redis.Redis.from_url(redis_url).flushdb()
+    env = {
+        **os.environ,
+        "PHANTOMHUB_DATABASE_URL": database_url,
+        "PHANTOMHUB_REDIS_URL": redis_url,
+        "PHANTOMHUB_SECRET_KEY": "f" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "PHANTOMHUB_SECURE_COOKIES": "0",
+        "PHANTOMHUB_INGEST_RATE": "off",
+        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+    }
+    print("[setup] migrating …", flush=True)
+    manage(env, "migrate", "--no-input")
+    return env
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     """Run a manage.py command against the benchmark's database; its stdout, stripped."""
     out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True)

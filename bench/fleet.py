@@ -46,7 +46,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import database_recreate, free_port, manage, wait_healthy  # noqa: E402
+from bench.common import free_port, manage, server_setup, wait_healthy  # noqa: E402
 
 RANKS_PER_RUN = 8
 # Agent settings per profile; "defaults" is whatever the agent ships.
@@ -380,23 +380,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet.json"))
     args = parser.parse_args()
 
-    import redis
-
-    database_recreate(args.database_url)
-    redis.Redis.from_url(args.redis_url).flushdb()
-    env = {
-        **os.environ,
-        "PHANTOMHUB_DATABASE_URL": args.database_url,
-        "PHANTOMHUB_REDIS_URL": args.redis_url,
-        "PHANTOMHUB_SECRET_KEY": "f" * 48,
-        "PHANTOMHUB_DEBUG": "0",
-        "PHANTOMHUB_LOG_LEVEL": "WARNING",
-        "PHANTOMHUB_SECURE_COOKIES": "0",
-        "PHANTOMHUB_INGEST_RATE": "off",
-        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
-    }
-    print("[setup] migrating …", flush=True)
-    manage(env, "migrate", "--no-input")
+    env = server_setup(args.database_url, args.redis_url)
     token = manage(env, "createtoken", "--team", "bench", "--project", "fleet")
     log_dir = Path(args.spool)
     log_dir.mkdir(parents=True, exist_ok=True)

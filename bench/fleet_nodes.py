@@ -34,7 +34,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_recreate, manage  # noqa: E402
+from bench.common import manage, server_setup  # noqa: E402
 from bench.fleet import Server, _cpu_s, _tree, pct  # noqa: E402
 
 NS = 10**9
@@ -192,23 +192,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet_nodes.json"))
     args = parser.parse_args()
 
-    import redis
-
-    database_recreate(args.database_url)
-    redis.Redis.from_url(args.redis_url).flushdb()
-    env = {
-        **os.environ,
-        "PHANTOMHUB_DATABASE_URL": args.database_url,
-        "PHANTOMHUB_REDIS_URL": args.redis_url,
-        "PHANTOMHUB_SECRET_KEY": "f" * 48,
-        "PHANTOMHUB_DEBUG": "0",
-        "PHANTOMHUB_LOG_LEVEL": "WARNING",
-        "PHANTOMHUB_SECURE_COOKIES": "0",
-        "PHANTOMHUB_INGEST_RATE": "off",
-        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
-    }
-    print("[setup] migrating …", flush=True)
-    manage(env, "migrate", "--no-input")
+    env = server_setup(args.database_url, args.redis_url)
     manage(env, "createtoken", "--team", "bench", "--project", "fleet")  # the runs' project, for attribution
     token = manage(env, "createtoken", "--node", "--name", "bench").strip()
     log_dir = Path(args.log_dir)

@@ -58,7 +58,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import database_recreate, manage  # noqa: E402
+from bench.common import manage, server_setup  # noqa: E402
 from bench.fleet import RANKS_PER_RUN, Server, debounce_set, pct  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -498,23 +498,7 @@ def main() -> None:
     args = parser.parse_args()
     grid = [tuple(int(x) for x in g.split("x")) for g in args.grid]
 
-    import redis
-
-    database_recreate(args.database_url)
-    redis.Redis.from_url(args.redis_url).flushdb()
-    env = {
-        **os.environ,
-        "PHANTOMHUB_DATABASE_URL": args.database_url,
-        "PHANTOMHUB_REDIS_URL": args.redis_url,
-        "PHANTOMHUB_SECRET_KEY": "f" * 48,
-        "PHANTOMHUB_DEBUG": "0",
-        "PHANTOMHUB_LOG_LEVEL": "WARNING",
-        "PHANTOMHUB_SECURE_COOKIES": "0",
-        "PHANTOMHUB_INGEST_RATE": "off",
-        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
-    }
-    print("[setup] migrating …", flush=True)
-    manage(env, "migrate", "--no-input")
+    env = server_setup(args.database_url, args.redis_url)
     tokens = [manage(env, "createtoken", "--team", f"team-{i % 3}", "--project", f"proj-{i}") for i in range(PROJECTS)]
     reader_token = manage(
         env, "shell", "-c",
