@@ -29,6 +29,7 @@ PROJECT_TOKEN_ENDPOINTS = frozenset(
         "run-create",
         "run-detail",
         "run-steps",
+        "run-steps-parquet",
         "run-samples",
         "run-events",
         "run-batch",

@@ -20,9 +20,6 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.accounts.models import TokenKind
-from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry import selectors
 from phantomhub.telemetry.archive import (
@@ -98,18 +95,7 @@ class ParquetRenderer(BaseRenderer):
         return orjson.dumps(data)
 
 
-class RunReadScopes(TokenScopes):
-    """The token scopes of `runs/{id}/steps` (GET): a project token reads its own runs (which
-    runs it sees is run_get_visible's business, as there); every other caller as TokenScopes."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if isinstance(request.user, ProjectPrincipal) and getattr(request.auth, "kind", None) == TokenKind.PROJECT:
-            return True
-        return super().has_permission(request, view)
-
-
 class RunStepsParquetApi(APIView):
-    permission_classes = [RunReadScopes]
     renderer_classes = [JSONRenderer, ParquetRenderer]
 
     @extend_schema(
