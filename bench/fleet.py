@@ -274,6 +274,32 @@ def stored_rows(database_url: str, run_ids: list[str]) -> tuple[int, int]:
     return int(steps[0]) if steps else 0, int(samples[0]) if samples else 0
 
 
+def step_row_bytes(env: dict[str, str], database_url: str, run_ids: list[str], workdir: Path) -> dict[str, float | None]:
+    """Bytes per stored step row: hot (every step partition's table, TOAST and indexes, over the
+    rows in them) and archived (the Parquet files `exportsteps` writes for these runs, the
+    archive's encoding, over their rows)."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) + pg_total_relation_size('telemetry_step'),"
+            " (SELECT count(*) FROM telemetry_step) FROM pg_inherits WHERE inhparent = 'telemetry_step'::regclass"
+        ).fetchone()
+        ours = conn.execute("SELECT count(*) FROM telemetry_step WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+    hot_bytes, hot_rows = (int(row[0]), int(row[1])) if row else (0, 0)
+    archived = 0
+    for run_id in run_ids:
+        path = workdir / f"{run_id}.parquet"
+        manage(env, "exportsteps", run_id, "-o", str(path))
+        archived += path.stat().st_size
+        path.unlink()
+    rows = int(ours[0]) if ours else 0
+    return {
+        "hot": round(hot_bytes / hot_rows, 1) if hot_rows else None,
+        "archived": round(archived / rows, 1) if rows else None,
+    }
+
+
 def spooled_step_rows(spool: Path) -> int:
     """Step rows still in the spool (not lost: the next agent or `phantomhub-agent sync` sends them)."""
     rows = 0
@@ -348,6 +374,7 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         "latency_ms": {"p50": round(pct(latencies_ms, 50) or 0, 2), "p99": round(pct(latencies_ms, 99) or 0, 2)},
         "non_2xx_in_window": sum(1 for r in in_window if not 200 <= r[2] < 300),
         "steps": {"sent": steps_sent, "stored": steps_stored, "left_in_spool": spooled_step_rows(spool)},
+        "bytes_per_step_row": step_row_bytes(server.env, args.database_url, runs, Path(args.spool)),
         "samples": {"stored": samples_stored, "dropped": counters.get("dropped_samples", 0)},
         "agent_counters": {k: counters.get(k, 0) for k in ("dropped_steps", "rejected_batches", "send_failures",
                                                             "spooled_batches", "replayed_batches", "sent_batches")},
@@ -357,7 +384,8 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         f"{profile:>9} {ranks:>4} ranks (debounce {debounce} s): {c['requests_per_gpu_min']:6.2f} req/GPU/min, CPU ms/GPU/min "
         f"web {web_ms:6.2f} worker {worker_ms:6.2f} total {web_ms + worker_ms:6.2f}; latency p50 "
         f"{c['latency_ms']['p50']} ms p99 {c['latency_ms']['p99']} ms; steps sent {steps_sent} stored {steps_stored}; "
-        f"analyses {c['analyses_in_window']}",
+        f"analyses {c['analyses_in_window']}; bytes per step row hot {c['bytes_per_step_row']['hot']} "
+        f"archived {c['bytes_per_step_row']['archived']}",
         flush=True,
     )
     return case
