@@ -137,6 +137,12 @@ def test_server_stopped_mid_run_then_restarted_every_step_arrives_exactly_once(
         if step == 60:
             live.stop()
         if step == 140:
+            # Restart only once the agent has spooled: how many retries a short outage takes
+            # before the agent spools depends on the machine's load (a bare 80-step outage was
+            # sometimes ridden out by retries alone, leaving nothing to replay).
+            deadline = time.monotonic() + 20
+            while run.counters["spooled_batches"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
             live.start()
 
     train(run, 200, on_step=outage)
