@@ -106,6 +106,7 @@ class RankSim:
         self.last_sample_s = int(time.time())
         self.next_counters = time.monotonic() + 60
         self.sent_steps = 0
+        self.counters_field = True  # False: the counters travel as an event (what older agents send)
 
     def body(self, now_ns: int) -> bytes:
         from phantomhub_agent._batcher import REQUIRED_SAMPLE_COLUMNS, compact_columns, gzip_bytes, pack_columns
@@ -165,10 +166,12 @@ class RankSim:
             payload["samples"] = pack_columns(samples)
         if time.monotonic() >= self.next_counters:
             self.next_counters += 60
-            payload["events"] = [
-                {"id": uuid.uuid4().hex, "kind": "counters", "t_ns": now_ns // 1000 * 1000,
-                 "data": {"dropped_steps": 0, "sent_batches": self.step // 10, "sender_cpu_us": self.step * 40}}
-            ]  # fmt: skip
+            counters = {"dropped_steps": 0, "sent_batches": self.step // 10, "sender_cpu_us": self.step * 40}
+            if self.counters_field:  # as the agent sends them to a server that takes them in the batch
+                payload["counters"] = counters
+            else:
+                event = {"id": uuid.uuid4().hex, "kind": "counters", "t_ns": now_ns // 1000 * 1000, "data": counters}
+                payload["events"] = [event]
         return gzip_bytes(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY))
 
 

@@ -218,14 +218,17 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
             {
                 "packed_columns": serializers.BooleanField(
                     help_text='step and sample columns may be sent packed: {"i8" | "f8": base64 of little-endian values}'
-                )
+                ),
+                "batch_counters": serializers.BooleanField(
+                    help_text="a batch may carry the rank's counters as `counters` instead of a counters event"
+                ),
             },
         )
     )
     def get_wire(self, run: Run) -> dict[str, bool]:
         # What this server's ingest understands beyond plain arrays: the agent packs only after
         # the server said so, so an older server keeps getting arrays.
-        return {"packed_columns": True}
+        return {"packed_columns": True, "batch_counters": True}
 
     @extend_schema_field(
         serializers.UUIDField(help_text="the id the run was registered by (its `id`, unless another project had it)")
@@ -436,6 +439,11 @@ RankBatchSerializer = inline_serializer(
         "steps": _columns_schema("RankBatchStepColumns", STEP_COLUMNS),
         "samples": _columns_schema("RankBatchSampleColumns", SAMPLE_COLUMNS),
         "events": EventSerializer(many=True, required=False, help_text="an event without a rank is the batch's rank's"),
+        "counters": serializers.DictField(
+            child=serializers.IntegerField(min_value=0),
+            required=False,
+            help_text="the rank's cumulative counters (as a counters event's data), merged into the rank without an event",
+        ),
     },
 )
 RankBatchResultSerializer = inline_serializer(
@@ -446,7 +454,7 @@ RankBatchResultSerializer = inline_serializer(
         "events": IngestResultSerializer,
     },
 )
-BATCH_PARTS = ("steps", "samples", "events")
+BATCH_PARTS = ("steps", "samples", "events", "counters")
 
 
 class RunBatchApi(IngestApiView):
@@ -460,7 +468,15 @@ class RunBatchApi(IngestApiView):
         body = _object(request.data, {"rank", "host", *BATCH_PARTS}, {"rank"})
         rank = _int_field(body, "rank", 0, 1_000_000)
         if not any(part in body for part in BATCH_PARTS):
-            raise invalid("steps", "a batch needs at least one of steps, samples, events")
+            raise invalid("steps", "a batch needs at least one of steps, samples, events, counters")
+        counters = body.get("counters")
+        if counters is not None:
+            if not isinstance(counters, dict):
+                raise invalid("counters", "an object of counter names to integers")
+            try:
+                counters_check(counters)
+            except BoundsError as exc:
+                raise invalid(_field("counters", exc.path), exc.message) from None
         events = None
         if "events" in body:
             raw = body["events"]
@@ -470,6 +486,12 @@ class RunBatchApi(IngestApiView):
             serializer.is_valid(raise_exception=True)
             events = serializer.validated_data["events"]
         result = services.batch_ingest(
-            run=run, rank=rank, host=_host(body), steps=body.get("steps"), samples=body.get("samples"), events=events
+            run=run,
+            rank=rank,
+            host=_host(body),
+            steps=body.get("steps"),
+            samples=body.get("samples"),
+            events=events,
+            counters=counters,
         )
         return Response(result.as_dict())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
@@ -18,7 +19,7 @@ from phantomhub.accounts.models import Project
 from phantomhub.errors import ApiError
 from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
-from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
+from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
 from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, Table, batch_insert
 
@@ -135,17 +136,23 @@ _RANK_UPSERT = (
     "last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
     "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
     "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
-    "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END"
+    "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END, "
+    "counters = CASE WHEN %s = 1 THEN excluded.counters ELSE telemetry_runrank.counters END"
 )
 
 
 def _after_ingest(
-    run: Run, rank: int, host: str | None, result: InsertResult, last_step: int | None, changed: bool | None = None
+    run: Run,
+    rank: int,
+    host: str | None,
+    result: InsertResult,
+    last_step: int | None,
+    changed: bool | None = None,
+    counters: dict[str, Any] | None = None,
 ) -> None:
-    from django.db import connection
-
     # Same transaction as the rows: the rank's host, its stored step count and last step
-    # (exact), and the rows refused for a reused step number (one upsert); then the run's
+    # (exact), the rows refused for a reused step number and, when given, its merged counters
+    # (one upsert); then the run's
     # last_seen_at and, when rows were stored, its ingest_seq. On PostgreSQL both are one
     # statement (a data-modifying WITH runs whether or not its result is read): one round trip.
     counts_steps = last_step is not None
@@ -154,10 +161,11 @@ def _after_ingest(
     rank_params: list[Any] = [
         rank,
         host or "",
-        "{}",
+        "{}" if counters is None else json.dumps(counters),
         result.accepted if counts_steps else 0,
         last_step,
         result.reused if counts_steps else 0,
+        0 if counters is None else 1,
     ]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -231,26 +239,36 @@ def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> In
     return IngestResult(result.accepted, result.duplicates + result.reused)
 
 
-def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
-    """Store new events (deduplicated by their client id) and apply finish and counters."""
+# What applying events reads and writes of a run: its config and environment (up to 64 KiB of
+# JSON each) are never loaded or written back.
+_EVENT_RUN_FIELDS = ("id", "status", "finished_at", "last_seen_at", "ingest_seq")
+
+
+def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True) -> IngestResult:
+    """Store new events (deduplicated by their client id) and apply finish and counters.
+
+    ``touch=False`` is the combined batch's call: its own rank upsert then moves the run's
+    last_seen_at and ingest_seq and asks for the analysis, once for the whole batch.
+    """
     latest = span_end_ns(run.allocation_start)
     for i, event in enumerate(events):
         end = max(event["t_ns"], event.get("t_start_ns", 0) + event.get("dur_ns", 0))
         if end > latest:
             raise _too_late(run, f"events[{i}].t_ns", "the event")
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # inside a batch: all or nothing with the batch
         # One writer of a run's events at a time keeps accepted/duplicate counts exact.
-        locked = Run.objects.select_for_update().get(pk=run.pk)
+        locked = Run.objects.select_for_update().only(*_EVENT_RUN_FIELDS).get(pk=run.pk)
         ids = [event["id"] for event in events]
-        seen = set(RunEvent.objects.filter(run=locked, event_id__in=ids).values_list("event_id", flat=True))
+        seen = set(RunEvent.objects.filter(run_id=run.pk, event_id__in=ids).values_list("event_id", flat=True))
         fresh = [event for event in events if event["id"] not in seen]
+        ended = (locked.status, locked.finished_at)
         if fresh and locked.status == RunStatus.CRASHED and _run_reopen_if_marked_crashed(locked):
             # Before this batch's own finish events are applied: they then set the status.
             locked.status, locked.finished_at = RunStatus.RUNNING, None
         RunEvent.objects.bulk_create(
             [
                 RunEvent(
-                    run=locked,
+                    run_id=run.pk,
                     event_id=event["id"],
                     kind=event["kind"],
                     rank=event.get("rank", 0),
@@ -265,17 +283,24 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]]) -> IngestResult:
             ]
         )
         index = {event["id"]: i for i, event in enumerate(events)}
+        counters: dict[int, dict[str, Any]] = {}
         for event in fresh:
-            _event_apply(locked, event, f"events[{index[event['id']]}]")
-        locked.last_seen_at = max(locked.last_seen_at, timezone.now())
-        if fresh:
-            locked.ingest_seq += 1
-            _analysis_soon(locked)
-        locked.save()
+            _event_apply(locked, event, f"events[{index[event['id']]}]", counters)
+        _counters_store(run.pk, counters)
+        fields = ["status", "finished_at"] if (locked.status, locked.finished_at) != ended else []
+        if touch:
+            locked.last_seen_at = max(locked.last_seen_at, timezone.now())
+            fields.append("last_seen_at")
+            if fresh:
+                locked.ingest_seq += 1
+                fields.append("ingest_seq")
+                _analysis_soon(locked)
+        if fields:
+            locked.save(update_fields=fields)
     return IngestResult(len(fresh), len(events) - len(fresh))
 
 
-def _event_apply(run: Run, event: dict[str, Any], where: str) -> None:
+def _event_apply(run: Run, event: dict[str, Any], where: str, counters: dict[int, dict[str, Any]]) -> None:
     kind = event["kind"]
     if kind == EventKind.FINISH:
         finished_at = _moment(event["t_ns"])
@@ -286,15 +311,53 @@ def _event_apply(run: Run, event: dict[str, Any], where: str) -> None:
             run.status = status
         run.finished_at = max(run.finished_at, finished_at) if run.finished_at else finished_at
     elif kind == EventKind.COUNTERS:
-        rank, _ = RunRank.objects.get_or_create(run=run, rank=event.get("rank", 0))
-        merged = dict(rank.counters)
-        for key, value in event.get("data", {}).items():
-            merged[key] = max(value, merged.get(key, value))  # counters are cumulative
-        if len(merged) > MAX_RANK_COUNTERS:  # raised inside the batch's transaction: nothing is kept
-            message = f"rank {rank.rank} would keep more than {MAX_RANK_COUNTERS} counters"
-            raise ApiError("invalid", f"{where}.data: {message}", fields={f"{where}.data": message})
-        rank.counters = merged
-        rank.save(update_fields=["counters"])
+        rank = event.get("rank", 0)
+        stored = counters[rank] if rank in counters else _rank_counters(run.pk, rank)
+        counters[rank] = _counters_merged(stored, event.get("data", {}), rank, f"{where}.data")
+
+
+def _counters_merged(stored: dict[str, Any], data: dict[str, Any], rank: int, field: str) -> dict[str, Any]:
+    """A rank's counters after `data` (cumulative: each keeps its highest value)."""
+    merged = dict(stored)
+    for key, value in data.items():
+        merged[key] = max(value, merged.get(key, value))
+    if len(merged) > MAX_RANK_COUNTERS:  # raised inside the batch's transaction: nothing is kept
+        message = f"rank {rank} would keep more than {MAX_RANK_COUNTERS} counters"
+        raise ApiError("invalid", f"{field}: {message}", fields={field: message})
+    return merged
+
+
+def _run_param(run_id: uuid.UUID) -> Any:
+    """A run id as raw SQL takes it: a uuid on PostgreSQL, 32 hex digits on SQLite (as Django stores it)."""
+    return run_id if connection.vendor == "postgresql" else run_id.hex
+
+
+def _rank_counters(run_id: uuid.UUID, rank: int) -> dict[str, Any]:
+    """A rank's stored counters, its row locked until the transaction ends (on SQLite the
+    transaction holds the database's write lock already)."""
+    lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT counters FROM telemetry_runrank WHERE run_id = %s AND rank = %s{lock}", [_run_param(run_id), rank]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return {}
+    value = row[0]
+    return json.loads(value) if isinstance(value, str | bytes) else dict(value)
+
+
+def _counters_store(run_id: uuid.UUID, counters: dict[int, dict[str, Any]]) -> None:
+    """One upsert per rank whose counters moved (a rank seen first by its counters gets its row)."""
+    if not counters:
+        return
+    with connection.cursor() as cursor:
+        for rank, merged in counters.items():
+            cursor.execute(
+                "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
+                "VALUES (%s, %s, '', %s, 0, NULL, 0) ON CONFLICT (run_id, rank) DO UPDATE SET counters = excluded.counters",
+                [_run_param(run_id), rank, json.dumps(merged)],
+            )
 
 
 def _moment(t_ns: int) -> datetime:
@@ -330,9 +393,19 @@ def _samples_checked(run: Run, samples: Any) -> Batch:
 
 
 def batch_ingest(
-    *, run: Run, rank: int, host: str | None, steps: Any = None, samples: Any = None, events: list[dict[str, Any]] | None = None
+    *,
+    run: Run,
+    rank: int,
+    host: str | None,
+    steps: Any = None,
+    samples: Any = None,
+    events: list[dict[str, Any]] | None = None,
+    counters: dict[str, Any] | None = None,
 ) -> BatchIngestResult:
-    """One rank's steps, samples and events of one flush interval, in one transaction.
+    """One rank's steps, samples, events and counters of one flush interval, in one transaction.
+
+    `counters` (checked by the caller) are merged into the rank's as a counters event's data
+    would be, without an event row: one read of the rank's and the same upsert as the rows.
 
     The same checks as the separate endpoints, all before anything is written, and the same
     idempotency per part; a part that fails refuses the whole batch (nothing is kept). One rank
@@ -342,15 +415,17 @@ def batch_ingest(
     step_batch = _steps_checked(run, steps) if steps is not None else None
     sample_batch = _samples_checked(run, samples) if samples is not None else None
     with transaction.atomic():
-        event_result = events_ingest(run=run, events=events) if events else None
+        event_result = events_ingest(run=run, events=events, touch=False) if events else None
         step_rows = batch_insert(table=STEP_TABLE, run_id=run.pk, rank=rank, batch=step_batch) if step_batch else None
         sample_rows = batch_insert(table=SAMPLE_TABLE, run_id=run.pk, rank=rank, batch=sample_batch) if sample_batch else None
         accepted = (step_rows.accepted if step_rows else 0) + (sample_rows.accepted if sample_rows else 0)
         if accepted and run.status == RunStatus.CRASHED:
             _run_reopen_if_marked_crashed(run)
         last_step = int(step_batch.values["step"][-1]) if step_batch else None
-        _after_ingest(run, rank, host, step_rows or InsertResult(0, 0, 0), last_step, changed=bool(accepted))
-        if accepted and not (event_result and event_result.accepted):  # fresh events asked already
+        changed = bool(accepted) or bool(event_result and event_result.accepted)
+        merged = _counters_merged(_rank_counters(run.pk, rank), counters, rank, "counters") if counters else None
+        _after_ingest(run, rank, host, step_rows or InsertResult(0, 0, 0), last_step, changed=changed, counters=merged)
+        if changed:
             _analysis_soon(run)
     return BatchIngestResult(
         steps=StepIngestResult(step_rows.accepted, step_rows.duplicates, step_rows.reused) if step_rows else None,

@@ -33,6 +33,7 @@ def full_body(rank: int = 2) -> dict[str, Any]:
     return {**steps_body(20, rank=rank), "host": "node-0", "samples": samples(), "events": [counters_event(sent_batches=3)]}
 
 
+@pytest.mark.backends
 def test_one_batch_stores_every_part(owner: Tenant) -> None:
     run_id = owner.create_run()
     response = batch(run_id, owner, full_body())
@@ -84,6 +85,10 @@ def test_a_batch_may_hold_any_one_part(owner: Tenant) -> None:
         ({"rank": -1}, "rank"),
         ({"frames": []}, "frames"),
         ({"host": 7}, "host"),
+        ({"counters": [1]}, "counters"),
+        ({"counters": {"sent_batches": -1}}, "counters.sent_batches"),
+        ({"counters": {"sent_batches": 1.5}}, "counters.sent_batches"),
+        ({"counters": {f"c{i}": 1 for i in range(65)}}, "counters"),
     ],
 )
 def test_a_bad_part_refuses_the_whole_batch_naming_the_field(owner: Tenant, change: dict[str, Any], field: str) -> None:
@@ -107,3 +112,43 @@ def test_a_batch_cannot_write_to_another_projects_run(owner: Tenant, outsider: T
     run_id = owner.create_run()
     assert batch(run_id, outsider, full_body()).status_code == 404
     assert not Step.objects.filter(run_id=run_id).exists()
+
+
+@pytest.mark.backends
+def test_batch_counters_merge_into_the_rank_without_an_event(owner: Tenant) -> None:
+    """The counters field does what a counters event does to the rank (each counter keeps its
+    highest value, across events and fields alike) and stores no event row."""
+    run_id = owner.create_run()
+    body = {**steps_body(5, rank=1), "counters": {"sent_batches": 4, "dropped_steps": 0}}
+    assert batch(run_id, owner, body).json() == {"steps": {"accepted": 5, "duplicates": 0, "reused_step": 0}}
+    assert RunRank.objects.get(run_id=run_id, rank=1).counters == {"sent_batches": 4, "dropped_steps": 0}
+    # An older agent's counters event, then a field that is behind on one counter (a replayed batch).
+    assert batch(run_id, owner, {"rank": 1, "events": [counters_event(sent_batches=6, spooled_batches=2)]}).status_code == 200
+    assert batch(run_id, owner, {"rank": 1, "counters": {"sent_batches": 5, "dropped_steps": 3}}).status_code == 200
+    rank = RunRank.objects.get(run_id=run_id, rank=1)
+    assert rank.counters == {"sent_batches": 6, "dropped_steps": 3, "spooled_batches": 2}
+    assert (rank.step_rows, rank.last_step) == (5, 4)  # the counters-only batch left the row counts alone
+    assert RunEvent.objects.filter(run_id=run_id, kind="counters").count() == 1  # the event's; fields store none
+    # A rank first seen through its counters gets its row.
+    assert batch(run_id, owner, {"rank": 3, "counters": {"sent_batches": 1}}).status_code == 200
+    assert RunRank.objects.get(run_id=run_id, rank=3).counters == {"sent_batches": 1}
+
+
+@pytest.mark.backends
+def test_batch_counters_beyond_the_ranks_limit_refuse_the_batch(owner: Tenant) -> None:
+    from phantomhub.telemetry.bounds import MAX_COUNTERS, MAX_RANK_COUNTERS
+
+    run_id = owner.create_run()
+    names = [f"c{i}" for i in range(MAX_RANK_COUNTERS)]
+    for lo in range(0, len(names), MAX_COUNTERS):
+        assert batch(run_id, owner, {"rank": 0, "counters": dict.fromkeys(names[lo : lo + MAX_COUNTERS], 1)}).status_code == 200
+    response = batch(run_id, owner, {**steps_body(2), "counters": {"one_more": 1}})
+    assert response.status_code == 400 and "counters" in response.json()["error"]["fields"]
+    assert not Step.objects.filter(run_id=run_id).exists()  # all or nothing
+    assert len(RunRank.objects.get(run_id=run_id, rank=0).counters) == MAX_RANK_COUNTERS
+
+
+def test_the_registration_answer_says_batches_may_carry_counters(owner: Tenant) -> None:
+    run_id = owner.create_run()
+    answer = owner.client.get(f"/api/v1/runs/{run_id}").json()
+    assert answer["wire"] == {"packed_columns": True, "batch_counters": True}
