@@ -62,7 +62,13 @@ _WRITE_FIELDS = ("id", "project_id", "status", "allocation_start")
 
 def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
     project = _writer_project(request)
-    run = selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)
+    # By id first, in one raw statement (every batch comes here: the ORM's query building cost
+    # about 0.5 ms of CPU a request); else the id its client registered it by.
+    by_id = Run.objects.raw(
+        f"SELECT {', '.join(_WRITE_FIELDS)} FROM telemetry_run WHERE id = %s AND project_id = %s",
+        [services.run_param(run_id), project.pk],
+    )
+    run = next(iter(by_id), None) or selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)
     if run is None:
         raise ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
     return run

@@ -327,7 +327,7 @@ def _counters_merged(stored: dict[str, Any], data: dict[str, Any], rank: int, fi
     return merged
 
 
-def _run_param(run_id: uuid.UUID) -> Any:
+def run_param(run_id: uuid.UUID) -> Any:
     """A run id as raw SQL takes it: a uuid on PostgreSQL, 32 hex digits on SQLite (as Django stores it)."""
     return run_id if connection.vendor == "postgresql" else run_id.hex
 
@@ -338,7 +338,7 @@ def _rank_counters(run_id: uuid.UUID, rank: int) -> dict[str, Any]:
     lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT counters FROM telemetry_runrank WHERE run_id = %s AND rank = %s{lock}", [_run_param(run_id), rank]
+            f"SELECT counters FROM telemetry_runrank WHERE run_id = %s AND rank = %s{lock}", [run_param(run_id), rank]
         )
         row = cursor.fetchone()
     if row is None:
@@ -356,7 +356,7 @@ def _counters_store(run_id: uuid.UUID, counters: dict[int, dict[str, Any]]) -> N
             cursor.execute(
                 "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
                 "VALUES (%s, %s, '', %s, 0, NULL, 0) ON CONFLICT (run_id, rank) DO UPDATE SET counters = excluded.counters",
-                [_run_param(run_id), rank, json.dumps(merged)],
+                [run_param(run_id), rank, json.dumps(merged)],
             )
 
 
