@@ -125,6 +125,9 @@ class StepBuffer:
         self._ends: list[int] = []
         self._auto = 0  # leading rows that are auto-numbered
         self.oldest_ns: int | None = None
+        # Rows ever appended and taken: positions that outlive the rows (see ``since``).
+        self.appended = 0
+        self.taken = 0
 
     def __len__(self) -> int:
         return len(self._raws)
@@ -139,6 +142,7 @@ class StepBuffer:
             self._auto += 1
         self._raws.append(ended[0])
         self._ends.append(ended[1])
+        self.appended += 1
         if self.oldest_ns is None:
             self.oldest_ns = now_ns
 
@@ -157,9 +161,19 @@ class StepBuffer:
         raws, ends = self._raws[:max_rows], self._ends[:max_rows]
         del self._raws[:max_rows]
         del self._ends[:max_rows]
+        self.taken += len(raws)
         if not self._raws:
             self.oldest_ns = None
         return steps_to_columns(raws, ends, self.clock_offset_ns)
+
+    def since(self, mark: int) -> tuple[Columns, Columns]:
+        """The rows appended after the first ``mark`` that are still here, left in place, as
+        (auto-numbered, explicit) columns: what a checkpoint adds to the previous one."""
+        lo = max(mark, self.taken) - self.taken
+        split = max(lo, self._auto)
+        off = self.clock_offset_ns
+        auto = steps_to_columns(self._raws[lo:split], self._ends[lo:split], off)
+        return auto, steps_to_columns(self._raws[split:], self._ends[split:], off)
 
 
 def shift_steps(columns: Columns, base: int) -> Columns:
@@ -268,6 +282,8 @@ class ColumnBuffer:
         self.names = tuple(names)
         self._cols: list[list[Any]] = [[] for _ in self.names]
         self.oldest_ns: int | None = None
+        self.appended = 0
+        self.taken = 0
 
     def __len__(self) -> int:
         return len(self._cols[0])
@@ -275,6 +291,7 @@ class ColumnBuffer:
     def append(self, row: Sequence[Any], now_ns: int) -> None:
         for col, value in zip(self._cols, row):
             col.append(value)
+        self.appended += 1
         if self.oldest_ns is None:
             self.oldest_ns = now_ns
 
@@ -290,14 +307,25 @@ class ColumnBuffer:
         out = {name: col[:max_rows] for name, col in zip(self.names, self._cols)}
         for col in self._cols:
             del col[:max_rows]
+        self.taken += len(out[self.names[0]])
         if not self._cols[0]:
             self.oldest_ns = None
         return out
+
+    def since(self, mark: int) -> Columns:
+        """The rows appended after the first ``mark`` that are still here, left in place."""
+        lo = max(mark, self.taken) - self.taken
+        return {name: col[lo:] for name, col in zip(self.names, self._cols)}
 
 
 def compact_columns(columns: Columns, required: Sequence[str]) -> Columns:
     """Drops optional columns that hold nothing but nulls (the server treats a missing one as null)."""
     return {name: values for name, values in columns.items() if name in required or any(value is not None for value in values)}
+
+
+def concat_columns(first: Columns, second: Columns) -> Columns:
+    """The rows of ``first`` then those of ``second`` (same column names)."""
+    return {name: first[name] + second[name] for name in first}
 
 
 def column_rows(columns: Columns) -> int:

@@ -38,10 +38,13 @@ class Settings:
     debug: bool = False
     spool_dir: Path = dataclasses.field(default_factory=default_spool_dir)
     spool_max_bytes: int = GIB
-    # Batches leave when any limit is reached: rows, encoded bytes, or age. Every 10 s, like the
-    # collectors a platform team already runs (Prometheus scrapes, DCGM exporters): what a rank
-    # costs the server is mostly per request, not per row (docs/performance.md, "Fleet").
-    flush_interval_s: float = 10.0
+    # Batches leave when any limit is reached: rows, encoded bytes, or age. What a rank costs the
+    # server is mostly per request, not per row (docs/performance.md, "Fleet"): one a minute costs
+    # it about a quarter of one every 10 s.
+    flush_interval_s: float = 60.0
+    # What is recorded but not yet sent is written to the spool this often (a small fsynced file),
+    # so a SIGKILL or power loss loses at most this much, whatever the flush interval; 0: never.
+    checkpoint_interval_s: float = 10.0
     batch_max_rows: int = 5000
     batch_max_bytes: int = 1024 * 1024
     # Steps waiting for the background thread; beyond this they are dropped and counted.
@@ -74,6 +77,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "spool_dir": ("PHANTOMHUB_SPOOL_DIR", lambda v: Path(v).expanduser()),
     "spool_max_bytes": ("PHANTOMHUB_SPOOL_MAX_BYTES", int),
     "flush_interval_s": ("PHANTOMHUB_FLUSH_INTERVAL", float),
+    "checkpoint_interval_s": ("PHANTOMHUB_CHECKPOINT_INTERVAL", float),
     "finish_timeout_s": ("PHANTOMHUB_FINISH_TIMEOUT", float),
     "request_timeout_s": ("PHANTOMHUB_REQUEST_TIMEOUT", float),
     "system_interval_s": ("PHANTOMHUB_SYSTEM_INTERVAL", float),
@@ -140,6 +144,8 @@ def _check(settings: Settings) -> None:
         problems.append(f"server must be an http(s) URL, not {settings.server!r}")
     if not 1 <= settings.batch_max_rows <= 10000:
         problems.append("batch_max_rows must be between 1 and 10000 (the server's limit)")
+    if settings.checkpoint_interval_s < 0:
+        problems.append("checkpoint_interval_s must be >= 0 (0 turns checkpoints off)")
     if settings.spool_max_bytes < 0:
         problems.append("spool_max_bytes must be >= 0")
     if not problems:

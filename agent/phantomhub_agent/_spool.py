@@ -1,8 +1,8 @@
 """The on-disk spool: requests that could not be delivered, kept until they can be.
 
 Layout: ``<root>/<run_id>/<time_ns>-<k>-r<rank>-p<pid>-<seq>.phk``, one request per file, where
-``k`` is ``a`` for the run's metadata and ``b`` for everything else. A file is a one-line JSON
-header followed by the request body exactly as it would have been sent (usually gzip). Files are
+``k`` is ``a`` for the run's metadata, ``c`` for a checkpoint and ``b`` for everything else. A
+file is a one-line JSON header followed by the request body exactly as it would have been sent (usually gzip). Files are
 written to a temporary name, fsynced and renamed, so a file either exists whole or not at all,
 even after SIGKILL or power loss.
 
@@ -11,6 +11,13 @@ own step numbering must start (after the steps stored by an earlier process of t
 rank), so its auto-numbered step files carry ``"rebase": true``. Whoever delivers the registration
 learns the base from the answer and shifts those files in place (``Spool.rebase_after``) before
 the registration file is removed: a crash in between repeats it with the same answer.
+
+Checkpoints (``c``): what a live process has recorded but not yet sent, written every
+``checkpoint_interval_s`` as ordinary requests (a batch of the rows since its previous checkpoint).
+They are not backlog while their writer lives: ``own`` and ``has_own`` skip them, and the writer
+deletes them once those rows were delivered or spooled. If it dies first, they are orphans like any
+other file and go out with the orphan replay or ``sync``; a row sent twice is a duplicate the server
+ignores (steps by (run, rank, step) and start, samples by (run, rank, device, t_ns), events by id).
 
 Ownership: a process replays its own files in order (FIFO, so a run's metadata always precedes
 its steps). Files of processes that are no longer alive are adopted by whoever finds them, claimed
@@ -42,6 +49,7 @@ CLAIM_MARK = ".claimed-"
 TMP_PREFIX = ".tmp-"
 KIND_RUN = "a"
 KIND_DATA = "b"
+KIND_CHECKPOINT = "c"
 HEADER_VERSION = 1
 
 
@@ -78,6 +86,10 @@ class SpoolEntry:
     @property
     def is_run_metadata(self) -> bool:
         return _kind_of(self.name) == KIND_RUN
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return _kind_of(self.name) == KIND_CHECKPOINT
 
 
 def _kind_of(name: str) -> str:
@@ -208,25 +220,27 @@ class Spool:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def write(self, request: SpooledRequest) -> Path | None:
+    def write(self, request: SpooledRequest, *, checkpoint: bool = False) -> Path | None:
         """Stores ``request`` durably; drops the oldest files first if the cap would be passed.
 
-        Returns the file, or None when the request itself cannot fit (it is then counted as dropped).
+        Returns the file, or None when the request itself cannot fit (it is then counted as
+        dropped, unless it is a ``checkpoint``: its rows are still in memory, on their way).
         """
         data = encode_file(request)
         with self._lock:
             if self.written_batches % 64 == 0:
                 self._known_bytes = None  # other processes write here too: recount now and then
             if not self._make_room(len(data)) and request.kind != "run":
-                self.dropped_batches += 1
-                self.dropped_rows += request.rows if request.kind in ("steps", "batch") else 0
+                if not checkpoint:
+                    self.dropped_batches += 1
+                    self.dropped_rows += request.rows if request.kind in ("steps", "batch") else 0
                 return None
             run_dir = self.root / request.run_id
             if not run_dir.is_dir():
                 run_dir.mkdir(parents=True, exist_ok=True)
                 _fsync_dir(run_dir.parent)
             self._seq += 1
-            kind = KIND_RUN if request.kind == "run" else KIND_DATA
+            kind = KIND_RUN if request.kind == "run" else KIND_CHECKPOINT if checkpoint else KIND_DATA
             name = f"{time.time_ns():020d}-{kind}-r{self.rank}-p{self.pid}-{self._seq:08d}{SUFFIX}"
             final = run_dir / name
             _write_atomic(final, data)
@@ -294,12 +308,14 @@ class Spool:
             if _kind_of(path.name) == KIND_RUN:
                 continue
             try:
-                rows = _rows_of(path)
+                # A live writer's checkpoint only duplicates rows it still holds: nothing is lost.
+                live_checkpoint = _kind_of(path.name) == KIND_CHECKPOINT and pid_alive(_owner_of(path.name))
+                rows = 0 if live_checkpoint else _rows_of(path)
                 path.unlink()
             except OSError:
                 continue
             total -= size
-            self.dropped_batches += 1
+            self.dropped_batches += 0 if live_checkpoint else 1
             self.dropped_rows += rows
         self._known_bytes = total
         return total + incoming <= self.max_bytes
@@ -321,20 +337,24 @@ class Spool:
     # -- reading ---------------------------------------------------------------------------------
 
     def own(self, run_id: str) -> list[SpoolEntry]:
-        """This process's files of ``run_id``, oldest first."""
-        run_dir = self.root / run_id
-        marker = f"-p{self.pid}-"
+        """This process's backlog of ``run_id``, oldest first (its checkpoints are not backlog)."""
         entries = [
             SpoolEntry(path=p, run_id=run_id, name=p.name, owner_pid=self.pid)
-            for p in _list_files(run_dir)
-            if marker in p.name and CLAIM_MARK not in p.name
+            for p in _list_files(self.root / run_id)
+            if self._is_own_backlog(p.name)
         ]
         entries.sort(key=lambda e: e.name)
         return entries
 
     def has_own(self, run_id: str) -> bool:
-        marker = f"-p{self.pid}-"
-        return any(marker in p.name and CLAIM_MARK not in p.name for p in _list_files(self.root / run_id))
+        return any(self._is_own_backlog(p.name) for p in _list_files(self.root / run_id))
+
+    def _is_own_backlog(self, name: str) -> bool:
+        return f"-p{self.pid}-" in name and CLAIM_MARK not in name and _kind_of(name) != KIND_CHECKPOINT
+
+    def discard(self, path: Path) -> None:
+        """Deletes one of this process's checkpoints (gone already, e.g. taken by ``sync``: fine)."""
+        self.remove(SpoolEntry(path=path, run_id=path.parent.name, name=path.name, owner_pid=self.pid))
 
     def orphans(self) -> list[SpoolEntry]:
         """Files whose writing process is gone (killed, crashed, or an earlier start), oldest first."""

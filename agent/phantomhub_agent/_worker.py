@@ -14,6 +14,19 @@ Delivery order is FIFO per process: while this process has spooled requests of i
 are appended to the spool too, and the replay drains it in order. So the run's metadata always
 reaches the server before its steps, whatever failed in between.
 
+Checkpoints: with a long flush interval (60 s by default) a SIGKILL would lose a minute of what
+waits in memory. So every ``checkpoint_interval_s`` (10 s) the rows and events recorded since the
+previous checkpoint, and not cut into a request yet, are written to the spool as one request of
+their own (a delta, never the whole buffer again). The live process never sends them (they are not
+backlog); it deletes them once the requests those rows went out in were delivered or spooled. If
+it dies first, the orphan replay (the next agent on the machine, or ``sync``) sends them; what the
+server has already is a duplicate it ignores. Steps wait for the next checkpoint while their base
+is awaited (the registration's answer, normally the first pass); steps whose base is unknown
+because the registration was spooled are checkpointed marked for a shift, like spooled ones. A
+process whose registration is about to go out first replays what a dead predecessor of its run
+and rank left here, so that its step base counts those steps. Offline, the batches themselves go
+to the spool: they are cut at the checkpoint interval instead, and no checkpoints are written.
+
 Step numbers stay unique across restarts of a run: the answer to the run's registration gives,
 per rank, the last step an earlier process stored, and the steps this process numbered itself are
 sent shifted after it. Until that answer is in (the first pass, normally) ended steps wait in the
@@ -33,6 +46,7 @@ import threading
 import time
 import traceback
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 from . import _batcher as b
@@ -51,6 +65,8 @@ MARK_BOUNDARY = "B"  # a phase began: the held step ends here
 MARK_END = "E"  # the run ends: the held step ends at its own end
 MARK_NUMBERED = "N"  # the user numbers steps from here on: later rows are never shifted
 
+Marks = tuple[int, int, int]  # positions in the step, sample and event buffers (rows ever appended)
+
 
 @dataclasses.dataclass
 class Counters:
@@ -66,6 +82,8 @@ class Counters:
     spooled_batches: int = 0
     replayed_batches: int = 0
     sent_batches: int = 0
+    # Checkpoint files written (what is recorded but not sent yet, on disk against a SIGKILL).
+    checkpoints_written: int = 0
     internal_errors: int = 0
     # CPU time of the sender thread itself: the agent reports its own overhead.
     sender_cpu_us: int = 0
@@ -120,6 +138,8 @@ class Worker:
         self._step_base: int | None = 0
         self._base_pending = False
         self._registration_ns: int | None = None
+        # A registration is about to go out: replay a dead predecessor's files of this run and rank first.
+        self._predecessors_pending = False
         self._init_state()
 
     def _init_state(self) -> None:
@@ -129,6 +149,14 @@ class Worker:
         self._sample_cols = b.ColumnBuffer(b.SAMPLE_COLUMNS)
         self._events: list[dict[str, Any]] = []
         self._events_oldest: int | None = None
+        self._events_added = 0  # events ever added to / taken from ``_events`` (checkpoint positions)
+        self._events_taken = 0
+        self._next_checkpoint = time.monotonic() + self.settings.checkpoint_interval_s
+        # Positions (steps, samples, events appended) the checkpoints written so far cover, and
+        # the files not deleted yet with the positions each one covers up to.
+        self._checkpointed: Marks = (0, 0, 0)
+        self._checkpoints: list[tuple[Path, Marks]] = []
+        self._ckpt_lock = threading.Lock()
         self._outbox: collections.deque[SpooledRequest] = collections.deque()
         self._buf_lock = threading.Lock()
         self._io_lock = threading.Lock()
@@ -163,6 +191,8 @@ class Worker:
         candidates = [0.5, s.flush_interval_s / 2]
         if s.system_interval_s > 0:
             candidates.append(s.system_interval_s)
+        if s.checkpoint_interval_s > 0:
+            candidates.append(s.checkpoint_interval_s / 2)
         return max(0.01, min(candidates))
 
     def alive(self) -> bool:
@@ -233,12 +263,20 @@ class Worker:
 
     def tick(self, *, final: bool = False, flush: bool = False) -> None:
         now_mono = time.monotonic()
+        checkpoint: list[SpooledRequest] = []
         with self._buf_lock:
             self._drain(final=final, flush=final or flush)
             if self._sample_due(now_mono) and not final:
                 self._sample()
             if final or now_mono >= self._next_counters:
                 self._queue_counters(force=final)
+            if self._checkpoint_due(now_mono) and not final:
+                checkpoint, marks = self._checkpoint_delta()
+        if checkpoint:
+            self._checkpoint_write(checkpoint, marks)
+        if self._predecessors_pending:
+            self._predecessors_pending = False
+            self._replay_predecessors()
         self._deliver_outbox()
         if self._steps_held and not self._base_pending:  # the registration was answered just now
             with self._buf_lock:
@@ -257,9 +295,7 @@ class Worker:
         while items:
             kind, value = items.popleft()
             if kind == "event":
-                if self._events_oldest is None:
-                    self._events_oldest = time.monotonic_ns()
-                self._events.append(value)
+                self._event_add(value)
             else:  # a complete request (the run's metadata)
                 self._outbox.append(value)
         self._cut(force=flush)
@@ -312,7 +348,7 @@ class Worker:
             return
         s = self.settings
         now_ns = time.monotonic_ns()
-        max_age = int(s.flush_interval_s * 1e9)
+        max_age = self._max_age_ns()
         extra = {"rank": self.ctx.rank, "host": self.ctx.host}
         run_path = f"/api/v1/runs/{self.ctx.run_id}"
         self._steps_held = False
@@ -336,16 +372,22 @@ class Worker:
                 self._outbox.append(self._request("samples", run_path + "/samples", body, rows))
         events_due = self._events_oldest is not None and now_ns - self._events_oldest >= max_age
         if self._events and (force or events_due or len(self._events) >= EVENTS_PER_REQUEST):
-            events, self._events = self._events, []
-            self._events_oldest = None
+            events = self._events_take(len(self._events))
             for lo in range(0, len(events), EVENTS_PER_REQUEST):
                 chunk = events[lo : lo + EVENTS_PER_REQUEST]
                 body = b.encode_json({"events": chunk})
                 self._outbox.append(self._request("events", run_path + "/events", body, len(chunk)))
 
+    def _max_age_ns(self) -> int:
+        s = self.settings
+        interval = s.flush_interval_s
+        if s.mode == "offline" and s.checkpoint_interval_s > 0:
+            interval = min(interval, s.checkpoint_interval_s)  # its batches go to the spool: they are the checkpoints
+        return int(interval * 1e9)
+
     def _parts_due(self, now_ns: int, force: bool) -> bool:
         s = self.settings
-        max_age = int(s.flush_interval_s * 1e9)
+        max_age = self._max_age_ns()
         if force:
             return bool(len(self._step_cols) or len(self._sample_cols) or self._events)
         if self._step_cols.due(now_ns, s.batch_max_rows, max_age) or self._sample_cols.due(now_ns, s.batch_max_rows, max_age):
@@ -380,10 +422,7 @@ class Worker:
             if len(self._sample_cols):
                 parts["samples"] = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
             if self._events:
-                parts["events"] = self._events[:EVENTS_PER_REQUEST]
-                del self._events[:EVENTS_PER_REQUEST]
-                if not self._events:
-                    self._events_oldest = None
+                parts["events"] = self._events_take(EVENTS_PER_REQUEST)
             if not parts:
                 return  # only held steps are pending
             batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed)
@@ -411,6 +450,7 @@ class Worker:
             self._registration_ns = request.created_ns
             self._step_base = None
             self._base_pending = True
+            self._predecessors_pending = True
         return request
 
     def _is_registration(self, request: SpooledRequest) -> bool:
@@ -485,15 +525,102 @@ class Worker:
             "t_ns": time.time_ns(),
             "data": data,
         }
+        self._event_add(event)
+        self._cut(force=force)
+
+    def _event_add(self, event: dict[str, Any]) -> None:
         if self._events_oldest is None:
             self._events_oldest = time.monotonic_ns()
         self._events.append(event)
-        self._cut(force=force)
+        self._events_added += 1
+
+    def _events_take(self, n: int) -> list[dict[str, Any]]:
+        taken = self._events[:n]
+        del self._events[:n]
+        self._events_taken += len(taken)
+        if not self._events:
+            self._events_oldest = None
+        return taken
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def _checkpoint_due(self, now_mono: float) -> bool:
+        s = self.settings
+        return s.checkpoint_interval_s > 0 and s.mode == "online" and now_mono >= self._next_checkpoint
+
+    def _marks_taken(self) -> Marks:
+        return self._step_cols.taken, self._sample_cols.taken, self._events_taken
+
+    def _checkpoint_delta(self) -> tuple[list[SpooledRequest], Marks]:
+        """The requests that carry what was recorded since the previous checkpoint and is not cut
+        yet (call with the buffer lock), and the positions they cover up to."""
+        now, interval = time.monotonic(), self.settings.checkpoint_interval_s
+        # On schedule, not an interval after this pass: a row waits at most an interval and a poll.
+        self._next_checkpoint = max(self._next_checkpoint + interval, now + interval / 2)
+        step_mark, sample_mark, event_mark = self._checkpointed
+        pieces: list[tuple[dict[str, Any], bool]] = []
+        parts: dict[str, Any] = {}
+        if not self._base_pending:  # otherwise the steps wait for the next checkpoint
+            auto, explicit = self._step_cols.since(step_mark)
+            step_mark = self._step_cols.appended
+            base = self._step_base
+            if b.column_rows(auto) and base is None:  # the spool shifts them once the base is known
+                pieces.append(({"steps": b.compact_columns(auto, b.REQUIRED_STEP_COLUMNS)}, True))
+                auto = {name: [] for name in auto}
+            steps = b.concat_columns(b.shift_steps(auto, base or 0), explicit)
+            if b.column_rows(steps):
+                parts["steps"] = b.compact_columns(steps, b.REQUIRED_STEP_COLUMNS)
+        samples = self._sample_cols.since(sample_mark)
+        sample_mark = self._sample_cols.appended
+        if b.column_rows(samples):
+            parts["samples"] = b.compact_columns(samples, b.REQUIRED_SAMPLE_COLUMNS)
+        events = self._events[max(event_mark, self._events_taken) - self._events_taken :]
+        event_mark = self._events_added
+        if events:
+            parts["events"] = events
+        if parts:
+            pieces.append((parts, False))
+        marks = (step_mark, sample_mark, event_mark)
+        self._checkpointed = marks
+        extra = {"rank": self.ctx.rank, "host": self.ctx.host}
+        path = f"/api/v1/runs/{self.ctx.run_id}/batch"
+        requests = []
+        for piece, rebase in pieces:
+            for body, rows, part_rebase in b.fit_batch(
+                piece, extra, self.settings.batch_max_bytes, rebase=rebase, packed=self._packed
+            ):
+                request = self._request("batch", path, body, rows, rebase=part_rebase)
+                requests.extend(unbatch(request) if self.settings.wire == "separate" else [request])
+        return requests, marks
+
+    def _checkpoint_write(self, requests: list[SpooledRequest], marks: Marks) -> None:
+        for request in requests:
+            try:
+                written = self.spool.write(request, checkpoint=True)
+            except OSError as exc:
+                self.once.error("checkpoint-write", "phantomhub: cannot write a checkpoint to the spool (%s)", exc)
+                continue
+            if written is None:
+                continue  # the spool is full: the rows are still in memory, as without checkpoints
+            self.counters.checkpoints_written += 1
+            with self._ckpt_lock:
+                self._checkpoints.append((written, marks))
+
+    def _checkpoints_release(self, taken: Marks) -> None:
+        """Deletes the checkpoints whose rows were all cut (up to ``taken``) and sent or spooled."""
+        with self._ckpt_lock:
+            done = [path for path, marks in self._checkpoints if all(m <= t for m, t in zip(marks, taken))]
+            if not done:
+                return
+            self._checkpoints = [(path, marks) for path, marks in self._checkpoints if path not in done]
+        for path in done:
+            self.spool.discard(path)
 
     # -- delivery --------------------------------------------------------------------------------
 
     def _deliver_outbox(self) -> None:
         with self._io_lock:
+            taken = self._marks_taken()  # every row taken so far is in the outbox, or left it
             while self._outbox and not self._is_abandoned():
                 request = self._outbox[0]
                 self._deliver(request)
@@ -502,6 +629,8 @@ class Worker:
                 if self._is_abandoned():
                     return  # finish() spooled the outbox itself after its deadline
                 self._outbox.popleft()
+            if self._checkpoints:
+                self._checkpoints_release(taken)
 
     def _is_abandoned(self) -> bool:
         return self._abandoned
@@ -720,6 +849,24 @@ class Worker:
                 if not self._replay_one(claimed, own=False):
                     return
 
+    def _replay_predecessors(self) -> None:
+        """What a dead earlier process of this run and rank left on this machine (its last
+        checkpoint, typically), sent before this process's registration: the answer's step base
+        then counts those steps, and this process numbers its own after them."""
+        if self.settings.mode == "offline" or self.halted:
+            return
+        started = time.monotonic()
+        with self._io_lock:
+            for entry in self.spool.orphans():
+                writer = writer_of(entry.name)
+                if entry.run_id != self.ctx.run_id or writer is None or writer[1] != self.ctx.rank:
+                    continue
+                if entry.run_id in self._skip_runs or self._out_of_time(started, REPLAY_BUDGET_S):
+                    return
+                claimed = self.spool.claim(entry)
+                if claimed is not None and not self._replay_one(claimed, own=False):
+                    return
+
     def _replayed_registration(self, entry: Any, request: SpooledRequest, response: Response | None) -> None:
         """Shifts the steps its process spooled after it, before the registration file goes."""
         writer = writer_of(entry.name)
@@ -859,9 +1006,11 @@ class Worker:
             finally:
                 if acquired:
                     self._buf_lock.release()
+            taken = self._marks_taken()
             for request in list(self._outbox):
                 self._spool(request)
             self._outbox.clear()
+            self._checkpoints_release(taken)
         except Exception as exc:
             self._internal_error(exc)
 

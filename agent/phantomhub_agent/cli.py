@@ -29,10 +29,12 @@ from ._batcher import step_base_from_run
 from ._config import default_spool_dir
 from ._spool import (
     CLAIM_MARK,
+    KIND_CHECKPOINT,
     Spool,
     SpooledRequest,
     SpoolEntry,
     _base_name,
+    _kind_of,
     _owner_of,
     iter_spool_files,
     pid_alive,
@@ -91,11 +93,14 @@ def _human(n: float) -> str:
 def _collect(root: Path) -> dict[str, list[Path]]:
     """Spool files per run directory, in write order (each process wrote its registration first).
 
-    Files claimed by a live process (an agent replaying right now) are left alone.
+    Files claimed by a live process (an agent replaying right now) are left alone, and so are the
+    checkpoints of a live process: they are what it still holds and will send itself.
     """
     runs: dict[str, list[Path]] = {}
     for run_dir, path in iter_spool_files(root):
         if CLAIM_MARK in path.name and pid_alive(_owner_of(path.name)):
+            continue
+        if _kind_of(path.name) == KIND_CHECKPOINT and pid_alive(_owner_of(path.name)):
             continue
         runs.setdefault(run_dir, []).append(path)
     for paths in runs.values():
