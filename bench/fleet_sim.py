@@ -31,6 +31,9 @@ web-workers x concurrency settings:
     .venv/bin/python bench/fleet_sim.py --grid 1x1 2x1 2x2 4x2 --runs 25 50 100 200 --window 90
     .venv/bin/python bench/fleet_sim.py --grid 2x1 --runs 100 --window 600 --out bench/results/fleet_sim_long.json
 
+``--portal-workers P`` serves the readers from a gunicorn of their own (P sync workers), as a
+deployment that routes ingest and the portal to separate pools does; its CPU is reported apart.
+
 Writes bench/results/fleet_sim.json (after every trial).
 """
 
@@ -44,6 +47,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -58,8 +62,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import manage, server_setup  # noqa: E402
-from bench.fleet import RANKS_PER_RUN, Server, debounce_set, pct  # noqa: E402
+from bench.common import free_port, manage, server_setup, wait_healthy  # noqa: E402
+from bench.fleet import RANKS_PER_RUN, Server, _cpu_s, _tree, debounce_set, pct  # noqa: E402
 
 HOST = "127.0.0.1"
 PROJECTS = 8
@@ -347,7 +351,30 @@ def stored_steps(database_url: str, run_ids: list[str]) -> int:
     return int(row[0]) if row else 0
 
 
-def trial(args: argparse.Namespace, server: Server, tokens: list[str], reader_token: str, n_runs: int) -> dict[str, Any]:
+class Portal:
+    """A gunicorn of its own for the portal's readers (``--portal-workers``), as a deployment routes
+    /api/v1/runs/*/batch and the portal to separate pools: reads never queue behind ingest."""
+
+    def __init__(self, env: dict[str, str], workers: int, log_dir: Path) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers",
+             str(workers), "--log-level", "warning"],
+            cwd=ROOT, env=env, stdout=(log_dir / "portal.log").open("ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_healthy(self.port)
+
+    def cpu(self) -> float:
+        return _cpu_s(_tree(self.proc.pid))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def trial(
+    args: argparse.Namespace, server: Server, portal_server: Portal | None, tokens: list[str], reader_token: str, n_runs: int
+) -> dict[str, Any]:
     runs = [(str(uuid.uuid4()), tokens[i % len(tokens)]) for i in range(n_runs)]
     t_reg = time.time()
     register_runs(server.port, runs)
@@ -366,8 +393,8 @@ def trial(args: argparse.Namespace, server: Server, tokens: list[str], reader_to
                 "in_flight": args.in_flight}  # fmt: skip
         drivers.append(ctx.Process(target=driver_main, args=(spec, queue), daemon=True))
     rqueue: Any = ctx.Queue()
-    reader_spec = {"port": server.port, "token": reader_token, "readers": args.readers, "stop_at": stop_at,
-                   "runs": [r for r, _ in runs]}  # fmt: skip
+    reader_spec = {"port": portal_server.port if portal_server else server.port, "token": reader_token, "readers": args.readers,
+                   "stop_at": stop_at, "runs": [r for r, _ in runs]}  # fmt: skip
     readers = ctx.Process(target=readers_main, args=(reader_spec, rqueue), daemon=True)
     for proc in [*drivers, readers]:
         proc.start()
@@ -376,9 +403,11 @@ def trial(args: argparse.Namespace, server: Server, tokens: list[str], reader_to
     lag.thread.start()
     time.sleep(max(0.0, w0_at - time.time()))
     cpu0, load0, w0 = server.cpu(), os.getloadavg(), time.time()
+    portal_cpu0 = portal_server.cpu() if portal_server else 0.0
     sys_cpu0 = psutil.cpu_times()
     time.sleep(max(0.0, stop_at - time.time()))
     cpu1, w1 = server.cpu(), time.time()
+    portal_cpu = (portal_server.cpu() - portal_cpu0) if portal_server else 0.0
     sys_cpu1 = psutil.cpu_times()
     driver_cpu = 0.0
     for p in driver_ps:
@@ -447,6 +476,7 @@ def trial(args: argparse.Namespace, server: Server, tokens: list[str], reader_to
         "cpu_cores": {
             "web": round((cpu1[0] - cpu0[0]) / (w1 - w0), 2),
             "worker": round((cpu1[1] - cpu0[1]) / (w1 - w0), 2),
+            "portal": round(portal_cpu / (w1 - w0), 2),
             "drivers": round(driver_cpu / (stop_at - t_start), 2),
             "machine_busy_pct": round(100 * busy / total, 1) if total else None,
         },
@@ -465,7 +495,8 @@ def trial(args: argparse.Namespace, server: Server, tokens: list[str], reader_to
         f"  {n_runs:>5} runs ({gpus} ranks): {c['batches_per_s']} batches/s, errors {errors}, delay p95 "
         f"{c['batch_delay_s']['p95']} s; lag p50/p95 {c['analysis_lag_s']['p50']}/{c['analysis_lag_s']['p95']} s "
         f"(drain {c['drain_s']} s); portal p50/p95 {c['portal_ms']['p50']}/{c['portal_ms']['p95']} ms; cores web "
-        f"{c['cpu_cores']['web']} worker {c['cpu_cores']['worker']} drivers {c['cpu_cores']['drivers']}; load "
+        f"{c['cpu_cores']['web']} worker {c['cpu_cores']['worker']} portal {c['cpu_cores']['portal']} "
+        f"drivers {c['cpu_cores']['drivers']}; load "
         f"{c['load_avg_1m']['start']}-{c['load_avg_1m']['end']}; steps {steps_sent} = {c['steps']['stored']}: "
         f"{'KEPT UP' if c['kept_up'] else 'fell behind'} (ingest {c['ingest_kept_up']}, analysis "
         f"{c['analysis_kept_up']}, portal {c['portal_ok']})",
@@ -484,12 +515,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, nargs="+", default=[25, 50, 100, 200, 400, 1000])
     parser.add_argument("--grid", nargs="+", default=["2x1"], help="WEBxCONCURRENCY settings, e.g. 1x1 2x1 4x2")
     parser.add_argument("--window", type=float, default=90.0)
-    parser.add_argument("--warmup", type=float, default=40.0, help="s before the window (first analyses, debounce)")
+    parser.add_argument(
+        "--warmup", type=float, default=None,
+        help="s before the window (every rank's first batch, first analyses); default: the flush interval + 40 s",
+    )  # fmt: skip
     parser.add_argument("--drain", type=float, default=90.0, help="s to wait after the load for analysis to catch up")
     parser.add_argument("--flush", type=float, default=Settings().flush_interval_s, help="s between a rank's batches")
     parser.add_argument("--drivers", type=int, default=2, help="processes the simulated ranks are spread over")
     parser.add_argument("--in-flight", type=int, default=32, help="requests in flight per driver at most")
     parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument(
+        "--portal-workers", type=int, default=0,
+        help="a separate gunicorn with this many workers serves the portal's readers (0: they share ingest's)",
+    )  # fmt: skip
     parser.add_argument("--poll", type=float, default=3.0)
     parser.add_argument("--keep-going", action="store_true", help="try every size even after a failure")
     parser.add_argument(
@@ -500,6 +538,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet_sim.json"))
     args = parser.parse_args()
     grid = [tuple(int(x) for x in g.split("x")) for g in args.grid]
+    if args.warmup is None:
+        args.warmup = args.flush + 40.0
 
     env = server_setup(args.database_url, args.redis_url)
     tokens = [manage(env, "createtoken", "--team", f"team-{i % 3}", "--project", f"proj-{i}") for i in range(PROJECTS)]
@@ -517,11 +557,13 @@ def main() -> None:
     for web, conc in grid:
         print(f"[{web} web workers x {conc} analysis workers] flush {args.flush:g} s, debounce {debounce} s", flush=True)
         server = Server(env, web, work, concurrency=conc, beat=True)
-        entry: dict[str, Any] = {"web_workers": web, "celery_concurrency": conc, "trials": []}
+        portal = Portal(env, args.portal_workers, work) if args.portal_workers else None
+        entry: dict[str, Any] = {"web_workers": web, "celery_concurrency": conc, "portal_workers": args.portal_workers,
+                                 "trials": []}  # fmt: skip
         settings_out.append(entry)
         try:
             for n in args.runs:
-                case = trial(args, server, tokens, reader_token, n)
+                case = trial(args, server, portal, tokens, reader_token, n)
                 entry["trials"].append(case)
                 kept = [t["runs"] for t in entry["trials"] if t["kept_up"]]
                 entry["largest_kept_up_runs"] = max(kept) if kept else 0
@@ -534,6 +576,8 @@ def main() -> None:
                     break
         finally:
             server.stop()
+            if portal:
+                portal.stop()
     print("largest fleet kept up (8-rank runs): all targets / ingest and analysis", flush=True)
     for entry in settings_out:
         print(
