@@ -14,11 +14,12 @@ workers and of the Celery worker and its children is read before and after a ste
 - p50 / p99 request latency as the senders saw it.
 
 Profiles are agent settings and the server's analysis debounce: ``defaults`` (what the agent and
-the server ship), ``v1`` (what they shipped before the combined batch: 2 s flushes, counters
-every 10 s, one request per kind, analysis at most every 5 s), ``flush30`` (the defaults with
-30 s flushes, to show the slope) and ``flush60`` (60 s flushes and analysis at most once a minute).
+the server ship: 60 s flushes, checkpoints to disk every 10 s), ``v1`` (what they shipped before
+the combined batch: 2 s flushes, counters every 10 s, one request per kind, analysis at most every
+5 s), ``flush10`` (the previous default: 10 s flushes, no checkpoints), ``flush30`` (30 s flushes,
+to show the slope) and ``flush60`` (60 s flushes and analysis at most once a minute).
 
-    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 defaults flush30 flush60] [--window 120]
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60] [--window 120]
 
 Writes bench/results/fleet.json.
 """
@@ -53,11 +54,12 @@ RANKS_PER_RUN = 8
 PROFILES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "v1": {"flush_interval_s": 2.0, "system_interval_s": 1.0, "counters_interval_s": 10.0, "wire": "separate"},
+    "flush10": {"flush_interval_s": 10.0, "checkpoint_interval_s": 0},
     "flush30": {"flush_interval_s": 30.0},
     "flush60": {"flush_interval_s": 60.0},
 }
 # The server's analysis debounce (OrgSettings.analysis_debounce_s) per profile; None: its default.
-DEBOUNCE_S: dict[str, int | None] = {"defaults": None, "v1": 5, "flush30": None, "flush60": 60}
+DEBOUNCE_S: dict[str, int | None] = {"defaults": None, "v1": 5, "flush10": None, "flush30": None, "flush60": 60}
 
 
 def pct(values: list[float], q: float) -> float | None:

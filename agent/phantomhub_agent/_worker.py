@@ -263,7 +263,7 @@ class Worker:
 
     def tick(self, *, final: bool = False, flush: bool = False) -> None:
         now_mono = time.monotonic()
-        checkpoint: list[SpooledRequest] = []
+        checkpoint: tuple[list[SpooledRequest], Marks] | None = None
         with self._buf_lock:
             self._drain(final=final, flush=final or flush)
             if self._sample_due(now_mono) and not final:
@@ -271,9 +271,9 @@ class Worker:
             if final or now_mono >= self._next_counters:
                 self._queue_counters(force=final)
             if self._checkpoint_due(now_mono) and not final:
-                checkpoint, marks = self._checkpoint_delta()
-        if checkpoint:
-            self._checkpoint_write(checkpoint, marks)
+                checkpoint = self._checkpoint_delta()
+        if checkpoint is not None:  # the fsync outside the lock
+            self._checkpoint_write(*checkpoint)
         if self._predecessors_pending:
             self._predecessors_pending = False
             self._replay_predecessors()
