@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 
 import phantomhub_agent as pa
+from phantomhub_agent import _batcher as b
 from phantomhub_agent._batcher import unpack_payload
+from phantomhub_agent._config import settings_from
 from phantomhub_agent._spool import Spool, SpooledRequest, decode_file, iter_spool_files
 
 from .conftest import PYTHON, SCRIPT_ENV, FakeServer, LiveServer, agent_cli, run_script
+from .test_batcher import raw_step
 
 
 def checkpoint_files(root: Path) -> list[Path]:
@@ -51,6 +54,33 @@ def record(run: pa.Run, steps: range) -> None:
     for i in steps:
         with run.step(step=i, tokens=7 * i, samples=i % 5):
             pass
+
+
+def test_checkpoints_every_10_s_and_flushes_every_60_s_by_default_and_the_variable_sets_it() -> None:
+    defaults = settings_from({}, environ={})
+    assert (defaults.flush_interval_s, defaults.checkpoint_interval_s) == (60.0, 10.0)
+    assert settings_from({}, environ={"PHANTOMHUB_CHECKPOINT_INTERVAL": "2.5"}).checkpoint_interval_s == 2.5
+    assert settings_from({"checkpoint_interval_s": 0}, environ={}).checkpoint_interval_s == 0
+    with pytest.raises(ValueError, match="checkpoint_interval_s"):
+        settings_from({"checkpoint_interval_s": -1, "debug": True}, environ={})
+
+
+def test_a_buffers_rows_since_a_mark_skip_what_was_taken_and_keep_auto_and_explicit_apart() -> None:
+    buffer = b.StepBuffer(clock_offset_ns=1000)
+    for step in range(5):  # 0-2 numbered by the agent, 3-4 by the user
+        buffer.append((raw_step(step, 10 * step, 10 * step + 5), 10 * step + 10), now_ns=0, auto=step < 3)
+    assert buffer.take(2)["step"] == [0, 1]
+    auto, explicit = buffer.since(1)  # row 1 was taken: only what is still here
+    assert (auto["step"], explicit["step"]) == ([2], [3, 4])
+    assert auto["t_start_ns"] == [1020] and explicit["dur_ns"] == [10, 10]
+    assert [cols["step"] for cols in buffer.since(4)] == [[], [4]]
+    assert [cols["step"] for cols in buffer.since(5)] == [[], []]
+    assert buffer.since(0)[0]["step"] == [2]  # nothing is removed by looking
+    samples = b.ColumnBuffer(b.SAMPLE_COLUMNS)
+    for t in range(4):
+        samples.append([t, -1] + [None] * 8, now_ns=0)
+    samples.take(3)
+    assert samples.since(2)["t_ns"] == [3] and samples.since(4)["t_ns"] == []
 
 
 # -- the spool: checkpoints are not backlog while their writer lives -----------------------------
