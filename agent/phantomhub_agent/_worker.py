@@ -546,7 +546,9 @@ class Worker:
 
     def _checkpoint_due(self, now_mono: float) -> bool:
         s = self.settings
-        return s.checkpoint_interval_s > 0 and s.mode == "online" and now_mono >= self._next_checkpoint
+        # Not shorter than the flush interval: the batches themselves come as often, nothing to gain.
+        useful = 0 < s.checkpoint_interval_s < s.flush_interval_s and s.mode == "online"
+        return useful and now_mono >= self._next_checkpoint
 
     def _marks_taken(self) -> Marks:
         return self._step_cols.taken, self._sample_cols.taken, self._events_taken

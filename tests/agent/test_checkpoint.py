@@ -189,6 +189,17 @@ def test_checkpoints_wait_for_the_step_base_then_carry_the_shift(
     assert checkpoint_files(spool_dir) == []
 
 
+def test_no_checkpoints_when_the_batches_come_as_often(fake_server: FakeServer, agent_kwargs: dict[str, Any]) -> None:
+    agent_kwargs.update(flush_interval_s=0.2, checkpoint_interval_s=0.2)
+    run = pa.init(server=fake_server.url, token="t", **agent_kwargs)
+    for i in range(40):
+        record(run, range(i, i + 1))
+        time.sleep(0.02)
+    run.finish()
+    assert run.counters["checkpoints_written"] == 0
+    assert len(fake_server.of("/batch")) >= 2
+
+
 def test_offline_runs_spool_at_the_checkpoint_interval_and_write_no_checkpoints(
     fake_server: FakeServer, agent_kwargs: dict[str, Any], spool_dir: Path
 ) -> None:
