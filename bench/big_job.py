@@ -18,6 +18,7 @@ run's pass <= 10 ms of worker CPU.
 Writes bench/results/big_job.json.
 
     .venv/bin/python bench/big_job.py [--ranks 1024] [--steps 2000] [--repeat 20] [--model-only]
+    .venv/bin/python bench/big_job.py --pass-cost [--repeat 20] [--profile /tmp/pass.prof]   # fixed vs per-row
 """
 
 from __future__ import annotations
@@ -209,6 +210,87 @@ def small_run_case(project: Any, start: datetime, repeat: int) -> dict[str, floa
     return {**summary(wall, cpu), "queries": queries}
 
 
+def pass_cost_case(project: Any, start: datetime, repeat: int, profile: str | None = None) -> dict[str, dict[str, float]]:
+    """A live 8-rank run's pass after 0, ~1,300 and ~2,600 new step rows (0, 30 and 60 s of the
+    fleet bench's ~44 step rows/s, with its 8 sample rows/s: a GPU or a host row a second per
+    rank), so a pass's fixed cost and its cost per new row can be told apart. Passes of the three
+    sizes alternate; each is timed in this process (CPU and wall), its statements counted once."""
+    from phantomhub.telemetry.models import Run
+    from phantomhub.telemetry.services import samples_ingest, steps_ingest
+    from phantomhub.waste.services import run_analyze
+
+    run = Run.objects.create(
+        id=uuid.uuid4(), project=project, name="pass-cost-8-ranks", gpu_model="H100-SXM", gpu_count=8, world_size=8,
+        dtype="bf16", allocation_start=start - timedelta(minutes=5), started_at=start, last_seen_at=start,
+    )  # fmt: skip
+    t0 = int(start.timestamp()) * NS
+    step_ns = NS * 2 // 11  # 5.5 steps/s per rank: 44 step rows/s over 8 ranks
+    state = {"step": 0, "second": 0}
+
+    def add(seconds: int) -> int:
+        """Ingest ``seconds`` of telemetry from every rank; the step rows added."""
+        first, n = state["step"], seconds * 11 // 2
+        s0 = state["second"]
+        for rank in range(8):
+            rng = np.random.default_rng(rank * 7919 + first)
+            compute = rng.normal(130e6, 3e6, n) * (1.1 if rank == 3 else 1.0)
+            if n:
+                steps_ingest(run=run, rank=rank, host=f"node-{rank // 4}", steps={
+                    "step": list(range(first, first + n)), "t_start_ns": (t0 + np.arange(first, first + n) * step_ns).tolist(),
+                    "dur_ns": [step_ns] * n, "data_ns": rng.integers(2_000_000, 8_000_000, n).tolist(),
+                    "forward_ns": (compute / 3).astype(np.int64).tolist(),
+                    "backward_ns": (compute * 2 / 3).astype(np.int64).tolist(),
+                    "comm_ns": (170e6 - compute).clip(0).astype(np.int64).tolist(), "flops": [5.2e13] * n,
+                    "tokens": [2048] * n})  # fmt: skip
+            secs = np.arange(s0, s0 + seconds)
+            gpu, host = secs[secs % 2 == 0], secs[secs % 2 == 1]
+            if len(gpu):
+                samples_ingest(run=run, rank=rank, host=f"node-{rank // 4}", samples={
+                    "t_ns": (t0 + gpu * NS).tolist(), "device": [rank % 4] * len(gpu),
+                    "gpu_util_pct": rng.uniform(60, 100, len(gpu)).round(1).tolist()})  # fmt: skip
+            if len(host):
+                samples_ingest(run=run, rank=rank, host=f"node-{rank // 4}", samples={
+                    "t_ns": (t0 + host * NS).tolist(), "cpu_other_pct": rng.uniform(0, 5, len(host)).round(2).tolist(),
+                    "cpu_steal_pct": [0.0] * len(host)})  # fmt: skip
+        state["step"] += n
+        state["second"] += seconds
+        return 8 * n
+
+    add(600)  # 10 minutes of history first
+    run_analyze(run_id=run.pk)
+    sizes = {0: "0 new rows", 30: "30 s of new rows", 60: "60 s of new rows"}
+    wall: dict[int, list[float]] = {s: [] for s in sizes}
+    cpu: dict[int, list[float]] = {s: [] for s in sizes}
+    for _ in range(repeat):
+        for seconds in sizes:
+            add(seconds)
+            row, w, c = timed(lambda: run_analyze(run_id=run.pk))
+            assert row is not None and row.result["steps"] == 8 * state["step"]
+            wall[seconds].append(w)
+            cpu[seconds].append(c)
+    if profile:  # untimed passes of the middle size
+        import cProfile
+
+        profiler = cProfile.Profile(timer=time.process_time)
+        for _ in range(repeat):
+            add(30)
+            profiler.runcall(run_analyze, run_id=run.pk)
+        profiler.dump_stats(profile)
+    out: dict[str, dict[str, float]] = {}
+    for seconds, name in sizes.items():
+        n = add(seconds)
+        queries = queries_of(lambda: run_analyze(run_id=run.pk))
+        out[name] = {**summary(wall[seconds], cpu[seconds]), "queries": queries, "step_rows": n}
+    run.delete()
+    none, mid, hi = out["0 new rows"], out["30 s of new rows"], out["60 s of new rows"]
+    # Per row: the slope between the two sizes with rows (a pass with any rows also pays for
+    # steps it would skip with none: reading them, appending, the samples); fixed: what is left.
+    per_row_us = (hi["cpu_p50"] - mid["cpu_p50"]) * 1000 / max(hi["step_rows"] - mid["step_rows"], 1)
+    out["fit"] = {"nothing_new_cpu_ms": none["cpu_p50"], "fixed_cpu_ms": mid["cpu_p50"] - per_row_us * mid["step_rows"] / 1000,
+                  "cpu_us_per_step_row": per_row_us}  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=1024)
@@ -221,8 +303,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "big_job.json"))
     parser.add_argument("--model-only", action="store_true", help="only the pure-model side-by-side")
     parser.add_argument("--small-only", action="store_true", help="only the small run's passes (prints, writes nothing)")
+    parser.add_argument(
+        "--pass-cost", action="store_true", help="only a small run's pass after 0 / ~1,300 / ~2,600 new rows (prints)"
+    )
+    parser.add_argument("--profile", help="with --pass-cost: cProfile (CPU time) of the ~1,300-row passes to this file")
     args = parser.parse_args()
-    model = model_side_by_side(args.ranks, args.steps) if not args.small_only else {}
+    model = model_side_by_side(args.ranks, args.steps) if not (args.small_only or args.pass_cost) else {}
     if args.model_only:
         return
     os.environ.update(
@@ -265,6 +351,16 @@ def main() -> None:
     project = project_get_or_create(team=team_get_or_create(slug="bench"), slug="big-job")
     if args.small_only:
         print(line("small run (8 ranks, 30 s of new steps per rank)", small_run_case(project, start, args.repeat)))
+        return
+    if args.pass_cost:
+        cost = pass_cost_case(project, start, args.repeat, args.profile)
+        for name, s in cost.items():
+            if name != "fit":
+                print(line(f"8-rank pass, {name} ({s['step_rows']:.0f} step rows)", s))
+        fit = cost["fit"]
+        print(f"a pass with new rows: fixed {fit['fixed_cpu_ms']:.1f} ms CPU + {fit['cpu_us_per_step_row']:.2f} µs per new "
+              f"step row (with its samples; p50s of 30 and 60 s); with nothing new {fit['nothing_new_cpu_ms']:.1f} ms; "
+              f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
         return
     t0 = int(start.timestamp()) * NS
     step_ns = 1_000_000_000

@@ -194,7 +194,7 @@ def window_series(
         width_ns=width,
         t_start_ns=tuple(t0.tolist()),
         steps=tuple(steps.tolist()),
-        step_starts=tuple(int(s) for s in fields["step_starts"].tolist()),
+        step_starts=tuple(fields["step_starts"].astype(np.int64).tolist()),  # int() of each: whole counts
         step_ms=ratio(fields["step_ns"], steps, 1e-6),
         data_ms=ratio(fields["data_ns"], steps, 1e-6),
         forward_ms=ratio(fields["forward_ns"], steps, 1e-6),
@@ -207,10 +207,17 @@ def window_series(
         mfu=mfu,
         mem_allocated_bytes=ratio(fields["mem_allocated_sum"], fields["mem_rows"]),
         mem_reserved_bytes=ratio(fields["mem_reserved_sum"], fields["mem_rows"]),
-        mem_peak_bytes=tuple(p if p >= 0 else None for p in peak.tolist()),
+        mem_peak_bytes=_known(peak),
         gpu_util_pct=ratio(fields["gpu_util_sum"], fields["gpu_util_samples"]),
-        alloc_retries=tuple(int(r) for r in fields["alloc_retries"].tolist()),
+        alloc_retries=tuple(fields["alloc_retries"].astype(np.int64).tolist()),
     )
+
+
+def _known(values: np.ndarray) -> tuple[float | None, ...]:
+    """The values as Python floats, None where negative (nothing counted), in one C pass."""
+    out = values.astype(object)
+    out[~(values >= 0)] = None
+    return tuple(out.tolist())
 
 
 def acc_has_flops(flops: np.ndarray) -> bool:

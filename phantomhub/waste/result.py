@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import orjson
@@ -59,6 +60,7 @@ _UNIT_NAMES: Mapping[str, str] = {
 _AGGREGATES: tuple[str, ...] = ("_max", "_mean", "_min", "_sum", "_total")
 
 
+@cache  # a pure function of a name, called for every explain input of every pass
 def unit_of(name: str) -> str | None:
     """The unit an explain input's name implies (``peak_bytes_max`` -> bytes), or None."""
     if name in _UNIT_NAMES:

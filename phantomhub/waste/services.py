@@ -19,19 +19,21 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import orjson
 from django.conf import settings
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Count, F, Max, Q
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
 from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
-from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunRank, RunStatus
+from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.model import (
@@ -51,13 +53,20 @@ from phantomhub.waste.model import (
 from phantomhub.waste.models import (
     OrgSettings,
     ProjectDay,
-    ProjectSettings,
     RollupPending,
     RunAnalysis,
-    RunAnalysisState,
     RunDay,
 )
 from phantomhub.waste.money import cents_allocate
+from phantomhub.waste.pass_io import (
+    PassInputs,
+    Policy,
+    RankRows,
+    StateWrite,
+    analysis_lock,
+    pass_inputs_read,
+    pass_outputs_write,
+)
 from phantomhub.waste.recommendations import recommend
 from phantomhub.waste.result import to_jsonable
 from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
@@ -79,33 +88,8 @@ def _moment(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / NS, tz=UTC)
 
 
-class RankRows(NamedTuple):
-    """What analysis reads of a RunRank (plain tuples: a 1,024-rank run needs no model objects)."""
-
-    rank: int
-    host: str
-    step_rows: int
-    reused_step_rows: int
-
-
-@dataclass(frozen=True)
-class Policy:
-    target_mfu: float
-    recoverability: dict[str, float]
-
-
-def policy_for(run: Run) -> Policy:
-    """The run's policy (``run.project.waste_settings`` already joined in saves a read)."""
-    org = OrgSettings.get()
-    try:
-        project_settings: ProjectSettings | None = run.project.waste_settings
-    except ProjectSettings.DoesNotExist:
-        project_settings = None
-    factors = {**org.recoverability, **(project_settings.recoverability if project_settings else {})}
-    return Policy(
-        target_mfu=run.project.target_mfu or org.target_mfu,
-        recoverability=recoverability_check(factors),
-    )
+def policy_of(inputs: PassInputs) -> Policy:
+    return Policy(target_mfu=inputs.target_mfu, recoverability=recoverability_check(inputs.recoverability))
 
 
 def run_config_and_prices(
@@ -176,10 +160,10 @@ def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray], after_ns:
     return StepColumns(rank=rank, host=host, **cols), dropped
 
 
-def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[SystemSamples], int]:
+def _samples(run: Run, since_ns: int, hosts: dict[int, str], pruned: bool | None) -> tuple[list[SystemSamples], int]:
     # Through the telemetry selector, so that a run whose raw rows were archived and pruned is
     # re-analysed with its samples read back from the archive.
-    cols = samples_arrays(run_id=run.pk, since_ns=since_ns)
+    cols = samples_arrays(run_id=run.pk, since_ns=since_ns, pruned=pruned)
     t_ns = cols["t_ns"]
     if not len(t_ns):
         return [], since_ns
@@ -208,16 +192,14 @@ def _samples(run: Run, since_ns: int, hosts: dict[int, str]) -> tuple[list[Syste
     return out, int(t_ns.max())
 
 
-def references_for(run: Run, gpu_key: str) -> References:
+REFERENCES_MAX = PEERS_MAX * 4
+
+
+def references_from(rows: list[tuple[str, str, Any]], gpu_key: str) -> References:
     """Finished runs of the run's project that may demonstrate better levels (evidence.py):
     peer candidates (same GPU model; the model keeps those with a comparable step) and the
-    project's runs (for start-up medians). One indexed read of at most a few hundred small rows."""
-    rows = (
-        RunAnalysis.objects.filter(project_id=run.project_id, complete=True, profile__isnull=False)
-        .exclude(run_id=run.pk)
-        .order_by("-analysed_at")
-        .values_list("run_id", "gpu_key", "profile")[: PEERS_MAX * 4]
-    )
+    project's runs (for start-up medians). ``rows``: at most REFERENCES_MAX of the project's
+    finished runs with a profile, newest first (read with the pass's inputs)."""
     project: list[Peer] = []
     peers: list[Peer] = []
     for run_id, key, raw in rows:
@@ -231,24 +213,6 @@ def references_for(run: Run, gpu_key: str) -> References:
     return References(peers=tuple(peers), project=tuple(project))
 
 
-def _analysis_lock(run_id: uuid.UUID) -> RunAnalysis | None:
-    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time
-    (None: no such run). The stored result is not loaded (it is about to be replaced)."""
-    locked = RunAnalysis.objects.select_for_update().defer("result", "recommendations", "state", "rank_rows", "rank_last_step")
-    row = locked.filter(run_id=run_id).first()
-    if row is not None:
-        return row
-    run = Run.objects.select_related("project").filter(pk=run_id).first()
-    if run is None:
-        return None
-    try:
-        with transaction.atomic():
-            RunAnalysis.objects.create(run=run, project_id=run.project_id, team_id=run.project.team_id)
-    except IntegrityError:
-        pass  # created concurrently
-    return locked.get(run_id=run_id)
-
-
 @dataclass
 class LoadedState:
     """What an incremental pass starts from: the accumulator, the service's bookkeeping, and
@@ -260,22 +224,22 @@ class LoadedState:
     samples_t: int
     steps_end_ns: int
     dropped: int
-    stored: RunAnalysisState
+    windows: bytes  # as stored (rewritten only when they changed)
     # The days this run's RunDay rows cover, as last written (None: read them from the table).
     days: set[date] | None = None
 
 
-def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
-    """The stored state if it was built under ``config`` and this version can read it."""
-    stored = RunAnalysisState.objects.filter(run=run).first()
+def _state_load(stored: tuple[bytes, bytes, bytes] | None, config: RunConfig) -> LoadedState | None:
+    """The stored state (header, ranks, windows) if it was built under ``config`` and this
+    version can read it."""
     if stored is None:
         return None
     try:
-        header = orjson.loads(bytes(stored.header))
+        header = orjson.loads(stored[0])
         if header.get("config") != config.fingerprint():
             return None
-        ranks = arrays_unpack(bytes(stored.ranks))
-        acc = state_unpack(StateParts(header, ranks, arrays_unpack(bytes(stored.windows))))
+        ranks = arrays_unpack(stored[1])
+        acc = state_unpack(StateParts(header, ranks, arrays_unpack(stored[2])))
         svc = header["service"]
         days = {date.fromisoformat(d) for d in svc["days"]} if "days" in svc else None
     except (NotAppendable, KeyError, TypeError, ValueError, IndexError):
@@ -287,13 +251,12 @@ def _state_load(run: Run, config: RunConfig) -> LoadedState | None:
         samples_t=int(svc["samples_t"]),
         steps_end_ns=int(svc["steps_end_ns"]),
         dropped=int(svc["dropped"]),
-        stored=stored,
+        windows=stored[2],
         days=days,
     )
 
 
-def _state_save(
-    run: Run,
+def _state_write(
     loaded: LoadedState | None,
     parts: StateParts,
     *,
@@ -301,13 +264,14 @@ def _state_save(
     rank_rows: dict[int, int],
     last_step: dict[int, int],
     service: dict[str, Any],
-) -> None:
-    """Store the state (``parts``: packed with ranks when ``steps_changed`` or nothing was
-    loaded); of a loaded one, rewrite the rank arrays only when steps arrived and the windows
-    only when they changed (a pass with only a new sample writes the small header)."""
+) -> StateWrite:
+    """The state to store (``parts``: packed with ranks when ``steps_changed`` or nothing was
+    loaded); of a loaded one, the rank arrays are rewritten only when steps arrived and the
+    windows only when they changed (a pass with only a new sample writes the small header)."""
     header = orjson.dumps({**parts.header, "service": service})
     windows = arrays_pack(parts.windows)
-    if loaded is None:
+    ranks = None
+    if loaded is None or steps_changed:
         svc_rank = sorted(rank_rows)
         ranks = arrays_pack(
             {
@@ -317,26 +281,9 @@ def _state_save(
                 "svc_last_step": np.array([last_step[r] for r in svc_rank], dtype=np.int64),
             }
         )
-        RunAnalysisState.objects.update_or_create(run=run, defaults={"header": header, "ranks": ranks, "windows": windows})
-        return
-    stored = loaded.stored
-    stored.header = header
-    fields = ["header"]
-    if steps_changed:
-        svc_rank = sorted(rank_rows)
-        stored.ranks = arrays_pack(
-            {
-                **parts.ranks,
-                "svc_rank": np.array(svc_rank, dtype=np.int64),
-                "svc_rows": np.array([rank_rows[r] for r in svc_rank], dtype=np.int64),
-                "svc_last_step": np.array([last_step[r] for r in svc_rank], dtype=np.int64),
-            }
-        )
-        fields.append("ranks")
-    if windows != bytes(stored.windows):
-        stored.windows = windows
-        fields.append("windows")
-    stored.save(update_fields=fields)
+    if loaded is None:
+        return StateWrite(header=header, ranks=ranks, windows=windows, new=True)
+    return StateWrite(header=header, ranks=ranks, windows=windows if windows != loaded.windows else None, new=False)
 
 
 # Bounds of a run's billed span the model accepts; telemetry outside them is refused at ingest,
@@ -363,27 +310,22 @@ def _span_check(run: Run, end_ns: int | None = None) -> None:
 def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
     """Analyse one run and store the result, its recommendations and its per-day costs."""
     with transaction.atomic():
-        row = _analysis_lock(run_id)
-        # Read after taking the lock: the seq read here is the one we analyse up to.
-        run = Run.objects.select_related("project", "project__team", "project__waste_settings").filter(pk=run_id).first()
-        if row is None or run is None:
+        row = analysis_lock(run_id)
+        # Read after taking the lock: the seq read here is the one we analyse up to. One read
+        # (PostgreSQL) of the run, its settings, ranks, an aggregate of its events (last
+        # timestamp, OOMs, whether it has phases), its stored state and its project's references.
+        inputs = pass_inputs_read(run_id, REFERENCES_MAX) if row is not None else None
+        if row is None or inputs is None:
             return None
+        run, ranks, pruned = inputs.run, inputs.ranks, inputs.pruned
         _span_check(run)
         seq = run.ingest_seq
-        policy = policy_for(run)
-        ranks = {
-            r[0]: RankRows(*r)
-            for r in RunRank.objects.filter(run=run).values_list("rank", "host", "step_rows", "reused_step_rows")
-        }
+        policy = policy_of(inputs)
         ranks_seen = sum(1 for r in ranks.values() if r.step_rows > 0)
-        # One read of the run's events: its last timestamp, its OOMs, and whether it has phases.
-        events = RunEvent.objects.filter(run=run).aggregate(
-            last=Max("t_ns"), ooms=Count("pk", filter=Q(kind=EventKind.OOM)), phases=Count("pk", filter=Q(kind=EventKind.PHASE))
-        )
-        config, price_rows = run_config_and_prices(run, policy, ranks_seen, with_phases=events["phases"] > 0)
+        config, price_rows = run_config_and_prices(run, policy, ranks_seen, with_phases=inputs.phase_count > 0)
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
-        loaded = _state_load(run, config)
+        loaded = _state_load(inputs.state, config)
         if loaded is not None:
             acc, rank_rows, last_step, full = loaded.acc, loaded.rank_rows, loaded.last_step, False
             samples_since, steps_end_ns, dropped = loaded.samples_t, loaded.steps_end_ns, loaded.dropped
@@ -391,18 +333,18 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
             samples_since, steps_end_ns, dropped = 0, 0, 0
 
-        fetched = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts)
+        fetched = _fetch_new_rows(ranks, last_step, rank_rows, full, run.pk, hosts, pruned)
         if fetched is None:  # a late batch landed below what was folded in: start over
             acc, rank_rows, last_step, samples_since, steps_end_ns, full = RunAccumulator(config), {}, {}, 0, 0, True
             dropped = 0
-            fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
+            fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts, pruned) or []
         fresh = fetched
         try:
             # A from-scratch pass aligns ranks once at the end (the model's rule for full runs).
             acc.add_steps_many([cols for cols, _, _, _ in fresh], align=not full)
         except NotAppendable:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
-            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts) or []
+            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts, pruned) or []
             acc.add_steps_many([cols for cols, _, _, _ in fresh], align=False)
             samples_since, steps_end_ns, dropped = 0, 0, 0
         if full:
@@ -415,15 +357,15 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             dropped += fetched_dropped
             if len(cols):
                 steps_end_ns = max(steps_end_ns, int((cols.t_start_ns + cols.dur_ns).max()))
-        samples, samples_since = _samples(run, samples_since, hosts)
+        samples, samples_since = _samples(run, samples_since, hosts, pruned)
         for batch in samples:
             acc.add_samples(batch)
 
-        end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns, events["last"])
+        end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns, inputs.last_event_ns)
         _span_check(run, end_ns)
         if run.status == RunStatus.CRASHED and run.finished_at is None:
             Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
-        oom_count = int(events["ooms"])
+        oom_count = inputs.oom_count
         # The state is packed before the analysis finishes the accumulator in place (no copy).
         steps_changed = full or any(len(cols) for cols, _, _, _ in fresh)
         parts = state_pack(acc, ranks=steps_changed)
@@ -433,16 +375,16 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             end_ns=end_ns,
             recoverability=policy.recoverability,
             oom_count=oom_count,
-            refs=references_for(run, gpu_key_for(run.gpu_model)),
+            refs=references_from(inputs.references, gpu_key_for(run.gpu_model)),
             dropped_rows={"non_rising_start": dropped, "reused_step": reused},
             extra_warnings=world_size_for(run.world_size, ranks_seen, run.gpu_count)[1],
             consume=True,
         )
-        _store(row, run, analysis, seq)
-        row.save(update_fields=_STORED_FIELDS)
-        days = _days_store(run, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None)
-        _state_save(
-            run,
+        _store(row, run, inputs.team_id, analysis, seq)
+        day_rows, gone, marked = _days_of(
+            run, inputs.team_id, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None
+        )
+        state = _state_write(
             loaded if not full else None,
             parts,
             steps_changed=steps_changed,
@@ -452,9 +394,10 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
                 "samples_t": samples_since,
                 "steps_end_ns": steps_end_ns,
                 "dropped": dropped,
-                "days": [d.isoformat() for d in days],
+                "days": [d.day.isoformat() for d in day_rows],
             },
         )
+        pass_outputs_write(row, day_rows, gone, marked, timezone.now(), state)
     return row
 
 
@@ -500,6 +443,7 @@ def _fetch_new_rows(
     full: bool,
     run_id: uuid.UUID,
     hosts: dict[int, str],
+    pruned: bool | None = None,
 ) -> list[tuple[StepColumns, int, int, int]] | None:
     """New rows per rank (columns, rows fetched, last step fetched, rows left out), or None when a
     rank's count shows rows we cannot append.
@@ -510,7 +454,7 @@ def _fetch_new_rows(
         after = {rank: -1 for rank in ranks}
     else:
         after = {rank: last_step.get(rank, -1) for rank, rr in ranks.items() if rr.step_rows != rank_rows.get(rank, 0)}
-    fetched = steps_arrays_after(run_id=run_id, after=after)
+    fetched = steps_arrays_after(run_id=run_id, after=after, pruned=pruned)
     got: list[tuple[int, dict[str, np.ndarray]]] = []
     for rank in sorted(after):
         arrays = fetched[rank]
@@ -587,16 +531,11 @@ def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int, l
     return end
 
 
-# What _store sets: an analysis rewrites these columns of its RunAnalysis row and no others.
-_STORED_FIELDS = ["project", "team", "error", "failures", "failed_seq", "retry_at", "analysed_seq", "analysed_at",
-                  "complete", "started_at", "gpu_key", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd",
-                  "waste_share", "mfu", "profile", "result", "recommendations"]  # fmt: skip
-
-
-def _store(row: RunAnalysis, run: Run, analysis: Analysis, seq: int) -> None:
+def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: int) -> None:
+    """Set every column of STORED_FIELDS on ``row`` (pass_io writes them)."""
     result = analysis.to_json()
     recs = [r.to_json() for r in recommend(analysis)]
-    row.project_id, row.team_id = run.project_id, run.project.team_id
+    row.project_id, row.team_id = run.project_id, team_id
     row.error, row.failures, row.failed_seq, row.retry_at = "", 0, -1, None
     row.analysed_seq = seq
     row.analysed_at = timezone.now()
@@ -643,17 +582,18 @@ def _day_weights(config: RunConfig, analysis: Analysis) -> tuple[dict[date, Frac
     return dollars, time
 
 
-def _days_store(
+def _days_of(
     run: Run,
+    team_id: int,
     row: RunAnalysis,
     analysis: Analysis,
     config: RunConfig,
     price_rows: list[PriceSegmentRow],
     old_days: set[date] | None = None,
-) -> list[date]:
-    """Write the run's RunDay rows and mark their days for a rollup; the days written.
-
-    ``old_days`` (the days the stored state says were written last time) saves reading them."""
+) -> tuple[list[RunDay], list[date], list[date]]:
+    """The run's RunDay rows, the days it no longer covers (to delete), and the days to mark
+    for a rollup (both). ``old_days`` (the days the stored state says were written last time)
+    saves reading them."""
     weights, time_weights = _day_weights(config, analysis)
     days = sorted(weights)
     keys = [d.isoformat() for d in days]
@@ -664,8 +604,6 @@ def _days_store(
     recoverable = cents_allocate(round(analysis.recoverable_usd * 100), {k: weights[d] for k, d in zip(keys, days)})
     if old_days is None:
         old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
-    if old_days - set(days):
-        RunDay.objects.filter(run=run).exclude(day__in=days).delete()
     rows = []
     for key, day in zip(keys, days):
         cats = {name: by_cat[name][key] / 100 for name in CATEGORIES}
@@ -674,10 +612,10 @@ def _days_store(
         seconds = float(time_weights[day]) * analysis.billed_gpu_seconds
         rows.append(
             RunDay(
-                run=run,
+                run_id=run.pk,
                 day=day,
                 project_id=run.project_id,
-                team_id=run.project.team_id,
+                team_id=team_id,
                 gpu_key=row.gpu_key,
                 gpu_seconds=seconds,
                 cost_usd=Decimal(cost_cents) / 100,
@@ -689,14 +627,7 @@ def _days_store(
                 mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
             )
         )
-    # One upsert: a live run's days are rewritten by every analysis.
-    RunDay.objects.bulk_create(rows, update_conflicts=True, unique_fields=["run", "day"], update_fields=_RUNDAY_FIELDS)
-    rollups_mark(old_days | set(days))
-    return days
-
-
-_RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
-                  "categories_usd", "recoverable_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip
+    return rows, sorted(old_days - set(days)), sorted(old_days | set(days))
 
 
 def _entries_on(day: date, analysis: Analysis, price_rows: list[PriceSegmentRow]) -> list[int]:
@@ -806,6 +737,40 @@ ENQUEUE_WARNING_INTERVAL_S = 60.0
 _enqueue_warned_at = -ENQUEUE_WARNING_INTERVAL_S
 
 
+# analysis_request runs on the commit of every ingest batch. A web process keeps (a) the
+# organization's debounce interval for ANALYSIS_SETTINGS_CACHE_S seconds, and (b) for each run,
+# until when it knows the run's debounce key in Redis is held: it set the key itself (held for the
+# whole interval), or Redis said it was held and for how long (PTTL, in the same round trip). A
+# batch of a run whose key is known held costs no query and no Redis call, and schedules nothing,
+# exactly as the refused SET NX did. Staleness: a debounce interval changed in another process
+# applies here within ANALYSIS_SETTINGS_CACHE_S seconds (at once in the process that saves it);
+# a key deleted by hand before it expires is not noticed by this process until then (the beat
+# sweep still enqueues the run's analysis).
+ANALYSIS_SETTINGS_CACHE_S = 5.0
+_HELD_MAX = 10_000
+_debounce_cache: list[float] = [-1.0, 0.0]  # [monotonic expiry, debounce_s]
+_debounce_held: dict[uuid.UUID, float] = {}  # run id -> monotonic time until which its key is held
+
+
+def _debounce_s(now: float) -> int:
+    if _debounce_cache[0] > now:
+        return int(_debounce_cache[1])
+    debounce = OrgSettings.get().analysis_debounce_s
+    _debounce_cache[:] = [now + ANALYSIS_SETTINGS_CACHE_S, float(debounce)]
+    return debounce
+
+
+def analysis_request_cache_forget() -> None:
+    """Forget this process's debounce interval and held keys (after the settings change)."""
+    _debounce_cache[0] = -1.0
+    _debounce_held.clear()
+
+
+@receiver(post_save, sender=OrgSettings)
+def _org_settings_saved(**_: Any) -> None:
+    analysis_request_cache_forget()
+
+
 def analysis_request(run_id: uuid.UUID) -> None:
     """After new telemetry committed: analyse soon, at most once per debounce interval per run.
 
@@ -814,16 +779,27 @@ def analysis_request(run_id: uuid.UUID) -> None:
     """
     if settings.CELERY_TASK_ALWAYS_EAGER:
         return
+    now = time.monotonic()
+    if _debounce_held.get(run_id, 0.0) > now:
+        return  # the key is held: Redis would refuse the SET NX
     from phantomhub.waste.tasks import analyze_run, redis_client
 
-    debounce = OrgSettings.get().analysis_debounce_s
+    debounce = _debounce_s(now)
+    key = f"phantomhub:analyze:{run_id}"
     try:
-        first = redis_client().set(f"phantomhub:analyze:{run_id}", "1", nx=True, ex=max(debounce, 1))
+        pipe = redis_client().pipeline(transaction=False)
+        pipe.set(key, "1", nx=True, ex=max(debounce, 1))
+        pipe.pttl(key)
+        first, left_ms = pipe.execute()
+        if len(_debounce_held) >= _HELD_MAX:
+            _debounce_held.clear()
         if first:
+            _debounce_held[run_id] = now + max(debounce, 1)
             analyze_run.apply_async(args=[str(run_id)], countdown=debounce)
+        elif left_ms > 0:
+            _debounce_held[run_id] = now + left_ms / 1000
     except Exception:  # the beat sweep catches up; ingest must not fail because the broker is down
         global _enqueue_warned_at
-        now = time.monotonic()
         if now - _enqueue_warned_at >= ENQUEUE_WARNING_INTERVAL_S:  # once a minute, not every request
             _enqueue_warned_at = now
             log.warning("could not enqueue analysis of run %s; the periodic sweep will pick it up", run_id, exc_info=True)

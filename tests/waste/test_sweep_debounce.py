@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +11,7 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from phantomhub.celery import app as celery_app
 from phantomhub.waste import services
@@ -50,3 +53,39 @@ def test_the_sweep_leaves_a_scheduled_analysis_alone_and_retries_a_lost_one_once
     assert services.analysis_sweep(inline=False).enqueued == 1
     assert services.analysis_sweep(inline=False).enqueued == 0  # the next sweep within 30 s adds none
     assert _analyses_queued(broker) == 2
+
+
+def test_a_run_whose_debounce_key_this_process_set_costs_no_query_and_no_second_enqueue(
+    owner: Tenant, broker: redis.Redis
+) -> None:
+    OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 30})
+    run_id = make_run(owner)
+    assert owner.post_steps(run_id, known_steps(10)).status_code == 200
+    assert _analyses_queued(broker) == 1
+    with CaptureQueriesContext(connection) as captured:
+        for _ in range(20):
+            services.analysis_request(uuid.UUID(run_id))
+    assert not captured.captured_queries  # neither the settings nor anything else
+    assert _analyses_queued(broker) == 1
+    assert 29_000 < broker.pttl(f"phantomhub:analyze:{run_id}") <= 30_000  # the key ingest set, untouched
+
+
+def test_a_key_held_by_another_process_is_waited_out_for_as_long_as_redis_says(owner: Tenant, broker: redis.Redis) -> None:
+    OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 30})
+    run_id = uuid.UUID(make_run(owner))
+    broker.set(f"phantomhub:analyze:{run_id}", "1", px=400)  # another web process scheduled it
+    services.analysis_request(run_id)
+    assert _analyses_queued(broker) == 0
+    time.sleep(0.5)  # its key expired: the next batch schedules the analysis
+    services.analysis_request(run_id)
+    assert _analyses_queued(broker) == 1
+
+
+def test_a_debounce_interval_saved_in_this_process_applies_to_the_next_request(owner: Tenant, broker: redis.Redis) -> None:
+    OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 30})
+    first = uuid.UUID(make_run(owner))
+    services.analysis_request(first)
+    OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 7})
+    second = uuid.UUID(make_run(owner))
+    services.analysis_request(second)
+    assert 6_000 < broker.pttl(f"phantomhub:analyze:{second}") <= 7_000

@@ -1,0 +1,353 @@
+"""What an analysis pass reads and writes besides the raw rows, in as few statements as it can.
+
+A small live run's pass used to cost ~20 ms of worker CPU, most of it not the model but a dozen
+ORM round trips (query compilation, client-side binding, model instances). On PostgreSQL a pass
+now takes its lock in one statement, reads everything else it needs before the raw rows in a
+second (the run, its project's and the organization's settings, its ranks' row counts, an
+aggregate over its events, its stored state, whether its rows were pruned, its project's finished
+runs for evidence), and writes its outputs in one more (the analysis row, the run's days, their
+rollup marks, the state). Other databases (SQLite) take the ORM path: the same values, more
+statements. The values are the ORM's: the run is built by ``Run.objects.raw`` (its fields go
+through Django's converters), and JSON and bytes are decoded as the ORM decodes them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from functools import cache
+from typing import Any, NamedTuple
+
+import orjson
+import psycopg
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Max, Q
+from psycopg.types.json import Jsonb
+
+from phantomhub.telemetry.models import EventKind, Run, RunArchive, RunEvent, RunRank
+from phantomhub.waste.models import (
+    OrgSettings,
+    ProjectSettings,
+    RollupPending,
+    RunAnalysis,
+    RunAnalysisState,
+    RunDay,
+    _orjson_dumps,
+)
+
+
+class RankRows(NamedTuple):
+    """What analysis reads of a RunRank (plain tuples: a 1,024-rank run needs no model objects)."""
+
+    rank: int
+    host: str
+    step_rows: int
+    reused_step_rows: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    target_mfu: float
+    recoverability: dict[str, float]
+
+
+@dataclass
+class PassInputs:
+    """Everything a pass reads before the raw rows."""
+
+    run: Run
+    team_id: int
+    target_mfu: float  # the project's, else the organization's
+    recoverability: dict[str, Any]  # the organization's factors, overridden by the project's
+    ranks: dict[int, RankRows]
+    last_event_ns: int | None
+    oom_count: int
+    phase_count: int
+    state: tuple[bytes, bytes, bytes] | None  # RunAnalysisState's header, ranks, windows
+    pruned: bool | None  # whether the run's raw rows left PostgreSQL (None: not read here)
+    # The project's finished runs with a profile, newest first: (run_id, gpu_key, profile).
+    references: list[tuple[str, str, Any]]
+
+
+def analysis_lock(run_id: uuid.UUID) -> RunAnalysis | None:
+    """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time
+    (None: no such run). Nothing of it is loaded but its key: a pass rewrites every column it
+    stores (STORED_FIELDS) and never reads the old ones."""
+    if connection.vendor != "postgresql":
+        return _analysis_lock_orm(run_id)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT run_id FROM {RunAnalysis._meta.db_table} WHERE run_id = %s FOR UPDATE", [run_id])
+        found = cursor.fetchone()
+    if found is not None:
+        return RunAnalysis.from_db(connection.alias, ["run_id"], [run_id])
+    return _analysis_create(run_id)
+
+
+def _analysis_lock_orm(run_id: uuid.UUID) -> RunAnalysis | None:
+    row = RunAnalysis.objects.select_for_update().only("run_id").filter(run_id=run_id).first()
+    return row if row is not None else _analysis_create(run_id)
+
+
+def _analysis_create(run_id: uuid.UUID) -> RunAnalysis | None:
+    run = Run.objects.select_related("project").filter(pk=run_id).first()
+    if run is None:
+        return None
+    try:
+        with transaction.atomic():
+            RunAnalysis.objects.create(run=run, project_id=run.project_id, team_id=run.project.team_id)
+    except IntegrityError:
+        pass  # created concurrently
+    return RunAnalysis.objects.select_for_update().only("run_id").get(run_id=run_id)
+
+
+def _json(value: Any) -> Any:
+    """A JSON column as the ORM reads it (Django's psycopg setup loads jsonb as text)."""
+    return orjson.loads(value) if isinstance(value, (str, bytes, bytearray, memoryview)) else value
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+@cache
+def _inputs_sql() -> str:
+    """pass_inputs_read's statement, its whitespace collapsed (psycopg caches the parsing of a
+    statement up to 4 kB)."""
+    run_table = Run._meta.db_table
+    sql = f"""
+        SELECT r.*, p.team_id AS x_team_id, p.target_mfu AS x_project_mfu, ps.recoverability AS x_project_recov,
+            o.id AS x_org_id, o.target_mfu AS x_org_mfu, o.recoverability AS x_org_recov,
+            rk.ranks AS x_ranks, rk.hosts AS x_hosts, rk.step_rows AS x_step_rows, rk.reused AS x_reused,
+            ev.last AS x_last_event, ev.ooms AS x_ooms, ev.phases AS x_phases,
+            st.run_id AS x_state, st.header AS x_header, st.ranks AS x_state_ranks, st.windows AS x_windows,
+            EXISTS (SELECT 1 FROM {RunArchive._meta.db_table} ar WHERE ar.run_id = r.id AND ar.pruned_at IS NOT NULL)
+                AS x_pruned,
+            (SELECT jsonb_agg(jsonb_build_array(f.run_id, f.gpu_key, f.profile) ORDER BY f.analysed_at DESC)
+             FROM (SELECT ra.run_id, ra.gpu_key, ra.profile, ra.analysed_at FROM {RunAnalysis._meta.db_table} ra
+                   WHERE ra.project_id = r.project_id AND ra.complete AND ra.profile IS NOT NULL AND ra.run_id <> r.id
+                   ORDER BY ra.analysed_at DESC LIMIT %s) f) AS x_refs
+        FROM {run_table} r
+        JOIN {Run._meta.get_field("project").related_model._meta.db_table} p ON p.id = r.project_id
+        LEFT JOIN {ProjectSettings._meta.db_table} ps ON ps.project_id = r.project_id
+        LEFT JOIN {OrgSettings._meta.db_table} o ON o.id = 1
+        LEFT JOIN {RunAnalysisState._meta.db_table} st ON st.run_id = r.id
+        CROSS JOIN LATERAL (
+            SELECT array_agg(rank ORDER BY rank) AS ranks, array_agg(host ORDER BY rank) AS hosts,
+                array_agg(step_rows ORDER BY rank) AS step_rows, array_agg(reused_step_rows ORDER BY rank) AS reused
+            FROM {RunRank._meta.db_table} WHERE run_id = r.id) rk
+        CROSS JOIN LATERAL (
+            SELECT max(t_ns) AS last, count(*) FILTER (WHERE kind = %s) AS ooms, count(*) FILTER (WHERE kind = %s) AS phases
+            FROM {RunEvent._meta.db_table} WHERE run_id = r.id) ev
+        WHERE r.id = %s
+    """
+    return " ".join(sql.split())
+
+
+def pass_inputs_read(run_id: uuid.UUID, references_max: int) -> PassInputs | None:
+    """Read after taking the lock: the ingest_seq read here is the one the pass analyses up to."""
+    if connection.vendor != "postgresql":
+        return _pass_inputs_orm(run_id, references_max)
+    found = list(Run.objects.raw(_inputs_sql(), [references_max, EventKind.OOM.value, EventKind.PHASE.value, run_id]))
+    if not found:
+        return None
+    run = found[0]
+    extra = run.__dict__
+    if extra["x_org_id"] is None:  # no organization row yet: create it with its defaults
+        org = OrgSettings.get()
+        org_mfu, org_recov = org.target_mfu, org.recoverability
+    else:
+        org_mfu, org_recov = extra["x_org_mfu"], _json(extra["x_org_recov"])
+    project_recov = _json(extra["x_project_recov"]) if extra["x_project_recov"] is not None else {}
+    ranks: dict[int, RankRows] = {}
+    if extra["x_ranks"] is not None:
+        for r, host, rows, reused in zip(
+            extra["x_ranks"], extra["x_hosts"], extra["x_step_rows"], extra["x_reused"], strict=True
+        ):
+            ranks[r] = RankRows(r, host, rows, reused)
+    state = None
+    if extra["x_state"] is not None:
+        state = (bytes(extra["x_header"]), bytes(extra["x_state_ranks"]), bytes(extra["x_windows"]))
+    refs = [(str(r), key, profile) for r, key, profile in _json(extra["x_refs"]) or []]
+    return PassInputs(
+        run=run,
+        team_id=extra["x_team_id"],
+        target_mfu=extra["x_project_mfu"] or org_mfu,
+        recoverability={**org_recov, **project_recov},
+        ranks=ranks,
+        last_event_ns=extra["x_last_event"],
+        oom_count=int(extra["x_ooms"]),
+        phase_count=int(extra["x_phases"]),
+        state=state,
+        pruned=bool(extra["x_pruned"]),
+        references=refs,
+    )
+
+
+def _pass_inputs_orm(run_id: uuid.UUID, references_max: int) -> PassInputs | None:
+    run = Run.objects.select_related("project", "project__waste_settings").filter(pk=run_id).first()
+    if run is None:
+        return None
+    org = OrgSettings.get()
+    try:
+        project_settings: ProjectSettings | None = run.project.waste_settings
+    except ProjectSettings.DoesNotExist:
+        project_settings = None
+    ranks = {
+        r[0]: RankRows(*r) for r in RunRank.objects.filter(run=run).values_list("rank", "host", "step_rows", "reused_step_rows")
+    }
+    events = RunEvent.objects.filter(run=run).aggregate(
+        last=Max("t_ns"), ooms=Count("pk", filter=Q(kind=EventKind.OOM)), phases=Count("pk", filter=Q(kind=EventKind.PHASE))
+    )
+    stored = RunAnalysisState.objects.filter(run=run).values_list("header", "ranks", "windows").first()
+    refs = (
+        RunAnalysis.objects.filter(project_id=run.project_id, complete=True, profile__isnull=False)
+        .exclude(run_id=run.pk)
+        .order_by("-analysed_at")
+        .values_list("run_id", "gpu_key", "profile")[:references_max]
+    )
+    return PassInputs(
+        run=run,
+        team_id=run.project.team_id,
+        target_mfu=run.project.target_mfu or org.target_mfu,
+        recoverability={**org.recoverability, **(project_settings.recoverability if project_settings else {})},
+        ranks=ranks,
+        last_event_ns=events["last"],
+        oom_count=int(events["ooms"]),
+        phase_count=int(events["phases"]),
+        state=None if stored is None else (bytes(stored[0]), bytes(stored[1]), bytes(stored[2])),
+        pruned=None,
+        references=[(str(r), key, profile) for r, key, profile in refs],
+    )
+
+
+@dataclass
+class StateWrite:
+    """The state columns a pass rewrites (None: unchanged), or all of them for a new state."""
+
+    header: bytes
+    ranks: bytes | None
+    windows: bytes | None
+    new: bool
+
+
+# An analysis rewrites these columns of its RunAnalysis row and no others.
+STORED_FIELDS = ["project", "team", "error", "failures", "failed_seq", "retry_at", "analysed_seq", "analysed_at",
+                 "complete", "started_at", "gpu_key", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd",
+                 "waste_share", "mfu", "profile", "result", "recommendations"]  # fmt: skip
+_JSON_FIELDS = {"profile", "result", "recommendations"}
+RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
+                 "categories_usd", "recoverable_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip
+_RUNDAY_JSON = {"price_entry_ids", "categories_usd"}
+
+
+@cache
+def _columns(model: Any, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(column, SQL type) of each field."""
+    fields = [model._meta.get_field(name) for name in names]
+    return [(f.column, f.db_type(connection)) for f in fields]
+
+
+def pass_outputs_write(
+    row: RunAnalysis, days: list[RunDay], gone_days: list[date], marked: list[date], marked_at: datetime, state: StateWrite
+) -> None:
+    """Store the analysis row, the run's days (upserted; ``gone_days`` deleted), the rollup marks
+    of ``marked`` and the state: one statement on PostgreSQL (data-modifying CTEs run whether
+    or not the statement reads them), the ORM's upserts elsewhere.
+
+    The statement binds its values server-side: the result's JSON (~375 kB for a small run, most
+    of it the chart windows) and the state's bytes travel as parameters instead of being escaped
+    into the SQL text, and the days and marks are arrays, so the statement text is the same from
+    pass to pass (psycopg caches its parsing)."""
+    if connection.vendor != "postgresql":
+        _pass_outputs_orm(row, days, gone_days, marked, marked_at, state)
+        return
+    parts: list[str] = []
+    params: list[Any] = []
+    sets = []
+    for field, (column, _) in zip(STORED_FIELDS, _columns(RunAnalysis, tuple(STORED_FIELDS)), strict=True):
+        value = getattr(row, column)
+        params.append(Jsonb(value, dumps=_orjson_dumps) if field in _JSON_FIELDS and value is not None else value)
+        sets.append(f"{column} = %s")
+    parts.append(f"a AS (UPDATE {RunAnalysis._meta.db_table} SET {', '.join(sets)} WHERE run_id = %s RETURNING 1)")
+    params.append(row.run_id)
+    if gone_days:
+        parts.append(f"g AS (DELETE FROM {RunDay._meta.db_table} WHERE run_id = %s AND day = ANY(%s::date[]) RETURNING 1)")
+        params += [row.run_id, gone_days]
+    if days:
+        fields = ("run", "day", *RUNDAY_FIELDS)
+        columns = _columns(RunDay, fields)
+        arrays, picks = [], []
+        for field, (column, kind) in zip(fields, columns, strict=True):
+            values = [getattr(d, column) for d in days]
+            if field in _RUNDAY_JSON:  # as text, cast per row: a jsonb[] parameter is not worth its adaptation
+                arrays.append("%s::text[]")
+                picks.append(f"{column}::jsonb")
+                values = [_orjson_dumps(v).decode() for v in values]
+            else:
+                arrays.append(f"%s::{kind}[]")
+                picks.append(column)
+            params.append(values)
+        names = [c for c, _ in columns]
+        updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names[2:])
+        parts.append(
+            f"d AS (INSERT INTO {RunDay._meta.db_table} ({', '.join(names)}) SELECT {', '.join(picks)} "
+            f"FROM unnest({', '.join(arrays)}) AS d({', '.join(names)}) "
+            f"ON CONFLICT (run_id, day) DO UPDATE SET {updates} RETURNING 1)"
+        )
+    if marked:
+        parts.append(
+            f"m AS (INSERT INTO {RollupPending._meta.db_table} (day, marked_at) SELECT day, %s FROM unnest(%s::date[]) AS m(day) "
+            "ON CONFLICT (day) DO UPDATE SET marked_at = EXCLUDED.marked_at RETURNING 1)"
+        )
+        params += [marked_at, sorted(set(marked))]
+    state_table = RunAnalysisState._meta.db_table
+    if state.new:
+        tail = (
+            f"INSERT INTO {state_table} (run_id, header, ranks, windows) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET header = EXCLUDED.header, ranks = EXCLUDED.ranks, windows = EXCLUDED.windows"
+        )
+        params += [row.run_id, state.header, state.ranks, state.windows]
+    else:
+        blobs = ["header = %s"]
+        params.append(state.header)
+        for name, blob in (("ranks", state.ranks), ("windows", state.windows)):
+            if blob is not None:
+                blobs.append(f"{name} = %s")
+                params.append(blob)
+        tail = f"UPDATE {state_table} SET {', '.join(blobs)} WHERE run_id = %s"
+        params.append(row.run_id)
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    # A server-side-binding cursor (Django's own bind client-side), wrapped as Django wraps its
+    # cursors: the statement is still logged and counted (CaptureQueriesContext, DEBUG).
+    with connection._prepare_cursor(psycopg.Cursor(raw)) as cursor:
+        cursor.execute(f"WITH {', '.join(parts)} {tail}", params)
+
+
+def _pass_outputs_orm(
+    row: RunAnalysis, days: list[RunDay], gone_days: list[date], marked: list[date], marked_at: datetime, state: StateWrite
+) -> None:
+    row.save(update_fields=STORED_FIELDS)
+    if gone_days:
+        RunDay.objects.filter(run_id=row.run_id, day__in=gone_days).delete()
+    # One upsert: a live run's days are rewritten by every analysis.
+    RunDay.objects.bulk_create(days, update_conflicts=True, unique_fields=["run", "day"], update_fields=RUNDAY_FIELDS)
+    RollupPending.objects.bulk_create(
+        [RollupPending(day=day, marked_at=marked_at) for day in marked],
+        update_conflicts=True,
+        unique_fields=["day"],
+        update_fields=["marked_at"],
+    )
+    if state.new:
+        RunAnalysisState.objects.update_or_create(
+            run_id=row.run_id, defaults={"header": state.header, "ranks": state.ranks, "windows": state.windows}
+        )
+        return
+    fields: dict[str, Any] = {"header": state.header}
+    if state.ranks is not None:
+        fields["ranks"] = state.ranks
+    if state.windows is not None:
+        fields["windows"] = state.windows
+    RunAnalysisState.objects.filter(run_id=row.run_id).update(**fields)

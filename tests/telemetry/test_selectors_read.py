@@ -1,0 +1,66 @@
+"""Analysis reads raw rows back columnar: exactly what the agent sent, in key order, however many
+statements the read takes (PostgreSQL pages its array reads, ARRAY_FETCH_ROWS rows each)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from phantomhub.telemetry import selectors
+from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
+from tests.conftest import Tenant
+from tests.telemetry.storage_helpers import RANKS, STEPS, run_with_telemetry, sent_samples, sent_steps
+
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]
+
+
+def _as_stored(values: list[Any], float_column: bool) -> list[Any]:
+    return [(np.nan if float_column else -1) if v is None else v for v in values]
+
+
+@pytest.mark.parametrize("page_rows", [7, 120, 100_000])  # pages ending inside a rank, on its last row, one page
+def test_steps_read_back_equal_what_was_sent_whatever_the_page_size(owner: Tenant, monkeypatch: Any, page_rows: int) -> None:
+    monkeypatch.setattr(selectors, "ARRAY_FETCH_ROWS", page_rows)
+    run = run_with_telemetry(owner)
+    after = {0: -1, 1: STEPS - 10, 2: 50}
+    got = steps_arrays_after(run_id=run.pk, after=after, pruned=False)
+    assert sorted(got) == list(range(RANKS))
+    for rank, from_step in after.items():
+        sent = sent_steps(rank)
+        keep = [i for i, step in enumerate(sent["step"]) if step > from_step]
+        assert got[rank]["step"].tolist() == [sent["step"][i] for i in keep]
+        for name in ("t_start_ns", "dur_ns", "comm_ns", "flops", "alloc_retries"):
+            expected = _as_stored([sent[name][i] for i in keep], name == "flops")
+            np.testing.assert_array_equal(got[rank][name], np.array(expected, dtype=got[rank][name].dtype), err_msg=name)
+        assert got[rank]["step"].dtype == np.int64 and got[rank]["flops"].dtype == np.float64
+
+
+@pytest.mark.parametrize("page_rows", [5, 100_000])
+def test_samples_read_back_in_rank_device_time_order_whatever_the_page_size(
+    owner: Tenant, monkeypatch: Any, page_rows: int
+) -> None:
+    monkeypatch.setattr(selectors, "ARRAY_FETCH_ROWS", page_rows)
+    run = run_with_telemetry(owner)
+    since = int(sent_samples(0)["t_ns"][3])
+    got = samples_arrays(run_id=run.pk, since_ns=since, pruned=False)
+    expected: list[tuple[int, int, int, float]] = []
+    for rank in range(RANKS):
+        s = sent_samples(rank)
+        for t, device, util in zip(s["t_ns"], s["device"], s["gpu_util_pct"], strict=True):
+            if t > since:
+                expected.append((rank, device, t, np.nan if util is None else util))
+    expected.sort(key=lambda row: row[:3])
+    assert list(zip(got["rank"].tolist(), got["device"].tolist(), got["t_ns"].tolist(), strict=True)) == [
+        row[:3] for row in expected
+    ]
+    np.testing.assert_array_equal(got["gpu_util_pct"], np.array([row[3] for row in expected]))
+
+
+def test_rows_that_come_back_out_of_key_order_are_sorted() -> None:
+    rows = {"rank": np.array([1, 0, 0, 1]), "step": np.array([0, 5, 2, 1]), "v": np.array([10, 11, 12, 13])}
+    out = selectors._in_key_order(rows, ["rank", "step"])
+    assert out["rank"].tolist() == [0, 0, 1, 1] and out["step"].tolist() == [2, 5, 0, 1] and out["v"].tolist() == [12, 11, 10, 13]
+    ordered = {"rank": np.array([0, 0, 1]), "step": np.array([1, 2, 0])}
+    assert selectors._in_key_order(ordered, ["rank", "step"]) is ordered
