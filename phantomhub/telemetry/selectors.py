@@ -180,10 +180,12 @@ def hot_rows(
 
     `where` is extra SQL on the table's columns (with %s placeholders in `params`); rows come in
     `order`, a unique key whose columns are among `names`. PostgreSQL: each column comes back as
-    one binary array (``array_agg`` over the ordered rows, up to ARRAY_FETCH_ROWS a statement,
-    keyset-paged on `order`) that numpy views: no Python object, and no Python call, per row (a
-    binary COPY costs a few Python calls per row in psycopg, about 2 µs; analysis passes read
-    thousands)."""
+    one binary array (``array_agg`` over the ordered rows) that numpy views: no Python object, and
+    no Python call, per row (a binary COPY costs a few Python calls per row in psycopg, about
+    2 µs; analysis passes read thousands). Reads come in pages of ARRAY_FETCH_ROWS rows (keyset
+    on `order`), except when `where` filters with ``= ANY(...)``: PostgreSQL then cannot walk
+    the key's index in order and sorts every matching row, so each page would sort them all
+    again; such a read is one statement (one sort, as a COPY would do)."""
     extra = f" AND {where}" if where else ""
     if connection.vendor == "postgresql":
         return _hot_rows_pg(table, run_id, names, extra, params or [], order)
@@ -219,6 +221,8 @@ def _hot_rows_pg(
     cursor = psycopg.Cursor(raw)
     for oid in _ARRAY_OIDS:
         cursor.adapters.register_loader(oid, _RawArray)
+    paged = "ANY(" not in extra.upper().replace(" ", "")
+    limit = f" LIMIT {ARRAY_FETCH_ROWS}" if paged else ""
     chunks: list[dict[str, npt.NDArray[Any]]] = []
     after = ""
     after_params: list[Any] = []
@@ -227,7 +231,7 @@ def _hot_rows_pg(
             # array_agg keeps its input's order in practice, not by contract: checked below.
             cursor.execute(
                 f"SELECT {aggregates} FROM (SELECT {aliased} FROM {table} WHERE run_id = %s AND {weeks}{extra}{after} "
-                f"ORDER BY {by_key} LIMIT {ARRAY_FETCH_ROWS}) AS rows",
+                f"ORDER BY {by_key}{limit}) AS rows",
                 [run_id, *week_params, *params, *after_params],
                 binary=True,
             )
@@ -236,7 +240,7 @@ def _hot_rows_pg(
             chunk = {name: _array_values(value, kind) for name, value, kind in zip(names, row, kinds)}
             chunks.append(chunk)
             n = len(chunk[names[0]])
-            if n < ARRAY_FETCH_ROWS:
+            if not paged or n < ARRAY_FETCH_ROWS:
                 break
             after = f" AND ({by_key}) > ({', '.join(['%s'] * len(key))})"
             after_params = [int(chunk[k][-1]) for k in key]
@@ -261,7 +265,11 @@ def _in_key_order(rows: dict[str, npt.NDArray[Any]], key: list[str]) -> dict[str
 
 
 def _hot_steps(run_id: uuid.UUID, ranks: list[int], floor: int) -> dict[str, npt.NDArray[Any]]:
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and floor < 0 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        # Every row of a range of ranks (a full analysis): read in the key's index order, in pages.
+        where, params = "rank BETWEEN %s AND %s", [ranks[0], ranks[-1]]
+    elif connection.vendor == "postgresql":
+        # A few ranks or only their newest rows: one descent of the index per rank (then sorted).
         where, params = "rank = ANY(%s) AND step > %s", [ranks, floor]
     else:
         where, params = f"rank IN ({', '.join(['%s'] * len(ranks))}) AND step > %s", [*ranks, floor]
