@@ -53,7 +53,7 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
 REQUIRED_SAMPLE_COLUMNS = ("t_ns",)
 
 # Parts of a combined batch (POST /api/v1/runs/{id}/batch), besides "rank" and "host".
-BATCH_PARTS = ("steps", "samples", "events")
+BATCH_PARTS = ("steps", "samples", "events", "counters")  # counters: only to a server that said it takes them
 
 # Positions in a raw step record, as written by the training thread.
 R_STEP, R_START, R_END, R_DATA, R_FWD, R_BWD, R_OPT, R_COMM = 0, 1, 2, 3, 4, 5, 6, 7
@@ -192,8 +192,17 @@ def base_after(last_step: Any) -> int:
 
 def packed_from_run(answer: Any) -> bool:
     """Whether the server that answered ``POST /api/v1/runs`` takes packed columns."""
+    return _wire_says(answer, "packed_columns")
+
+
+def batch_counters_from_run(answer: Any) -> bool:
+    """Whether that server takes the rank's counters as the batch's ``counters`` field."""
+    return _wire_says(answer, "batch_counters")
+
+
+def _wire_says(answer: Any, name: str) -> bool:
     wire = answer.get("wire") if isinstance(answer, dict) else None
-    return isinstance(wire, dict) and wire.get("packed_columns") is True
+    return isinstance(wire, dict) and wire.get(name) is True
 
 
 def pack_column(values: list[Any]) -> Any:
@@ -426,14 +435,14 @@ def fit_batch(
     wire = {name: pack_columns(value) if pack.get(name) else value for name, value in parts.items()}
     body = encode_json({**extra, **wire})
     steps = parts.get("steps")
-    if len(body) <= max_bytes or set(parts) == {"events"}:  # events come at most 500 a request
+    if len(body) <= max_bytes or set(parts) <= {"events", "counters"}:  # events: at most 500 a request
         yield body, column_rows(steps) if steps is not None else 0, rebase and steps is not None
         return
     for name in BATCH_PARTS:
         if name not in parts:
             continue
-        if name == "events":
-            yield encode_json({**extra, "events": parts["events"]}), 0, False
+        if name in ("events", "counters"):
+            yield encode_json({**extra, name: parts[name]}), 0, False
             continue
         for _payload, part_body, rows in fit_columns(name, parts[name], extra, max_bytes, packed=pack[name]):
             yield part_body, rows if name == "steps" else 0, rebase and name == "steps"

@@ -130,6 +130,8 @@ class Worker:
         self.healthy = True
         # The server said it takes packed columns (its answer to the run's registration).
         self._packed = False
+        # ... and the rank's counters as the batch's `counters` field (else a counters event).
+        self._batch_counters = False
         self._fail_streak = 0
         self._next_probe = 0.0
         self._skip_runs: set[str] = set()
@@ -149,6 +151,8 @@ class Worker:
         self._sample_cols = b.ColumnBuffer(b.SAMPLE_COLUMNS)
         self._events: list[dict[str, Any]] = []
         self._events_oldest: int | None = None
+        self._counters_field: dict[str, int] | None = None  # the counters for the next batch
+        self._counters_oldest: int | None = None
         self._events_added = 0  # events ever added to / taken from ``_events`` (checkpoint positions)
         self._events_taken = 0
         self._next_checkpoint = time.monotonic() + self.settings.checkpoint_interval_s
@@ -388,9 +392,12 @@ class Worker:
     def _parts_due(self, now_ns: int, force: bool) -> bool:
         s = self.settings
         max_age = self._max_age_ns()
+        counters = self._counters_field is not None
         if force:
-            return bool(len(self._step_cols) or len(self._sample_cols) or self._events)
+            return bool(len(self._step_cols) or len(self._sample_cols) or self._events or counters)
         if self._step_cols.due(now_ns, s.batch_max_rows, max_age) or self._sample_cols.due(now_ns, s.batch_max_rows, max_age):
+            return True
+        if counters and self._counters_oldest is not None and now_ns - self._counters_oldest >= max_age:
             return True
         events_due = self._events_oldest is not None and now_ns - self._events_oldest >= max_age
         return bool(self._events) and (events_due or len(self._events) >= EVENTS_PER_REQUEST)
@@ -423,6 +430,8 @@ class Worker:
                 parts["samples"] = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
             if self._events:
                 parts["events"] = self._events_take(EVENTS_PER_REQUEST)
+            if self._counters_field is not None:
+                parts["counters"], self._counters_field, self._counters_oldest = self._counters_field, None, None
             if not parts:
                 return  # only held steps are pending
             batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed)
@@ -464,6 +473,7 @@ class Worker:
             self._step_base = base
             self._base_pending = False
             self._packed = b.packed_from_run(answer)
+            self._batch_counters = b.batch_counters_from_run(answer)
             self._notify_registered(response)
 
     def _notify_registered(self, response: Response | None) -> None:
@@ -518,6 +528,12 @@ class Worker:
         if self._last_counters is None and not force and not any(data.values()):
             return
         self._last_counters = data
+        if self._batch_counters and self.settings.wire == "batch":
+            self._counters_field = data  # the latest replaces one not sent yet: they are cumulative
+            if self._counters_oldest is None:
+                self._counters_oldest = time.monotonic_ns()
+            self._cut(force=force)
+            return
         event = {
             "id": uuid.uuid4().hex,
             "kind": "counters",
@@ -879,6 +895,7 @@ class Worker:
         if self._is_registration(request):
             self._step_base = base
             self._packed = b.packed_from_run(answer)
+            self._batch_counters = b.batch_counters_from_run(answer)
             self._notify_registered(response)
 
     def _out_of_time(self, started: float, budget: float) -> bool:
@@ -1051,6 +1068,10 @@ def unbatch(request: SpooledRequest) -> list[SpooledRequest]:
     extra = {key: value for key, value in payload.items() if key not in b.BATCH_PARTS}
     base_path = request.path[: -len("/batch")]
     out = []
+    if "counters" in payload:  # an older server takes them as a counters event
+        event = {"id": uuid.uuid4().hex, "kind": "counters", "rank": extra.get("rank", 0), "t_ns": request.created_ns,
+                 "data": payload.pop("counters")}  # fmt: skip
+        payload["events"] = [*payload.get("events", []), event]
     for name in b.BATCH_PARTS:
         if name not in payload:
             continue
@@ -1084,7 +1105,7 @@ def split_batch(request: SpooledRequest, payload: dict[str, Any]) -> list[Spoole
         events = payload["events"]
         half = (len(events) + 1) // 2
         pieces = [({**extra, "events": events[:half]}, 0, False), ({**extra, "events": events[half:]}, 0, False)]
-    elif parts and parts[0] != "events" and b.column_rows(payload[parts[0]]) > 1:
+    elif parts and parts[0] not in ("events", "counters") and b.column_rows(payload[parts[0]]) > 1:
         name = parts[0]
         for cols in b.halve_columns(payload[name]):
             pieces.append(({**extra, name: cols}, b.column_rows(cols) if name == "steps" else 0, request.rebase))

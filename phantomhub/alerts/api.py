@@ -38,7 +38,7 @@ from phantomhub.schema import ErrorSerializer
 
 OBJ = OpenApiTypes.OBJECT
 MAX_EMAILS = 20
-SILENT_FOR_S_MIN = 30.0
+SILENT_FOR_S_MIN = 90.0  # the agent sends a rank's batch every 60 s (flush_interval_s): silence shorter is normal
 
 
 def _iso(moment: Any) -> str | None:
@@ -175,7 +175,7 @@ def _changes(request: Request, data: dict[str, Any]) -> dict[str, Any]:
             raise invalid("webhook_url", problem)
     params = params_clean(data["kind"], data.get("params") or {})
     if data["kind"] == RuleKind.SILENT_RUN and data["for_s"] < SILENT_FOR_S_MIN:
-        # The agent reports every 10 s: a shorter silence is every healthy run between two flushes.
+        # A shorter silence is every healthy run between two of its flushes (SILENT_FOR_S_MIN).
         raise invalid("for_s", f"a silent-run rule needs at least {SILENT_FOR_S_MIN:.0f} s of silence")
     changes = {
         "name": data["name"].strip() or "alert",

@@ -59,6 +59,7 @@ GOOD = {"name": "stall", "kind": "waste_rate", "scope": "project", "project": "l
         ({"name": ""}, "name"),
         ({"webhook_format": "teams"}, "webhook_format"),
         ({"kind": "silent_run", "params": {}, "for_s": 10}, "for_s"),
+        ({"kind": "silent_run", "params": {}, "for_s": 60}, "for_s"),  # shorter than a flush interval and a half
         ({"params": {"share": 0.5, "drop_pct": 3}}, "params.drop_pct"),
         ({"params": [0.5]}, "params"),
     ],
