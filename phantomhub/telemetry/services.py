@@ -255,7 +255,8 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
         end = max(event["t_ns"], event.get("t_start_ns", 0) + event.get("dur_ns", 0))
         if end > latest:
             raise _too_late(run, f"events[{i}].t_ns", "the event")
-    with transaction.atomic(savepoint=False):  # inside a batch: all or nothing with the batch
+    # Inside a batch (touch=False) no savepoint of its own: a failure refuses the whole batch.
+    with transaction.atomic(savepoint=touch):
         # One writer of a run's events at a time keeps accepted/duplicate counts exact.
         locked = Run.objects.select_for_update().only(*_EVENT_RUN_FIELDS).get(pk=run.pk)
         ids = [event["id"] for event in events]
