@@ -18,7 +18,7 @@ run's pass <= 10 ms of worker CPU.
 Writes bench/results/big_job.json.
 
     .venv/bin/python bench/big_job.py [--ranks 1024] [--steps 2000] [--repeat 20] [--model-only]
-    .venv/bin/python bench/big_job.py --pass-cost [--repeat 20] [--profile /tmp/pass.prof]   # fixed vs per-row
+    .venv/bin/python bench/big_job.py --pass-cost [--repeat 20] [--profile /tmp/pass.prof] [--breakdown]   # fixed vs per-row
 """
 
 from __future__ import annotations
@@ -210,7 +210,47 @@ def small_run_case(project: Any, start: datetime, repeat: int) -> dict[str, floa
     return {**summary(wall, cpu), "queries": queries}
 
 
-def pass_cost_case(project: Any, start: datetime, repeat: int, profile: str | None = None) -> dict[str, dict[str, float]]:
+# Functions whose CPU --breakdown reports (module, attribute): the pass's parts, outermost first.
+BREAKDOWN = [
+    ("phantomhub.waste.services", "analysis_lock"), ("phantomhub.waste.services", "pass_inputs_read"),
+    ("phantomhub.waste.services", "run_config_and_prices"), ("phantomhub.waste.services", "_state_load"),
+    ("phantomhub.waste.services", "_fetch_new_rows"), ("phantomhub.waste.services", "_samples"),
+    ("phantomhub.waste.accumulator:RunAccumulator", "add_steps_many"),
+    ("phantomhub.waste.accumulator:RunAccumulator", "add_samples"),
+    ("phantomhub.waste.services", "state_pack"), ("phantomhub.waste.services", "analysis_from"),
+    ("phantomhub.waste.finalize", "assess"), ("phantomhub.waste.finalize", "window_series"),
+    ("phantomhub.waste.finalize", "ledger_build"), ("phantomhub.waste.accumulator:RunAccumulator", "finished"),
+    ("phantomhub.waste.services", "_store"), ("phantomhub.waste.result:Analysis", "to_json"),
+    ("phantomhub.waste.services", "_days_of"), ("phantomhub.waste.services", "_state_write"),
+    ("phantomhub.waste.services", "pass_outputs_write"), ("phantomhub.telemetry.selectors", "hot_rows"),
+]  # fmt: skip
+
+
+def breakdown_install(totals: dict[str, float]) -> None:
+    """Wrap the BREAKDOWN functions so each adds its CPU time (s) to ``totals`` (a bench only)."""
+    import functools
+    import importlib
+
+    for where, name in BREAKDOWN:
+        module, _, cls = where.partition(":")
+        owner: Any = importlib.import_module(module)
+        if cls:
+            owner = getattr(owner, cls)
+        fn = getattr(owner, name)
+
+        def wrapped(*args: Any, _fn: Any = fn, _name: str = name, **kwargs: Any) -> Any:
+            t = time.process_time()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                totals[_name] = totals.get(_name, 0.0) + time.process_time() - t
+
+        setattr(owner, name, functools.wraps(fn)(wrapped))
+
+
+def pass_cost_case(
+    project: Any, start: datetime, repeat: int, profile: str | None = None, breakdown: bool = False
+) -> dict[str, dict[str, float]]:
     """A live 8-rank run's pass after 0, ~1,300 and ~2,600 new step rows (0, 30 and 60 s of the
     fleet bench's ~44 step rows/s, with its 8 sample rows/s: a GPU or a host row a second per
     rank), so a pass's fixed cost and its cost per new row can be told apart. Passes of the three
@@ -268,6 +308,15 @@ def pass_cost_case(project: Any, start: datetime, repeat: int, profile: str | No
             assert row is not None and row.result["steps"] == 8 * state["step"]
             wall[seconds].append(w)
             cpu[seconds].append(c)
+    if breakdown:  # untimed passes of the middle size, each part's CPU
+        totals: dict[str, float] = {}
+        breakdown_install(totals)
+        for _ in range(repeat):
+            add(30)
+            run_analyze(run_id=run.pk)  # looks its parts up at call time: the wrapped ones
+        out_parts = {name: totals.get(name, 0.0) * 1000 / repeat for _, name in BREAKDOWN}
+        print("CPU per 30 s pass, ms (nested parts are inside the ones above them): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in out_parts.items()))  # fmt: skip
     if profile:  # untimed passes of the middle size
         import cProfile
 
@@ -307,6 +356,7 @@ def main() -> None:
         "--pass-cost", action="store_true", help="only a small run's pass after 0 / ~1,300 / ~2,600 new rows (prints)"
     )
     parser.add_argument("--profile", help="with --pass-cost: cProfile (CPU time) of the ~1,300-row passes to this file")
+    parser.add_argument("--breakdown", action="store_true", help="with --pass-cost: CPU of each part of the ~1,300-row passes")
     args = parser.parse_args()
     model = model_side_by_side(args.ranks, args.steps) if not (args.small_only or args.pass_cost) else {}
     if args.model_only:
@@ -353,7 +403,7 @@ def main() -> None:
         print(line("small run (8 ranks, 30 s of new steps per rank)", small_run_case(project, start, args.repeat)))
         return
     if args.pass_cost:
-        cost = pass_cost_case(project, start, args.repeat, args.profile)
+        cost = pass_cost_case(project, start, args.repeat, args.profile, args.breakdown)
         for name, s in cost.items():
             if name != "fit":
                 print(line(f"8-rank pass, {name} ({s['step_rows']:.0f} step rows)", s))

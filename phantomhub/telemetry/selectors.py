@@ -265,6 +265,7 @@ def _in_key_order(rows: dict[str, npt.NDArray[Any]], key: list[str]) -> dict[str
 
 
 def _hot_steps(run_id: uuid.UUID, ranks: list[int], floor: int) -> dict[str, npt.NDArray[Any]]:
+    params: list[Any]
     if connection.vendor == "postgresql" and floor < 0 and ranks == list(range(ranks[0], ranks[-1] + 1)):
         # Every row of a range of ranks (a full analysis): read in the key's index order, in pages.
         where, params = "rank BETWEEN %s AND %s", [ranks[0], ranks[-1]]

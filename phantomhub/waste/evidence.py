@@ -168,6 +168,7 @@ def best_stretch(
     p_den = np.concatenate(([0.0], np.cumsum(den)))
     lo = np.arange(n)
     hi = np.searchsorted(p_len, p_len[:-1] + need * (1 - 1e-12), side="left")
+    chain = hi.tolist()  # where a stretch starting at each window ends (the blocks below walk it)
     ok = hi <= n
     lo, hi = lo[ok], hi[ok]
     d = p_den[hi] - p_den[lo]
@@ -177,15 +178,18 @@ def best_stretch(
         return None
     values = (p_num[hi] - p_num[lo]) / d
     k = int(np.argmin(values) if lower_is_better else np.argmax(values))
-    blocks = []
+    starts, ends = [], []
     b = 0
     while True:
-        e = int(np.searchsorted(p_len, p_len[b] + need * (1 - 1e-12), side="left"))
+        e = chain[b] if b < n else int(np.searchsorted(p_len, p_len[b] + need * (1 - 1e-12), side="left"))
         if e > n:
             break
-        if p_den[e] - p_den[b] > 0:
-            blocks.append((p_num[e] - p_num[b]) / (p_den[e] - p_den[b]))
+        starts.append(b)
+        ends.append(e)
         b = e
+    bd = p_den[ends] - p_den[starts]
+    with_den = bd > 0
+    blocks = ((p_num[ends] - p_num[starts])[with_den] / bd[with_den]).tolist()
     quartile = float(np.percentile(blocks, 25 if lower_is_better else 75)) if blocks else float(values[k])
     i, j = int(lo[k]), int(hi[k])
     while i < j and length[i] <= 0:  # the stretch starts and ends where steps ran

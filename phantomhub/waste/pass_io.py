@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max, Q
 from psycopg.types.json import Jsonb
 
+from phantomhub.accounts.models import Project
 from phantomhub.telemetry.models import EventKind, Run, RunArchive, RunEvent, RunRank
 from phantomhub.waste.models import (
     OrgSettings,
@@ -128,7 +129,7 @@ def _inputs_sql() -> str:
                    WHERE ra.project_id = r.project_id AND ra.complete AND ra.profile IS NOT NULL AND ra.run_id <> r.id
                    ORDER BY ra.analysed_at DESC LIMIT %s) f) AS x_refs
         FROM {run_table} r
-        JOIN {Run._meta.get_field("project").related_model._meta.db_table} p ON p.id = r.project_id
+        JOIN {Project._meta.db_table} p ON p.id = r.project_id
         LEFT JOIN {ProjectSettings._meta.db_table} ps ON ps.project_id = r.project_id
         LEFT JOIN {OrgSettings._meta.db_table} o ON o.id = 1
         LEFT JOIN {RunAnalysisState._meta.db_table} st ON st.run_id = r.id
@@ -249,9 +250,10 @@ def _columns(model: Any, names: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 def pass_outputs_write(
-    row: RunAnalysis, days: list[RunDay], gone_days: list[date], marked: list[date], marked_at: datetime, state: StateWrite
+    row: RunAnalysis, days: list[RunDay], prune_days: bool, marked: list[date], marked_at: datetime, state: StateWrite
 ) -> None:
-    """Store the analysis row, the run's days (upserted; ``gone_days`` deleted), the rollup marks
+    """Store the analysis row, the run's days (upserted; with ``prune_days``, its other days
+    deleted: the run no longer covers a day it was written for), the rollup marks
     of ``marked`` and the state: one statement on PostgreSQL (data-modifying CTEs run whether
     or not the statement reads them), the ORM's upserts elsewhere.
 
@@ -260,7 +262,7 @@ def pass_outputs_write(
     into the SQL text, and the days and marks are arrays, so the statement text is the same from
     pass to pass (psycopg caches its parsing)."""
     if connection.vendor != "postgresql":
-        _pass_outputs_orm(row, days, gone_days, marked, marked_at, state)
+        _pass_outputs_orm(row, days, prune_days, marked, marked_at, state)
         return
     parts: list[str] = []
     params: list[Any] = []
@@ -271,9 +273,9 @@ def pass_outputs_write(
         sets.append(f"{column} = %s")
     parts.append(f"a AS (UPDATE {RunAnalysis._meta.db_table} SET {', '.join(sets)} WHERE run_id = %s RETURNING 1)")
     params.append(row.run_id)
-    if gone_days:
-        parts.append(f"g AS (DELETE FROM {RunDay._meta.db_table} WHERE run_id = %s AND day = ANY(%s::date[]) RETURNING 1)")
-        params += [row.run_id, gone_days]
+    if prune_days:
+        parts.append(f"g AS (DELETE FROM {RunDay._meta.db_table} WHERE run_id = %s AND NOT (day = ANY(%s::date[])) RETURNING 1)")
+        params += [row.run_id, [d.day for d in days]]
     if days:
         fields = ("run", "day", *RUNDAY_FIELDS)
         columns = _columns(RunDay, fields)
@@ -322,16 +324,16 @@ def pass_outputs_write(
     assert raw is not None
     # A server-side-binding cursor (Django's own bind client-side), wrapped as Django wraps its
     # cursors: the statement is still logged and counted (CaptureQueriesContext, DEBUG).
-    with connection._prepare_cursor(psycopg.Cursor(raw)) as cursor:
+    with connection._prepare_cursor(psycopg.Cursor(raw)) as cursor:  # type: ignore[attr-defined]
         cursor.execute(f"WITH {', '.join(parts)} {tail}", params)
 
 
 def _pass_outputs_orm(
-    row: RunAnalysis, days: list[RunDay], gone_days: list[date], marked: list[date], marked_at: datetime, state: StateWrite
+    row: RunAnalysis, days: list[RunDay], prune_days: bool, marked: list[date], marked_at: datetime, state: StateWrite
 ) -> None:
     row.save(update_fields=STORED_FIELDS)
-    if gone_days:
-        RunDay.objects.filter(run_id=row.run_id, day__in=gone_days).delete()
+    if prune_days:
+        RunDay.objects.filter(run_id=row.run_id).exclude(day__in=[d.day for d in days]).delete()
     # One upsert: a live run's days are rewritten by every analysis.
     RunDay.objects.bulk_create(days, update_conflicts=True, unique_fields=["run", "day"], update_fields=RUNDAY_FIELDS)
     RollupPending.objects.bulk_create(

@@ -381,7 +381,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             consume=True,
         )
         _store(row, run, inputs.team_id, analysis, seq)
-        day_rows, gone, marked = _days_of(
+        day_rows, prune_days, marked = _days_of(
             run, inputs.team_id, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None
         )
         state = _state_write(
@@ -397,7 +397,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
                 "days": [d.day.isoformat() for d in day_rows],
             },
         )
-        pass_outputs_write(row, day_rows, gone, marked, timezone.now(), state)
+        pass_outputs_write(row, day_rows, prune_days, marked, timezone.now(), state)
     return row
 
 
@@ -590,10 +590,10 @@ def _days_of(
     config: RunConfig,
     price_rows: list[PriceSegmentRow],
     old_days: set[date] | None = None,
-) -> tuple[list[RunDay], list[date], list[date]]:
-    """The run's RunDay rows, the days it no longer covers (to delete), and the days to mark
-    for a rollup (both). ``old_days`` (the days the stored state says were written last time)
-    saves reading them."""
+) -> tuple[list[RunDay], bool, list[date]]:
+    """The run's RunDay rows, whether it no longer covers a day it had rows for (its other rows
+    are then deleted), and the days to mark for a rollup (both). ``old_days`` (the days the
+    stored state says were written last time) saves reading them."""
     weights, time_weights = _day_weights(config, analysis)
     days = sorted(weights)
     keys = [d.isoformat() for d in days]
@@ -627,7 +627,7 @@ def _days_of(
                 mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
             )
         )
-    return rows, sorted(old_days - set(days)), sorted(old_days | set(days))
+    return rows, bool(old_days - set(days)), sorted(old_days | set(days))
 
 
 def _entries_on(day: date, analysis: Analysis, price_rows: list[PriceSegmentRow]) -> list[int]:

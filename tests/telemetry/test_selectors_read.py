@@ -3,15 +3,20 @@ statements the read takes (PostgreSQL pages its array reads, ARRAY_FETCH_ROWS ro
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from phantomhub.telemetry import selectors
+from phantomhub.telemetry import selectors, services
+from phantomhub.telemetry.models import RunArchive, Step
+from phantomhub.telemetry.retention import storage_maintain
 from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
+from phantomhub.waste.models import RunAnalysisState
+from phantomhub.waste.services import run_analyze
 from tests.conftest import Tenant
-from tests.telemetry.storage_helpers import RANKS, STEPS, run_with_telemetry, sent_samples, sent_steps
+from tests.telemetry.storage_helpers import RANKS, STEPS, T0_NS, later, run_with_telemetry, sent_samples, sent_steps
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 
@@ -68,3 +73,30 @@ def test_rows_that_come_back_out_of_key_order_are_sorted() -> None:
     assert out["rank"].tolist() == [0, 0, 1, 1] and out["step"].tolist() == [2, 5, 0, 1] and out["v"].tolist() == [12, 11, 10, 13]
     ordered = {"rank": np.array([0, 0, 1]), "step": np.array([1, 2, 0])}
     assert selectors._in_key_order(ordered, ["rank", "step"]) is ordered
+
+
+def test_an_incremental_pass_over_a_pruned_run_with_late_rows_equals_a_from_scratch_one(
+    owner: Tenant, settings: Any, tmp_path: Path
+) -> None:
+    settings.ARCHIVE_URL = str(tmp_path / "archive")
+    run = run_with_telemetry(owner)
+    assert run_analyze(run_id=run.pk) is not None  # the state the next pass continues from
+    storage_maintain(now=later(31))
+    assert RunArchive.objects.get(run=run).pruned_at is not None and not Step.objects.filter(run=run).exists()
+    # Late rows after the pruning: steps of rank 1 and samples of rank 2 (hot, beside the archive).
+    late = range(STEPS, STEPS + 10)
+    late_steps = {"step": list(late), "t_start_ns": [T0_NS + i * 100_000_000 for i in late],
+                  "dur_ns": [100_000_000] * 10, "comm_ns": [5_000_000] * 10}  # fmt: skip
+    assert services.steps_ingest(run=run, rank=1, host="node-1", steps=late_steps).accepted == 10
+    late_samples = {"t_ns": [T0_NS + (12 + i) * 10**9 for i in range(3)], "device": [2] * 3, "gpu_util_pct": [10.0, 20.0, 30.0]}
+    assert services.samples_ingest(run=run, rank=2, host="node-2", samples=late_samples).accepted == 3
+    incremental = run_analyze(run_id=run.pk)
+    assert incremental is not None and incremental.result["steps"] == RANKS * STEPS + 10
+    figures = (incremental.cost_usd, incremental.waste_usd, incremental.result["categories"], incremental.result["host"])
+    assert RunAnalysisState.objects.filter(run=run).delete()[0] == 1
+    scratch = run_analyze(run_id=run.pk)
+    assert scratch is not None
+    assert (scratch.cost_usd, scratch.waste_usd, scratch.result["categories"], scratch.result["host"]) == figures
+    # The late samples count: the GPU utilisation mean moved from what the archived samples alone give.
+    utils = [u for r in range(RANKS) for u in sent_samples(r)["gpu_util_pct"] if u is not None] + late_samples["gpu_util_pct"]
+    assert scratch.result["host"]["gpu_util_pct_mean"] == pytest.approx(sum(utils) / len(utils))
