@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ from django.db.models import Count, Max, Q
 from psycopg.types.json import Jsonb
 
 from phantomhub.accounts.models import Project
+from phantomhub.pricing.models import PriceEntry
 from phantomhub.telemetry.models import EventKind, Run, RunArchive, RunEvent, RunRank
 from phantomhub.waste.models import (
     OrgSettings,
@@ -67,6 +69,9 @@ class PassInputs:
     phase_count: int
     state: tuple[bytes, bytes, bytes] | None  # RunAnalysisState's header, ranks, windows
     pruned: bool | None  # whether the run's raw rows left PostgreSQL (None: not read here)
+    # The price book's version (entries, highest id, latest change; None: not read here): equal
+    # versions hold equal entries, so the run's price segments can be reused (services.py).
+    prices_version: str | None
     # The project's finished runs with a profile, newest first: (run_id, gpu_key, profile).
     references: list[tuple[str, str, Any]]
 
@@ -124,6 +129,8 @@ def _inputs_sql() -> str:
             st.run_id AS x_state, st.header AS x_header, st.ranks AS x_state_ranks, st.windows AS x_windows,
             EXISTS (SELECT 1 FROM {RunArchive._meta.db_table} ar WHERE ar.run_id = r.id AND ar.pruned_at IS NOT NULL)
                 AS x_pruned,
+            (SELECT concat_ws(',', count(*), max(pe.id), max(pe.updated_at)) FROM {PriceEntry._meta.db_table} pe)
+                AS x_prices,
             (SELECT jsonb_agg(jsonb_build_array(f.run_id, f.gpu_key, f.profile) ORDER BY f.analysed_at DESC)
              FROM (SELECT ra.run_id, ra.gpu_key, ra.profile, ra.analysed_at FROM {RunAnalysis._meta.db_table} ra
                    WHERE ra.project_id = r.project_id AND ra.complete AND ra.profile IS NOT NULL AND ra.run_id <> r.id
@@ -181,6 +188,7 @@ def pass_inputs_read(run_id: uuid.UUID, references_max: int) -> PassInputs | Non
         phase_count=int(extra["x_phases"]),
         state=state,
         pruned=bool(extra["x_pruned"]),
+        prices_version=str(extra["x_prices"]),
         references=refs,
     )
 
@@ -218,6 +226,7 @@ def _pass_inputs_orm(run_id: uuid.UUID, references_max: int) -> PassInputs | Non
         phase_count=int(events["phases"]),
         state=None if stored is None else (bytes(stored[0]), bytes(stored[1]), bytes(stored[2])),
         pruned=None,
+        prices_version=None,
         references=[(str(r), key, profile) for r, key, profile in refs],
     )
 
@@ -239,7 +248,6 @@ STORED_FIELDS = ["project", "team", "error", "failures", "failed_seq", "retry_at
 _JSON_FIELDS = {"profile", "result", "recommendations"}
 RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
                  "categories_usd", "recoverable_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip
-_RUNDAY_JSON = {"price_entry_ids", "categories_usd"}
 
 
 @cache
@@ -277,24 +285,15 @@ def pass_outputs_write(
         parts.append(f"g AS (DELETE FROM {RunDay._meta.db_table} WHERE run_id = %s AND NOT (day = ANY(%s::date[])) RETURNING 1)")
         params += [row.run_id, [d.day for d in days]]
     if days:
-        fields = ("run", "day", *RUNDAY_FIELDS)
-        columns = _columns(RunDay, fields)
-        arrays, picks = [], []
-        for field, (column, kind) in zip(fields, columns, strict=True):
-            values = [getattr(d, column) for d in days]
-            if field in _RUNDAY_JSON:  # as text, cast per row: a jsonb[] parameter is not worth its adaptation
-                arrays.append("%s::text[]")
-                picks.append(f"{column}::jsonb")
-                values = [_orjson_dumps(v).decode() for v in values]
-            else:
-                arrays.append(f"%s::{kind}[]")
-                picks.append(column)
-            params.append(values)
+        # The rows as one JSON parameter (jsonb_to_recordset types each column): no array to
+        # adapt per column. Decimals go as strings (exact), floats in their shortest exact form.
+        columns = _columns(RunDay, ("run", "day", *RUNDAY_FIELDS))
         names = [c for c, _ in columns]
+        params.append(orjson.dumps([{n: getattr(d, n) for n in names} for d in days], default=_decimal_text).decode())
         updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names[2:])
         parts.append(
-            f"d AS (INSERT INTO {RunDay._meta.db_table} ({', '.join(names)}) SELECT {', '.join(picks)} "
-            f"FROM unnest({', '.join(arrays)}) AS d({', '.join(names)}) "
+            f"d AS (INSERT INTO {RunDay._meta.db_table} ({', '.join(names)}) SELECT {', '.join(names)} "
+            f"FROM jsonb_to_recordset(%s::jsonb) AS d({', '.join(f'{n} {kind}' for n, kind in columns)}) "
             f"ON CONFLICT (run_id, day) DO UPDATE SET {updates} RETURNING 1)"
         )
     if marked:
@@ -326,6 +325,12 @@ def pass_outputs_write(
     # cursors: the statement is still logged and counted (CaptureQueriesContext, DEBUG).
     with connection._prepare_cursor(psycopg.Cursor(raw)) as cursor:  # type: ignore[attr-defined]
         cursor.execute(f"WITH {', '.join(parts)} {tail}", params)
+
+
+def _decimal_text(value: Any) -> str:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def _pass_outputs_orm(

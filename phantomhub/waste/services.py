@@ -92,17 +92,40 @@ def policy_of(inputs: PassInputs) -> Policy:
     return Policy(target_mfu=inputs.target_mfu, recoverability=recoverability_check(inputs.recoverability))
 
 
+# A worker process keeps the price segments it computed for a run's pricing inputs under the price
+# book's version (pass_io: entry count, highest id, latest updated_at): every change made through
+# pricing/services.py (create, save, delete) moves it. A change written to the table by hand in
+# SQL without touching updated_at is not seen until another change or a restart.
+_PRICE_CACHE_MAX = 4096
+_price_cache: dict[tuple[Any, ...], list[PriceSegmentRow]] = {}
+
+
+def _run_price_segments(run: Run, prices_version: str | None) -> list[PriceSegmentRow]:
+    end = run.allocation_start + PRICE_HORIZON
+    if prices_version is None:
+        return run_price_segments(run=run, end=end)
+    key = (prices_version, run.gpu_model, run.provider, run.region, run.pricing_tier, run.allocation_start,
+           run.price_override_usd_per_gpu_hour)  # fmt: skip
+    hit = _price_cache.get(key)
+    if hit is None:
+        if len(_price_cache) >= _PRICE_CACHE_MAX:
+            _price_cache.clear()
+        hit = _price_cache[key] = run_price_segments(run=run, end=end)
+    return list(hit)
+
+
 def run_config_and_prices(
-    run: Run, policy: Policy, ranks_seen: int = 0, *, with_phases: bool = True
+    run: Run, policy: Policy, ranks_seen: int = 0, *, with_phases: bool = True, prices_version: str | None = None
 ) -> tuple[RunConfig, list[PriceSegmentRow]]:
     """The model's configuration for the run, and the price-book segments it was priced with.
 
-    ``ranks_seen`` (ranks with step rows) above the declared world size replaces it: one scaling
+    ``prices_version`` (the price book's, read with the pass's inputs) lets a worker reuse the
+    segments it computed before. ``ranks_seen`` (ranks with step rows) above the declared world size replaces it: one scaling
     for billing and FLOPs (``world_size_for``). ``with_phases=False``: the caller knows the run has no
     phase events (no read for them)."""
     spec = gpu_resolve(run.gpu_model) if run.gpu_model else None
     peak = peak_flops(spec, run.dtype) if spec and run.dtype else None
-    segments = run_price_segments(run=run, end=run.allocation_start + PRICE_HORIZON)
+    segments = _run_price_segments(run, prices_version)
     phases = [
         Phase(name, t_start_ns, t_start_ns + dur_ns)
         for name, t_start_ns, dur_ns in (
@@ -322,7 +345,9 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         seq = run.ingest_seq
         policy = policy_of(inputs)
         ranks_seen = sum(1 for r in ranks.values() if r.step_rows > 0)
-        config, price_rows = run_config_and_prices(run, policy, ranks_seen, with_phases=inputs.phase_count > 0)
+        config, price_rows = run_config_and_prices(
+            run, policy, ranks_seen, with_phases=inputs.phase_count > 0, prices_version=inputs.prices_version
+        )
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
         loaded = _state_load(inputs.state, config)

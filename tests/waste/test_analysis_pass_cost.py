@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from phantomhub.pricing.models import PriceEntry
+from phantomhub.pricing.services import price_update
 from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.services import samples_ingest
 from phantomhub.waste import services
@@ -76,3 +79,19 @@ def test_a_pass_whose_billed_span_shrinks_deletes_the_day_it_no_longer_covers(ow
     services.rollups_rebuild()
     assert not ProjectDay.objects.filter(day=midnight.date()).exists()
     assert _figures(row) == _figures(_full_reanalysis(run_id))
+
+
+def test_a_price_edited_in_place_reprices_the_next_pass_of_the_same_worker(owner: Tenant, price_36: None) -> None:  # noqa: F811
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(40))
+    before = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert before is not None and before.cost_usd > 0
+    # The same entry edited (no entry added or removed): the price book's version still moves.
+    entry = PriceEntry.objects.get()
+    price_update(entry=entry, changes={"usd_per_gpu_hour": Decimal("72")})
+    services.analyses_invalidate()
+    owner.post_steps(run_id, known_steps(1, first=40))
+    after = services.run_analyze(run_id=uuid.UUID(run_id))
+    assert after is not None
+    assert after.cost_usd == _full_reanalysis(run_id).cost_usd  # the new price, to the cent
+    assert after.cost_usd > before.cost_usd * Decimal("1.9")  # twice the rate, one more step
