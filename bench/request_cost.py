@@ -9,7 +9,7 @@ PostgreSQL and Redis; gunicorn's own share is not in it. Per request: CPU (proce
 and the first (cold) one; ``--profile`` prints the functions that take most of it (cProfile on
 process time).
 
-    .venv/bin/python bench/request_cost.py [--flush 10 60] [--requests 400] [--counters 60] [--profile]
+    .venv/bin/python bench/request_cost.py [--flush 10 60] [--requests 400] [--counters-wire event field] [--profile]
 
 Writes bench/results/request_cost.json.
 """
@@ -68,9 +68,9 @@ def bodies(
     return out
 
 
-def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[str], flush_s: float) -> dict[str, Any]:
+def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[str], flush_s: float, wire: str) -> dict[str, Any]:
     n, profile = args.requests, args.profile
-    work = bodies(run_ids, token, flush_s, n, args.counters, args.counters_wire)
+    work = bodies(run_ids, token, flush_s, n, args.counters, wire)
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}", "HTTP_CONTENT_ENCODING": "gzip"}
     cpu: list[float] = []
     prof = cProfile.Profile(time.process_time) if profile else None
@@ -87,14 +87,14 @@ def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[st
     case = {
         "flush_s": flush_s,
         "counters_every_s": args.counters,
-        "counters_wire": args.counters_wire,
+        "counters_wire": wire,
         "requests": n,
         "body_bytes_mean": round(sum(len(b) for _, b in work) / n),
         "cpu_ms": {"first": round(cpu[0], 2), "p50": round(pct(cpu, 50), 2), "p99": round(pct(cpu, 99), 2),
                    "mean": round(sum(cpu) / n, 2)},
     }  # fmt: skip
     print(
-        f"flush {flush_s:>4} s (counters every {args.counters:g} s as {args.counters_wire}): {n} requests, "
+        f"flush {flush_s:>4} s (counters every {args.counters:g} s as {wire}): {n} requests, "
         f"{case['body_bytes_mean']} B gzip'd each; CPU per request first "
         f"{case['cpu_ms']['first']} ms, p50 {case['cpu_ms']['p50']} ms, p99 {case['cpu_ms']['p99']} ms, "
         f"mean {case['cpu_ms']['mean']} ms",
@@ -104,6 +104,8 @@ def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[st
         out = io.StringIO()
         stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
         stats.print_stats(45)
+        if os.environ.get("BENCH_TOTTIME"):
+            stats.sort_stats("tottime").print_stats(40)
         if os.environ.get("BENCH_CALLEES"):
             stats.print_callees(os.environ["BENCH_CALLEES"])
         print(out.getvalue())
@@ -117,8 +119,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--counters", type=float, default=60.0, help="seconds between a rank's counters events (0: none)")
     parser.add_argument(
-        "--counters-wire", choices=["field", "event"], default="field",
-        help="counters as the batch's `counters` field (the agent's, against this server) or as an event",
+        "--counters-wire", choices=["field", "event"], nargs="+", default=["field"],
+        help="counters as the batch's `counters` field (the agent's, against this server) or as an event (older agents); "
+        "several: each is a case, side by side",
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
@@ -139,15 +142,16 @@ def main() -> None:
     client = Client(SERVER_NAME="127.0.0.1")
     cases = []
     for flush_s in args.flush:
-        run_ids = [str(uuid.uuid4()) for _ in range(args.runs)]
-        for run_id in run_ids:
-            meta = {"id": run_id, "name": f"req-{run_id[:8]}", "gpu_model": "H100-SXM", "gpu_count": RANKS,
-                    "world_size": RANKS, "dtype": "bf16", "pricing_tier": "on_demand"}  # fmt: skip
-            r = client.post("/api/v1/runs", json.dumps(meta), content_type="application/json",
-                            HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
-            if r.status_code not in (200, 201):
-                raise RuntimeError(f"registration: {r.status_code} {r.content[:300]!r}")
-        cases.append(one_case(args, client, token, run_ids, flush_s))
+        for wire in args.counters_wire:
+            run_ids = [str(uuid.uuid4()) for _ in range(args.runs)]
+            for run_id in run_ids:
+                meta = {"id": run_id, "name": f"req-{run_id[:8]}", "gpu_model": "H100-SXM", "gpu_count": RANKS,
+                        "world_size": RANKS, "dtype": "bf16", "pricing_tier": "on_demand"}  # fmt: skip
+                r = client.post("/api/v1/runs", json.dumps(meta), content_type="application/json",
+                                HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+                if r.status_code not in (200, 201):
+                    raise RuntimeError(f"registration: {r.status_code} {r.content[:300]!r}")
+            cases.append(one_case(args, client, token, run_ids, flush_s, wire))
     result = {
         "bench": "request_cost",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},

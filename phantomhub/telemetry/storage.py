@@ -99,8 +99,42 @@ def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch) ->
 
 
 def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch, week: int | None = None) -> bytes:
-    """Binary COPY rows built in one numpy pass: a fixed-width record per row, for the columns
-    (run_id, rank, [run_week,] *names); without `week` the rows take run_week's default (0)."""
+    """Binary COPY rows built in numpy passes: a fixed-width record per row, for the columns
+    (run_id, rank, [run_week,] *names); without `week` the rows take run_week's default (0).
+
+    A null field is its length (-1) without a value, so rows with nulls are written a group per
+    pattern of nulls (system samples have two: host rows and GPU rows), each group fixed-width.
+    The groups go in the order of their patterns and each keeps the batch's order: two writers of
+    the same rows take their index locks in the same order, as with one sorted group.
+    """
+    masks = [batch.nulls.get(name) for name in names]
+    if not any(mask is not None and mask.any() for mask in masks):
+        return _PG_COPY_HEADER + _pg_records(table, names, run_id, rank, batch, week, None, None) + _PG_COPY_TRAILER
+    # A row's pattern as one integer (bit k: names[k] is null); np.unique on it is a 1-D sort.
+    code = np.zeros(batch.n, dtype=np.int64)
+    for k, mask in enumerate(masks):
+        if mask is not None:
+            code |= mask.astype(np.int64) << k
+    parts = [_PG_COPY_HEADER]
+    for pattern in np.unique(code):
+        rows = np.flatnonzero(code == pattern)
+        null = [bool(int(pattern) >> k & 1) for k in range(len(names))]
+        parts.append(_pg_records(table, names, run_id, rank, batch, week, rows, null))
+    parts.append(_PG_COPY_TRAILER)
+    return b"".join(parts)
+
+
+def _pg_records(
+    table: Table,
+    names: list[str],
+    run_id: uuid.UUID,
+    rank: int,
+    batch: Batch,
+    week: int | None,
+    rows: Any,
+    null: Any,
+) -> bytes:
+    """The records of `rows` (None: every row), whose fields in `null` (None: none) are null."""
     fields: list[tuple[str, str]] = [
         ("nf", ">i2"),
         ("l_run", ">i4"),
@@ -110,21 +144,26 @@ def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int
     ]
     if week is not None:
         fields += [("l_week", ">i4"), ("week", ">i4")]
-    for name in names:
-        fields += [(f"l_{name}", ">i4"), (name, _NP[table.pg_types[name]])]
-    rows = np.empty(batch.n, dtype=np.dtype(fields))
-    rows["nf"] = 2 + len(names) + (week is not None)
-    rows["l_run"] = 16
-    rows["run"] = np.frombuffer(run_id.bytes, dtype="V16")[0]
-    rows["l_rank"] = 4
-    rows["rank"] = rank
+    for k, name in enumerate(names):
+        fields.append((f"l_{name}", ">i4"))
+        if null is None or not null[k]:
+            fields.append((name, _NP[table.pg_types[name]]))
+    out = np.empty(batch.n if rows is None else len(rows), dtype=np.dtype(fields))
+    out["nf"] = 2 + len(names) + (week is not None)
+    out["l_run"] = 16
+    out["run"] = np.frombuffer(run_id.bytes, dtype="V16")[0]
+    out["l_rank"] = 4
+    out["rank"] = rank
     if week is not None:
-        rows["l_week"] = 4
-        rows["week"] = week
-    for name in names:
-        rows[f"l_{name}"] = np.dtype(_NP[table.pg_types[name]]).itemsize
-        rows[name] = batch.values[name]
-    return _PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER
+        out["l_week"] = 4
+        out["week"] = week
+    for k, name in enumerate(names):
+        if null is not None and null[k]:
+            out[f"l_{name}"] = -1
+            continue
+        out[f"l_{name}"] = np.dtype(_NP[table.pg_types[name]]).itemsize
+        out[name] = batch.values[name] if rows is None else batch.values[name][rows]
+    return out.tobytes()
 
 
 def _row_tuples(names: list[str], run_key: Any, rank: int, batch: Batch, *lead: Any) -> list[tuple[Any, ...]]:
@@ -149,13 +188,8 @@ def _pg_copy(
     week: int,
 ) -> None:
     cols = ", ".join(["run_id", "rank", "run_week", *names])
-    if batch.has_nulls:
-        with cur.copy(f"COPY {target} ({cols}) FROM STDIN") as copy:
-            for row in _row_tuples(names, run_id, rank, batch, week):
-                copy.write_row(row)
-    else:
-        with cur.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.write(pg_copy_payload(table, names, run_id, rank, batch, week))
+    with cur.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.write(pg_copy_payload(table, names, run_id, rank, batch, week))
 
 
 def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> tuple[int, int]:
