@@ -338,9 +338,7 @@ def _rank_counters(run_id: uuid.UUID, rank: int) -> dict[str, Any]:
     transaction holds the database's write lock already)."""
     lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT counters FROM telemetry_runrank WHERE run_id = %s AND rank = %s{lock}", [run_param(run_id), rank]
-        )
+        cursor.execute(f"SELECT counters FROM telemetry_runrank WHERE run_id = %s AND rank = %s{lock}", [run_param(run_id), rank])
         row = cursor.fetchone()
     if row is None:
         return {}
