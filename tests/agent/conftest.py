@@ -65,6 +65,17 @@ AGENT_ENV_VARS = (
 )
 
 
+def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
+    """The predicate's first truthy value, polled every 20 ms; fails the test after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

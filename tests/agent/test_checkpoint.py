@@ -22,7 +22,7 @@ from phantomhub_agent._batcher import unpack_payload
 from phantomhub_agent._config import settings_from
 from phantomhub_agent._spool import Spool, SpooledRequest, decode_file, iter_spool_files
 
-from .conftest import PYTHON, SCRIPT_ENV, FakeServer, LiveServer, agent_cli, run_script
+from .conftest import PYTHON, SCRIPT_ENV, FakeServer, LiveServer, agent_cli, run_script, wait_for
 from .test_batcher import raw_step
 
 
@@ -38,16 +38,6 @@ def payload_of(path: Path) -> dict[str, Any]:
 
 def checkpointed_steps(root: Path) -> list[int]:
     return [s for path in checkpoint_files(root) for s in payload_of(path).get("steps", {}).get("step", [])]
-
-
-def wait_for(predicate: Any, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 def record(run: pa.Run, steps: range) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import AGENT_ENV_VARS, FakeServer, Recorded
+from .conftest import AGENT_ENV_VARS, FakeServer, Recorded, wait_for
 
 DATA = Path(__file__).parent / "data"
 GIB = 1024**3
@@ -61,16 +61,6 @@ def start(tmp_path: Path, state: Path | None, *args: str) -> subprocess.Popen[st
     return subprocess.Popen(
         node_cmd(*args), env=node_env(tmp_path, state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
     )
-
-
-def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def printed(stdout: str) -> list[dict[str, Any]]:

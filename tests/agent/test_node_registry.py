@@ -14,17 +14,7 @@ import pytest
 
 import phantomhub_agent as pa
 
-from .conftest import FakeServer, Recorded
-
-
-def wait_for(predicate: Any, timeout_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
+from .conftest import FakeServer, Recorded, wait_for
 
 
 def read(path: Path) -> dict[str, Any]:
