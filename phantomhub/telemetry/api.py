@@ -476,7 +476,7 @@ class RunBatchApi(IngestApiView):
         if not any(part in body for part in BATCH_PARTS):
             raise invalid("steps", "a batch needs at least one of steps, samples, events, counters")
         counters = body.get("counters")
-        if counters is not None:
+        if "counters" in body:
             if not isinstance(counters, dict):
                 raise invalid("counters", "an object of counter names to integers")
             try:

@@ -86,6 +86,7 @@ def test_a_batch_may_hold_any_one_part(owner: Tenant) -> None:
         ({"frames": []}, "frames"),
         ({"host": 7}, "host"),
         ({"counters": [1]}, "counters"),
+        ({"counters": None}, "counters"),
         ({"counters": {"sent_batches": -1}}, "counters.sent_batches"),
         ({"counters": {"sent_batches": 1.5}}, "counters.sent_batches"),
         ({"counters": {f"c{i}": 1 for i in range(65)}}, "counters"),
