@@ -178,46 +178,37 @@ def window_series(
     fields = {name: sums[i] for i, name in enumerate(FIELDS)}
     steps = fields["steps"]
 
-    def ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> tuple[float | None, ...]:
+    def ratio(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            # Python floats made in one C pass (an object array), None where nothing was counted.
-            vals = (num * scale / den).astype(object)
-        vals[~(den > 0)] = None
-        return tuple(vals.tolist())
+            return np.where(den > 0, num * scale / den, np.nan)  # NaN: nothing was counted
 
-    mfu: tuple[float | None, ...]
     if peak_total_flops is None or not acc_has_flops(fields["flops"]):
-        mfu = (None,) * n
+        mfu = np.full(n, np.nan)
     else:
         mfu = ratio(fields["flops"] * rank_scale, length_s * peak_total_flops)
     return WindowSeries(
-        width_ns=width,
-        t_start_ns=tuple(t0.tolist()),
-        steps=tuple(steps.tolist()),
-        step_starts=tuple(fields["step_starts"].astype(np.int64).tolist()),  # int() of each: whole counts
-        step_ms=ratio(fields["step_ns"], steps, 1e-6),
-        data_ms=ratio(fields["data_ns"], steps, 1e-6),
-        forward_ms=ratio(fields["forward_ns"], steps, 1e-6),
-        backward_ms=ratio(fields["backward_ns"], steps, 1e-6),
-        optimizer_ms=ratio(fields["optimizer_ns"], steps, 1e-6),
-        comm_ms=ratio(fields["comm_ns"], steps, 1e-6),
-        host_ms=ratio(fields["host_ns"], steps, 1e-6),
-        tokens_per_s=ratio(fields["tokens"] * rank_scale, length_s),
-        samples_per_s=ratio(fields["samples"] * rank_scale, length_s),
-        mfu=mfu,
-        mem_allocated_bytes=ratio(fields["mem_allocated_sum"], fields["mem_rows"]),
-        mem_reserved_bytes=ratio(fields["mem_reserved_sum"], fields["mem_rows"]),
-        mem_peak_bytes=_known(peak),
-        gpu_util_pct=ratio(fields["gpu_util_sum"], fields["gpu_util_samples"]),
-        alloc_retries=tuple(fields["alloc_retries"].astype(np.int64).tolist()),
+        width,
+        {
+            "t_start_ns": t0,
+            "steps": steps,
+            "step_starts": fields["step_starts"].astype(np.int64),  # int() of each: whole counts
+            "step_ms": ratio(fields["step_ns"], steps, 1e-6),
+            "data_ms": ratio(fields["data_ns"], steps, 1e-6),
+            "forward_ms": ratio(fields["forward_ns"], steps, 1e-6),
+            "backward_ms": ratio(fields["backward_ns"], steps, 1e-6),
+            "optimizer_ms": ratio(fields["optimizer_ns"], steps, 1e-6),
+            "comm_ms": ratio(fields["comm_ns"], steps, 1e-6),
+            "host_ms": ratio(fields["host_ns"], steps, 1e-6),
+            "tokens_per_s": ratio(fields["tokens"] * rank_scale, length_s),
+            "samples_per_s": ratio(fields["samples"] * rank_scale, length_s),
+            "mfu": mfu,
+            "mem_allocated_bytes": ratio(fields["mem_allocated_sum"], fields["mem_rows"]),
+            "mem_reserved_bytes": ratio(fields["mem_reserved_sum"], fields["mem_rows"]),
+            "mem_peak_bytes": np.where(peak >= 0, peak, np.nan),  # -1: no memory row
+            "gpu_util_pct": ratio(fields["gpu_util_sum"], fields["gpu_util_samples"]),
+            "alloc_retries": fields["alloc_retries"].astype(np.int64),
+        },
     )
-
-
-def _known(values: np.ndarray) -> tuple[float | None, ...]:
-    """The values as Python floats, None where negative (nothing counted), in one C pass."""
-    out = values.astype(object)
-    out[~(values >= 0)] = None
-    return tuple(out.tolist())
 
 
 def acc_has_flops(flops: np.ndarray) -> bool:

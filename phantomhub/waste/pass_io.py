@@ -14,6 +14,7 @@ through Django's converters), and JSON and bytes are decoded as the ORM decodes 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -258,9 +259,16 @@ def _columns(model: Any, names: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 def pass_outputs_write(
-    row: RunAnalysis, days: list[RunDay], prune_days: bool, marked: list[date], marked_at: datetime, state: StateWrite
+    row: RunAnalysis,
+    serialized: Mapping[str, bytes],
+    days: list[RunDay],
+    prune_days: bool,
+    marked: list[date],
+    marked_at: datetime,
+    state: StateWrite,
 ) -> None:
-    """Store the analysis row, the run's days (upserted; with ``prune_days``, its other days
+    """Store the analysis row (``serialized``: JSON columns already serialized, written as they
+    are; the others are ``row``'s attributes), the run's days (upserted; with ``prune_days``, its other days
     deleted: the run no longer covers a day it was written for), the rollup marks
     of ``marked`` and the state: one statement on PostgreSQL (data-modifying CTEs run whether
     or not the statement reads them), the ORM's upserts elsewhere.
@@ -270,14 +278,19 @@ def pass_outputs_write(
     into the SQL text, and the days and marks are arrays, so the statement text is the same from
     pass to pass (psycopg caches its parsing)."""
     if connection.vendor != "postgresql":
+        for field, raw in serialized.items():
+            setattr(row, field, orjson.loads(raw))
         _pass_outputs_orm(row, days, prune_days, marked, marked_at, state)
         return
     parts: list[str] = []
     params: list[Any] = []
     sets = []
     for field, (column, _) in zip(STORED_FIELDS, _columns(RunAnalysis, tuple(STORED_FIELDS)), strict=True):
-        value = getattr(row, column)
-        params.append(Jsonb(value, dumps=_orjson_dumps) if field in _JSON_FIELDS and value is not None else value)
+        if field in serialized:
+            params.append(Jsonb(serialized[field], dumps=_as_is))
+        else:
+            value = getattr(row, column)
+            params.append(Jsonb(value, dumps=_orjson_dumps) if field in _JSON_FIELDS and value is not None else value)
         sets.append(f"{column} = %s")
     parts.append(f"a AS (UPDATE {RunAnalysis._meta.db_table} SET {', '.join(sets)} WHERE run_id = %s RETURNING 1)")
     params.append(row.run_id)
@@ -325,6 +338,10 @@ def pass_outputs_write(
     # cursors: the statement is still logged and counted (CaptureQueriesContext, DEBUG).
     with connection._prepare_cursor(psycopg.Cursor(raw)) as cursor:  # type: ignore[attr-defined]
         cursor.execute(f"WITH {', '.join(parts)} {tail}", params)
+
+
+def _as_is(value: bytes) -> bytes:
+    return value
 
 
 def _decimal_text(value: Any) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import numpy as np
 import orjson
 
 from phantomhub.waste.evidence import CategoryEvidence, RunProfile
@@ -201,36 +202,115 @@ class HostDiagnostics:
     host_overhead_share: float | None
 
 
-@dataclass(frozen=True)
+# The chart series of WindowSeries, in their JSON order; these hold whole counts (ints in JSON).
+WINDOW_SERIES: tuple[str, ...] = (
+    "t_start_ns", "steps", "step_starts", "step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
+    "host_ms", "tokens_per_s", "samples_per_s", "mfu", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
+    "gpu_util_pct", "alloc_retries",
+)  # fmt: skip
+_WINDOW_INTS = frozenset({"t_start_ns", "step_starts", "alloc_retries"})
+
+
+class _Series:
+    """A WindowSeries column read as a tuple (None where the array holds NaN), made on first use."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: WindowSeries | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return obj.series(self.name)
+
+
 class WindowSeries:
     """Columnar chart data; ``None`` where a window had nothing to measure.
 
     ``steps`` are step-equivalents (each step adds the share of its span inside the window, so
     0 means no step ran); ``step_starts`` counts the steps that started in it.
+
+    Held as numpy arrays (int64 for whole counts, float64 with NaN for "nothing to measure"):
+    a live run's ~2,000 windows x 18 series are written to JSON from the arrays in C (orjson
+    writes a float64 exactly as the Python float, and NaN as null), with no Python float per
+    value. Each series reads as a tuple of Python values, built the first time it is read.
     """
 
-    width_ns: int
-    t_start_ns: tuple[int, ...]
-    steps: tuple[float, ...]
-    step_starts: tuple[int, ...]
-    step_ms: tuple[float | None, ...]
-    data_ms: tuple[float | None, ...]
-    forward_ms: tuple[float | None, ...]
-    backward_ms: tuple[float | None, ...]
-    optimizer_ms: tuple[float | None, ...]
-    comm_ms: tuple[float | None, ...]
-    host_ms: tuple[float | None, ...]
-    tokens_per_s: tuple[float | None, ...]
-    samples_per_s: tuple[float | None, ...]
-    mfu: tuple[float | None, ...]
-    mem_allocated_bytes: tuple[float | None, ...]
-    mem_reserved_bytes: tuple[float | None, ...]
-    mem_peak_bytes: tuple[float | None, ...]
-    gpu_util_pct: tuple[float | None, ...]
-    alloc_retries: tuple[int, ...]
+    t_start_ns: tuple[int, ...] = _Series()  # type: ignore[assignment]
+    steps: tuple[float, ...] = _Series()  # type: ignore[assignment]
+    step_starts: tuple[int, ...] = _Series()  # type: ignore[assignment]
+    step_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    data_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    forward_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    backward_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    optimizer_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    comm_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    host_ms: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    tokens_per_s: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    samples_per_s: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    mfu: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    mem_allocated_bytes: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    mem_reserved_bytes: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    mem_peak_bytes: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    gpu_util_pct: tuple[float | None, ...] = _Series()  # type: ignore[assignment]
+    alloc_retries: tuple[int, ...] = _Series()  # type: ignore[assignment]
+
+    __slots__ = ("_arrays", "_tuples", "width_ns")
+
+    def __init__(self, width_ns: int, arrays: Mapping[str, np.ndarray]) -> None:
+        if set(arrays) != set(WINDOW_SERIES):
+            raise ValueError(f"window series needs exactly {WINDOW_SERIES}, got {sorted(arrays)}")
+        n = len(arrays["t_start_ns"])
+        fixed: dict[str, np.ndarray] = {}
+        for name in WINDOW_SERIES:
+            dtype = np.int64 if name in _WINDOW_INTS else np.float64
+            column = np.ascontiguousarray(arrays[name], dtype=dtype)  # orjson writes C-contiguous arrays only
+            if column.shape != (n,):
+                raise ValueError(f"window series {name} has shape {column.shape}, expected ({n},)")
+            fixed[name] = column
+        self.width_ns = int(width_ns)
+        self._arrays = fixed
+        self._tuples: dict[str, tuple[Any, ...]] = {}
+
+    def array(self, name: str) -> np.ndarray:
+        """The series as stored (read-only view)."""
+        view = self._arrays[name].view()
+        view.flags.writeable = False
+        return view
+
+    def series(self, name: str) -> tuple[Any, ...]:
+        got = self._tuples.get(name)
+        if got is None:
+            values = self._arrays[name]
+            if name in _WINDOW_INTS:
+                got = tuple(values.tolist())
+            else:
+                boxed = values.astype(object)
+                boxed[np.isnan(values)] = None
+                got = tuple(boxed.tolist())
+            self._tuples[name] = got
+        return got
+
+    def json_columns(self) -> dict[str, Any]:
+        """The JSON object of the series: width_ns, then each series as an array (orjson with
+        OPT_SERIALIZE_NUMPY writes them; NaN becomes null)."""
+        return {"width_ns": self.width_ns, **self._arrays}
 
     def __len__(self) -> int:
-        return len(self.t_start_ns)
+        return len(self._arrays["t_start_ns"])
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.width_ns, *(self.series(name) for name in WINDOW_SERIES))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WindowSeries):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"WindowSeries(width_ns={self.width_ns}, windows={len(self)})"
 
 
 @dataclass(frozen=True)
@@ -287,19 +367,50 @@ class Analysis:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON types; tuples become lists, mappings dicts. Through orjson, which walks
-        dataclasses in C: a 1,024-rank analysis has tens of thousands of values."""
-        out = orjson.loads(orjson.dumps(self, default=_plain, option=orjson.OPT_NON_STR_KEYS))
+        """Plain JSON types; tuples become lists, mappings dicts (``to_json_bytes``, parsed)."""
+        out = orjson.loads(self.to_json_bytes())
         assert isinstance(out, dict)
-        out["cost_usd"] = self.cost_usd
-        for fig, raw in zip(self.categories, out["categories"], strict=True):
-            raw["recoverable_usd"] = fig.recoverable_usd
-            raw["recoverable_low_usd"] = fig.recoverable_low_cents / 100
-            raw["recoverable_high_usd"] = fig.recoverable_high_cents / 100
         return out
+
+    def to_json_bytes(self) -> bytes:
+        """The JSON that ``to_json`` parses, serialized once: the nested dataclasses are walked
+        by orjson in C, the chart windows written from their arrays. Besides the fields: the
+        run's ``cost_usd``, and each category's ``recoverable_usd`` / ``_low_usd`` / ``_high_usd``
+        (after its fields, as ``to_json`` has always listed them)."""
+        top: dict[str, Any] = {name: getattr(self, name) for name in _analysis_fields()}
+        top["categories"] = [
+            {
+                **{name: getattr(fig, name) for name in _category_fields()},
+                "recoverable_usd": fig.recoverable_usd,
+                "recoverable_low_usd": fig.recoverable_low_cents / 100,
+                "recoverable_high_usd": fig.recoverable_high_cents / 100,
+            }
+            for fig in self.categories
+        ]
+        top["cost_usd"] = self.cost_usd
+        return json_bytes(top)
+
+
+@cache
+def _analysis_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(Analysis))
+
+
+@cache
+def _category_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(CategoryFigure))
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as JSON, dataclasses walked in C: non-string keys become strings (as the standard
+    library's encoder makes them), read-only mappings dicts, window series and numpy values as
+    their numbers, NaN and infinities null (as orjson writes any float)."""
+    return orjson.dumps(value, default=_plain, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, WindowSeries):
+        return value.json_columns()
     if isinstance(value, Mapping):  # MappingProxyType and other read-only mappings
         return dict(value)
     raise TypeError(f"not JSON: {type(value).__name__}")

@@ -68,7 +68,7 @@ from phantomhub.waste.pass_io import (
     pass_outputs_write,
 )
 from phantomhub.waste.recommendations import recommend
-from phantomhub.waste.result import to_jsonable
+from phantomhub.waste.result import json_bytes, to_jsonable
 from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 
 log = logging.getLogger(__name__)
@@ -405,7 +405,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             extra_warnings=world_size_for(run.world_size, ranks_seen, run.gpu_count)[1],
             consume=True,
         )
-        _store(row, run, inputs.team_id, analysis, seq)
+        serialized = _store(row, run, inputs.team_id, analysis, seq)
         day_rows, prune_days, marked = _days_of(
             run, inputs.team_id, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None
         )
@@ -422,7 +422,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
                 "days": [d.day.isoformat() for d in day_rows],
             },
         )
-        pass_outputs_write(row, day_rows, prune_days, marked, timezone.now(), state)
+        pass_outputs_write(row, serialized, day_rows, prune_days, marked, timezone.now(), state)
     return row
 
 
@@ -556,10 +556,12 @@ def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int, l
     return end
 
 
-def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: int) -> None:
-    """Set every column of STORED_FIELDS on ``row`` (pass_io writes them)."""
-    result = analysis.to_json()
-    recs = [r.to_json() for r in recommend(analysis)]
+def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: int) -> dict[str, bytes]:
+    """Set the columns of STORED_FIELDS on ``row`` but the result and the recommendations, and
+    return those two as JSON, serialized once (pass_io writes them as they are). ``row.result``
+    and ``row.recommendations`` stay unloaded: a caller that reads them loads them as stored (the
+    ~375 kB result is not parsed back into Python for a worker that never looks at it)."""
+    serialized = {"result": analysis.to_json_bytes(), "recommendations": json_bytes(recommend(analysis))}
     row.project_id, row.team_id = run.project_id, team_id
     row.error, row.failures, row.failed_seq, row.retry_at = "", 0, -1, None
     row.analysed_seq = seq
@@ -574,8 +576,7 @@ def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: in
     row.waste_share = analysis.waste_cents / analysis.cost_cents if analysis.cost_cents else 0.0
     row.mfu = analysis.mfu
     row.profile = to_jsonable(analysis.profile) if analysis.steps else None
-    row.result = result
-    row.recommendations = recs
+    return serialized
 
 
 def _day_span_ns(day: date, start: int, end: int) -> tuple[int, int]:
