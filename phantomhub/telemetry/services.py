@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +22,9 @@ from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
-from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, Table, batch_insert
+from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, RowsExist, Table, batch_insert
+
+_T = TypeVar("_T")
 
 RUN_FIELDS = (
     "name",
@@ -137,7 +140,15 @@ _RANK_UPSERT = (
     "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
     "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
     "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END, "
-    "counters = CASE WHEN %s = 1 THEN excluded.counters ELSE telemetry_runrank.counters END"
+    "counters = CASE WHEN %s = 1 THEN {counters} ELSE telemetry_runrank.counters END"
+)
+# PostgreSQL merges the batch's counters into the stored ones in the upsert itself (each keeps its
+# highest value, as _counters_merged does), so the rank's row is never read first; counters are
+# integers in [0, 2**63 - 1], exact as numeric.
+_PG_COUNTERS_MERGED = (
+    "(SELECT jsonb_object_agg(key, to_jsonb(top)) FROM (SELECT key, max(value::numeric) AS top FROM "
+    "(SELECT * FROM jsonb_each(telemetry_runrank.counters) UNION ALL SELECT * FROM jsonb_each(excluded.counters)) "
+    "AS both_sides GROUP BY key) AS merged)"
 )
 
 
@@ -151,13 +162,17 @@ def _after_ingest(
     counters: dict[str, Any] | None = None,
 ) -> None:
     # Same transaction as the rows: the rank's host, its stored step count and last step
-    # (exact), the rows refused for a reused step number and, when given, its merged counters
-    # (one upsert); then the run's
-    # last_seen_at and, when rows were stored, its ingest_seq. On PostgreSQL both are one
-    # statement (a data-modifying WITH runs whether or not its result is read): one round trip.
+    # (exact), the rows refused for a reused step number and, when given, the batch's counters
+    # merged into the rank's (one upsert); then the run's last_seen_at and, when rows were
+    # stored, its ingest_seq. On PostgreSQL both are one statement (a data-modifying WITH runs
+    # whether or not its result is read): one round trip, which also says how many counters the
+    # rank keeps now (over the limit: raised here, so the transaction keeps nothing).
     counts_steps = last_step is not None
     bump = 1 if (result.accepted if changed is None else changed) else 0
     now = timezone.now()
+    pg = connection.vendor == "postgresql"
+    if counters is not None and not pg:
+        counters = _counters_merged(_rank_counters(run.pk, rank), counters, rank, "counters")
     rank_params: list[Any] = [
         rank,
         host or "",
@@ -167,16 +182,21 @@ def _after_ingest(
         result.reused if counts_steps else 0,
         0 if counters is None else 1,
     ]
-    if connection.vendor == "postgresql":
+    if pg:
+        upsert = _RANK_UPSERT.format(greatest="GREATEST", counters=_PG_COUNTERS_MERGED)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"WITH rank_upsert AS ({_RANK_UPSERT.format(greatest='GREATEST')} RETURNING 1) "
-                "UPDATE telemetry_run SET last_seen_at = %s, ingest_seq = ingest_seq + %s WHERE id = %s",
+                f"WITH rank_upsert AS ({upsert} RETURNING (SELECT count(*) FROM jsonb_object_keys(counters)) AS kept) "
+                "UPDATE telemetry_run SET last_seen_at = %s, ingest_seq = ingest_seq + %s WHERE id = %s "
+                "RETURNING (SELECT kept FROM rank_upsert)",
                 [run.pk, *rank_params, now, bump, run.pk],
             )
+            row = cursor.fetchone()
+        if row is not None and row[0] > MAX_RANK_COUNTERS:
+            raise _too_many_counters(rank, "counters")
         return
     with connection.cursor() as cursor:
-        cursor.execute(_RANK_UPSERT.format(greatest="MAX"), [run.pk.hex, *rank_params])
+        cursor.execute(_RANK_UPSERT.format(greatest="MAX", counters="excluded.counters"), [run.pk.hex, *rank_params])
     updates: dict[str, Any] = {"last_seen_at": now}
     if bump:
         updates["ingest_seq"] = F("ingest_seq") + 1
@@ -201,9 +221,22 @@ def _analysis_soon(run: Run) -> None:
     transaction.on_commit(lambda: analysis_request(run_id))
 
 
-def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> InsertResult:
+def _redone_on_conflict(write: Callable[[bool], _T]) -> _T:
+    """``write(optimistic)`` in a transaction of its own, first with optimistic COPYs (no
+    savepoints: a live rank's rows are new); when some of them are stored already (a replay),
+    that transaction is rolled back whole and redone the careful way."""
+    try:
+        with transaction.atomic():
+            return write(True)
+    except RowsExist:
+        pass
     with transaction.atomic():
-        result = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch)
+        return write(False)
+
+
+def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> InsertResult:
+    def write(optimistic: bool) -> InsertResult:
+        result = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch, optimistic=optimistic)
         # The batch is sorted by step, and every step in it is stored now (new, or refused as stored).
         last_step = int(batch.values["step"][-1]) if table is STEP_TABLE else None
         if result.accepted and run.status == RunStatus.CRASHED:
@@ -211,7 +244,9 @@ def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table:
         _after_ingest(run, rank, host, result, last_step)
         if result.accepted:
             _analysis_soon(run)
-    return result
+        return result
+
+    return _redone_on_conflict(write)
 
 
 def _too_late(run: Run, field: str, what: str) -> ApiError:
@@ -323,9 +358,13 @@ def _counters_merged(stored: dict[str, Any], data: dict[str, Any], rank: int, fi
     for key, value in data.items():
         merged[key] = max(value, merged.get(key, value))
     if len(merged) > MAX_RANK_COUNTERS:  # raised inside the batch's transaction: nothing is kept
-        message = f"rank {rank} would keep more than {MAX_RANK_COUNTERS} counters"
-        raise ApiError("invalid", f"{field}: {message}", fields={field: message})
+        raise _too_many_counters(rank, field)
     return merged
+
+
+def _too_many_counters(rank: int, field: str) -> ApiError:
+    message = f"rank {rank} would keep more than {MAX_RANK_COUNTERS} counters"
+    return ApiError("invalid", f"{field}: {message}", fields={field: message})
 
 
 def run_param(run_id: uuid.UUID) -> Any:
@@ -404,7 +443,7 @@ def batch_ingest(
     """One rank's steps, samples, events and counters of one flush interval, in one transaction.
 
     `counters` (checked by the caller) are merged into the rank's as a counters event's data
-    would be, without an event row: one read of the rank's and the same upsert as the rows.
+    would be, without an event row: by the same upsert as the rows.
 
     The same checks as the separate endpoints, all before anything is written, and the same
     idempotency per part; a part that fails refuses the whole batch (nothing is kept). One rank
@@ -413,19 +452,25 @@ def batch_ingest(
     """
     step_batch = _steps_checked(run, steps) if steps is not None else None
     sample_batch = _samples_checked(run, samples) if samples is not None else None
-    with transaction.atomic():
+
+    def write(optimistic: bool) -> tuple[IngestResult | None, InsertResult | None, InsertResult | None]:
         event_result = events_ingest(run=run, events=events, touch=False) if events else None
-        step_rows = batch_insert(table=STEP_TABLE, run_id=run.pk, rank=rank, batch=step_batch) if step_batch else None
-        sample_rows = batch_insert(table=SAMPLE_TABLE, run_id=run.pk, rank=rank, batch=sample_batch) if sample_batch else None
+        step_rows = sample_rows = None
+        if step_batch:
+            step_rows = batch_insert(table=STEP_TABLE, run_id=run.pk, rank=rank, batch=step_batch, optimistic=optimistic)
+        if sample_batch:
+            sample_rows = batch_insert(table=SAMPLE_TABLE, run_id=run.pk, rank=rank, batch=sample_batch, optimistic=optimistic)
         accepted = (step_rows.accepted if step_rows else 0) + (sample_rows.accepted if sample_rows else 0)
         if accepted and run.status == RunStatus.CRASHED:
             _run_reopen_if_marked_crashed(run)
         last_step = int(step_batch.values["step"][-1]) if step_batch else None
         changed = bool(accepted) or bool(event_result and event_result.accepted)
-        merged = _counters_merged(_rank_counters(run.pk, rank), counters, rank, "counters") if counters else None
-        _after_ingest(run, rank, host, step_rows or InsertResult(0, 0, 0), last_step, changed=changed, counters=merged)
+        _after_ingest(run, rank, host, step_rows or InsertResult(0, 0, 0), last_step, changed=changed, counters=counters or None)
         if changed:
             _analysis_soon(run)
+        return event_result, step_rows, sample_rows
+
+    event_result, step_rows, sample_rows = _redone_on_conflict(write)
     return BatchIngestResult(
         steps=StepIngestResult(step_rows.accepted, step_rows.duplicates, step_rows.reused) if step_rows else None,
         samples=IngestResult(sample_rows.accepted, sample_rows.duplicates + sample_rows.reused) if sample_rows else None,

@@ -4,8 +4,11 @@ PostgreSQL: the batch goes in by binary COPY straight into the table inside a sa
 common case of all-new rows costs exactly one COPY. If any row already exists (a replay, or the
 same batch arriving twice at once) the COPY fails on the primary key; we roll back to the
 savepoint and go through a temp staging table with INSERT … ON CONFLICT DO NOTHING, whose row
-count tells accepted from refused rows. SQLite: batched INSERT OR IGNORE, counted by
-total_changes. Both give the same counts for the same input.
+count tells accepted from refused rows. A caller that can redo its whole transaction passes
+``optimistic=True``: no savepoint (two round trips fewer), and a conflict raises RowsExist, which
+leaves the transaction aborted; the caller rolls it back and redoes it without ``optimistic``.
+SQLite: batched INSERT OR IGNORE, counted by total_changes. Both give the same counts for the
+same input.
 
 A refused step row is either a true duplicate (a replay: same step, same start) or a reused step
 number (a restarted process numbering from 0 again: same step, another start). Only when some rows
@@ -87,11 +90,18 @@ _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00
 _PG_COPY_TRAILER = b"\xff\xff"
 
 
-def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch) -> InsertResult:
-    """Store the rows that are new and count the refused ones. Call inside a transaction."""
+class RowsExist(Exception):
+    """An optimistic COPY met stored rows; the transaction is aborted and must be redone."""
+
+
+def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch, optimistic: bool = False) -> InsertResult:
+    """Store the rows that are new and count the refused ones. Call inside a transaction.
+
+    ``optimistic``: all rows are expected new (a live rank's batch); see the module's docstring.
+    """
     names = [name for name in table.pg_types if name in batch.values]
     if connection.vendor == "postgresql":
-        accepted, reused = _pg_insert(table, names, run_id, rank, batch)
+        accepted, reused = _pg_insert(table, names, run_id, rank, batch, optimistic)
     else:
         accepted = _sqlite_insert(table, names, run_id, rank, batch)
         reused = _sqlite_reused(table, run_id, rank, batch) if accepted < batch.n else 0
@@ -192,13 +202,19 @@ def _pg_copy(
         copy.write(pg_copy_payload(table, names, run_id, rank, batch, week))
 
 
-def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> tuple[int, int]:
+def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch, optimistic: bool) -> tuple[int, int]:
     """(accepted, reused) rows."""
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
     week = run_week(run_id)
     with raw.cursor() as cur:
+        if optimistic:
+            try:
+                _pg_copy(cur, table.name, table, names, run_id, rank, batch, week)
+            except psycopg.errors.UniqueViolation:
+                raise RowsExist(table.name) from None
+            return batch.n, 0
         cur.execute("SAVEPOINT phantomhub_copy")
         try:
             _pg_copy(cur, table.name, table, names, run_id, rank, batch, week)

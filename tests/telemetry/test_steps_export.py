@@ -104,12 +104,13 @@ def test_steps_parquet_of_a_real_agent_run_is_what_the_agent_sent(live_server: A
     sent: dict[int, list[dict[str, Any]]] = {}
     store = ingest.batch_insert
 
-    def recording(*, table: Any, run_id: Any, rank: int, batch: Any) -> Any:
+    def recording(*, table: Any, run_id: Any, rank: int, batch: Any, optimistic: bool = False) -> Any:
+        result = store(table=table, run_id=run_id, rank=rank, batch=batch, optimistic=optimistic)  # raises before recording
         if table is STEP_TABLE:
             cols = {n: [None if batch.nulls.get(n) is not None and batch.nulls[n][i] else v for i, v in enumerate(vals.tolist())]
                     for n, vals in batch.values.items()}  # fmt: skip
             sent.setdefault(rank, []).append(cols)
-        return store(table=table, run_id=run_id, rank=rank, batch=batch)
+        return result
 
     monkeypatch.setattr(ingest, "batch_insert", recording)
     token = project_token_for_slugs(team_slug="ml", project_slug="export").raw
