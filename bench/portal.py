@@ -7,16 +7,27 @@ gunicorn, authenticated with a personal token, each N times; p50/p95 printed and
 bench/results/portal.json. With --browser, also the leaderboard page's render time in headless
 Chromium (needs frontend/dist and Debian's chromium).
 
+With --in-process, the pages the fleet simulation's readers request (bench/fleet_sim.py, "portal
+readers") are served through Django's full request path with django.test.Client instead (no
+gunicorn, no network): per endpoint the first (cold) request, p50 and p99 of wall time and of the
+process's CPU time, and SQL statements per request; written to bench/results/portal_inprocess.json.
+--ranks 8 --raw-steps templates builds the data a fleet of 8-rank runs leaves (each analysis the
+size of an 8-rank result) without the 10M raw rows only the 20 real analyses need.
+
     .venv/bin/python bench/portal.py [--runs 10000] [--rows-per-run 1000] [--requests 200] [--browser]
+    .venv/bin/python bench/portal.py --in-process --runs 1000 --ranks 8 --raw-steps templates [--profile run_detail]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import http.client
+import io
 import json
 import os
 import platform
+import pstats
 import shutil
 import subprocess
 import sys
@@ -47,13 +58,21 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--browser", action="store_true")
+    parser.add_argument("--ranks", type=int, default=1, help="ranks per run (the fleet simulation's runs have 8)")
+    parser.add_argument(
+        "--raw-steps", choices=["all", "templates"], default="all",
+        help="raw step rows for every run, or only for the 20 analysed for real (the portal reads none)",
+    )  # fmt: skip
+    parser.add_argument("--in-process", action="store_true", help="django.test.Client: CPU and SQL per request")
+    parser.add_argument("--profile", default="", help="with --in-process: cProfile this endpoint (process time)")
     parser.add_argument("--keep", action="store_true", help="reuse the database of a previous run if it is complete")
     parser.add_argument(
         "--database-url",
         default=os.environ.get("PHANTOMHUB_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/phantomhub_bench_portal"),
     )
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "portal.json"))
+    parser.add_argument("--out", default="")
     args = parser.parse_args()
+    args.out = args.out or str(ROOT / "bench" / "results" / ("portal_inprocess.json" if args.in_process else "portal.json"))
     env = {
         **os.environ,
         "PHANTOMHUB_DATABASE_URL": args.database_url,
@@ -79,6 +98,9 @@ def main() -> None:
 
     django.setup()
     token = setup(args) if not reuse else personal_token()
+    if args.in_process:
+        in_process(token, args)
+        return
     with gunicorn(env, args.workers) as port:
         results = measure(port, token, args)
         if args.browser:
@@ -155,7 +177,7 @@ def setup(args: argparse.Namespace) -> str:
                 status="finished",
                 gpu_model="H100-SXM",
                 gpu_count=8,
-                world_size=1,
+                world_size=args.ranks,
                 dtype="bf16",
                 allocation_start=start - timedelta(minutes=2),
                 started_at=start,
@@ -165,7 +187,9 @@ def setup(args: argparse.Namespace) -> str:
             )
         )
     Run.objects.bulk_create(runs, batch_size=2000)
-    RunRank.objects.bulk_create([RunRank(run=r, rank=0, host="node-0", step_rows=n) for r in runs], batch_size=2000)
+    RunRank.objects.bulk_create(
+        [RunRank(run=r, rank=k, host=f"node-{k // 8}", step_rows=n) for r in runs for k in range(args.ranks)], batch_size=2000
+    )
     dur = rng.integers(1_800_000_000, 2_200_000_000, n)
     base = {
         "step": list(range(n)),
@@ -182,12 +206,16 @@ def setup(args: argparse.Namespace) -> str:
     assert raw is not None
     cols = ", ".join(["run_id", "rank", *names])
     with raw.cursor() as cur:
-        for i, run in enumerate(runs):
+        for i, run in enumerate(runs[:20] if args.raw_steps == "templates" else runs):
             t0 = int(run.started_at.timestamp()) * NS
-            body = {**base, "t_start_ns": (t0 + np.concatenate([[0], np.cumsum(dur[:-1])])).tolist()}
-            batch = columns_validate(body, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**7)
-            with cur.copy(f"COPY telemetry_step ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.write(pg_copy_payload(STEP_TABLE, names, run.pk, 0, batch))
+            for rank in range(args.ranks):
+                # Ranks a little apart in speed, so the analysis finds stragglers as in a real job.
+                skew = dur + rank * 1_000_000
+                starts = t0 + np.concatenate([[0], np.cumsum(skew[:-1])])
+                body = {**base, "dur_ns": skew.tolist(), "t_start_ns": starts.tolist()}
+                batch = columns_validate(body, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**7)
+                with cur.copy(f"COPY telemetry_step ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.write(pg_copy_payload(STEP_TABLE, names, run.pk, rank, batch))
             if i % 500 == 499:
                 raw.commit()
                 print(f"  {i + 1:,} runs, {(i + 1) * n:,} rows ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -291,6 +319,99 @@ def measure(port: int, token: str, args: argparse.Namespace) -> dict[str, Any]:
         }
         print(f"  {name}: p95 {out[name]['p95_ms']} ms", flush=True)
     return {"endpoints": out}
+
+
+# The pages bench/fleet_sim.py's readers request, as they request them.
+READER_PAGES = {
+    "overview": lambda run: "/api/v1/portal/overview",
+    "leaderboard_teams": lambda run: "/api/v1/portal/leaderboards/teams",
+    "leaderboard_projects": lambda run: "/api/v1/portal/leaderboards/projects",
+    "leaderboard_runs": lambda run: "/api/v1/portal/leaderboards/runs",
+    "runs_list": lambda run: "/api/v1/portal/runs?page_size=20",
+    "run_detail": lambda run: f"/api/v1/portal/runs/{run}",
+}
+
+
+def _figures(values: list[float]) -> dict[str, float]:
+    return {"first": round(values[0], 2), "p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2),
+            "mean": round(sum(values) / len(values), 2)}  # fmt: skip
+
+
+def in_process(token: str, args: argparse.Namespace) -> None:
+    """Each reader page through Django's request path in this process: wall and CPU per request
+    (the first one, cold, apart), SQL statements per request, response size."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from phantomhub.telemetry.models import Run
+    from phantomhub.waste.models import RunAnalysis
+
+    rng = np.random.default_rng(11)
+    run_ids = [str(r) for r in Run.objects.values_list("id", flat=True)]
+    picks = [run_ids[int(k)] for k in rng.integers(0, len(run_ids), args.requests + 1)]
+    client = Client(SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert client.get("/api/v1/health").status_code == 200  # the framework's own first-request work
+    prof = cProfile.Profile(time.process_time) if args.profile else None
+    endpoints: dict[str, Any] = {}
+    for name, path in READER_PAGES.items():
+        wall: list[float] = []
+        cpu: list[float] = []
+        size = 0
+        for i in range(args.requests + 1):
+            profiling = prof is not None and name == args.profile and i > 0
+            t0, c0 = time.perf_counter(), time.process_time()
+            if profiling:
+                prof.enable()  # type: ignore[union-attr]
+            response = client.get(path(picks[i]))
+            if profiling:
+                prof.disable()  # type: ignore[union-attr]
+            cpu.append((time.process_time() - c0) * 1000)
+            wall.append((time.perf_counter() - t0) * 1000)
+            assert response.status_code == 200, (name, response.status_code, response.content[:300])
+            size += len(response.content)
+        statements = []
+        for i in range(10):  # counted apart: capturing SQL costs time of its own
+            with CaptureQueriesContext(connection) as queries:
+                client.get(path(picks[i]))
+            statements.append(len(queries))
+        endpoints[name] = {
+            "path": path("{id}"),
+            "wall_ms": _figures(wall),
+            "cpu_ms": _figures(cpu),
+            "sql_statements": max(statements),
+            "response_bytes_mean": round(size / len(wall)),
+        }
+        e = endpoints[name]
+        print(f"  {name:<22} first {e['wall_ms']['first']:7.1f} ms  wall p50 {e['wall_ms']['p50']:6.1f} p99 "
+              f"{e['wall_ms']['p99']:6.1f}  cpu p50 {e['cpu_ms']['p50']:6.1f} p99 {e['cpu_ms']['p99']:6.1f} ms  "
+              f"{e['sql_statements']} SQL  {e['response_bytes_mean']:,} B", flush=True)  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT avg(pg_column_size(result))::bigint, avg(length(result::text))::bigint FROM waste_runanalysis")
+        stored, text = cursor.fetchone()
+    out = {
+        "benchmark": "portal_inprocess",
+        "what": "reader pages of bench/fleet_sim.py through Django's request path (django.test.Client), PostgreSQL",
+        "runs": len(run_ids),
+        "analyses": RunAnalysis.objects.count(),
+        "ranks_per_run": args.ranks,
+        "result_json_bytes_mean": text,
+        "result_stored_bytes_mean": stored,
+        "requests_per_endpoint": args.requests,
+        "endpoints": endpoints,
+        "targets": {"idle_ms": 25},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out} (load average {os.getloadavg()[0]:.2f})")
+    if prof is not None:
+        text_out = io.StringIO()
+        stats = pstats.Stats(prof, stream=text_out).sort_stats("cumulative")
+        stats.print_stats(50)
+        stats.sort_stats("tottime").print_stats(25)
+        print(text_out.getvalue())
 
 
 def browser_render(port: int) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -21,6 +22,31 @@ from phantomhub.portal.periods import Period
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
+
+
+@dataclass(frozen=True)
+class Visible:
+    """The projects a principal may see, read once per page: every selector below filters by these
+    ids instead of repeating the visibility subquery (and its profile lookup) in each statement."""
+
+    project_ids: tuple[int, ...]
+
+    def runs(self) -> QuerySet[Run]:
+        return Run.objects.filter(project_id__in=self.project_ids)
+
+    def run_days(self) -> QuerySet[RunDay]:
+        return RunDay.objects.filter(project_id__in=self.project_ids)
+
+    def project_days(self) -> QuerySet[ProjectDay]:
+        return ProjectDay.objects.filter(project_id__in=self.project_ids)
+
+
+def visible_for(principal: Any) -> Visible:
+    """The principal's projects by accounts' rule (projects_visible), as ids."""
+    if isinstance(principal, Visible):
+        return principal
+    return Visible(tuple(sorted(set(projects_visible(principal).values_list("pk", flat=True)))))
+
 
 SORTS = {"recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"}
 
@@ -78,7 +104,7 @@ def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
 
 
 def runs_visible(principal: Any) -> QuerySet[Run]:
-    return Run.objects.filter(project__in=projects_visible(principal))
+    return visible_for(principal).runs()
 
 
 def _billed_between(start: str | None, end: str | None) -> Q:
@@ -145,23 +171,40 @@ def runs_all(*, principal: Any, filters: dict[str, str], sort: str | None, chunk
 # -- rollup aggregates -----------------------------------------------------------------------
 
 
-def _run_days(principal: Any, period: Period) -> QuerySet[RunDay]:
-    return RunDay.objects.filter(project__in=projects_visible(principal), day__gte=period.start, day__lte=period.end)
+def _run_days(visible: Visible, period: Period) -> QuerySet[RunDay]:
+    return visible.run_days().filter(day__gte=period.start, day__lte=period.end)
 
 
-def _project_days(principal: Any, period: Period) -> QuerySet[ProjectDay]:
-    return ProjectDay.objects.filter(project__in=projects_visible(principal), day__gte=period.start, day__lte=period.end)
+def _project_days(visible: Visible, period: Period) -> QuerySet[ProjectDay]:
+    return visible.project_days().filter(day__gte=period.start, day__lte=period.end)
 
 
 # Sums done by the database: pages stay fast however many runs a period holds.
-AGG = {
-    "gpu_seconds": Sum("gpu_seconds"),
-    "cost": Sum("cost_usd"),
-    "waste": Sum("waste_usd"),
-    "recoverable": Sum("recoverable_usd"),
-    "mfu_gs": Sum("mfu_gpu_seconds"),
-    "mfu_known": Sum("mfu_known_gpu_seconds"),
+SUMMED = {
+    "gpu_seconds": "gpu_seconds",
+    "cost": "cost_usd",
+    "waste": "waste_usd",
+    "recoverable": "recoverable_usd",
+    "mfu_gs": "mfu_gpu_seconds",
+    "mfu_known": "mfu_known_gpu_seconds",
 }
+AGG = {name: Sum(column) for name, column in SUMMED.items()}
+
+
+def _window(period: Period) -> Q:
+    return Q(day__gte=period.start, day__lte=period.end)
+
+
+def _sums_in(prefix: str, window: Q) -> dict[str, Any]:
+    """AGG over the days of `window` only, named `prefix` + name, and how many rows it summed, so
+    one statement can give several periods' figures side by side."""
+    return {f"{prefix}{name}": Sum(column, filter=window) for name, column in SUMMED.items()} | {
+        f"{prefix}rows": Count("day", filter=window)
+    }
+
+
+def _unprefixed(row: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {name: row[f"{prefix}{name}"] for name in SUMMED}
 
 
 def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
@@ -190,50 +233,75 @@ _RUN_ORDER = {
 }
 
 
-def _grouped(
-    kind: str,
-    principal: Any,
-    period: Period,
-    only: set[Any] | None = None,
-    order: tuple[str, bool, int] | None = None,
-) -> dict[Any, dict[str, Any]]:
-    """Figures per team, project or run over the period. For runs, `order` (field, descending,
-    limit) sorts and cuts in the database, so a period with thousands of runs stays cheap."""
-    if kind == "runs":
-        days = _run_days(principal, period)
-        if only is not None:
-            days = days.filter(run_id__in=only)
-        rows = days.values("run_id").annotate(**AGG)
-        if order is not None:
-            field, desc, limit = order
-            rows = rows.annotate(sort_key=_RUN_ORDER[field]).order_by(
-                F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id"
-            )[:limit]
-        return {row["run_id"]: figures_from_sums(row, 1) for row in rows}
+def _runs_grouped(visible: Visible, period: Period, order: tuple[str, bool, int] | None) -> dict[Any, dict[str, Any]]:
+    """Figures per run over the period. `order` (field, descending, limit) sorts and cuts in the
+    database, so a period with thousands of runs stays cheap."""
+    rows = _run_days(visible, period).values("run_id").annotate(**AGG)
+    if order is not None:
+        field, desc, limit = order
+        rows = rows.annotate(sort_key=_RUN_ORDER[field]).order_by(
+            F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id"
+        )[:limit]
+    return {row["run_id"]: figures_from_sums(row, 1) for row in rows}
+
+
+def _groups_with_previous(
+    kind: str, visible: Visible, period: Period
+) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]], dict[Any, date]]:
+    """Teams' or projects' figures over the period and over the previous one, and each one's first
+    day with billed time (all days of the rollups, not only the periods'): one statement over the
+    daily rollups and one over the run-days (for the run counts)."""
     group = "team_id" if kind == "teams" else "project_id"
-    counts = _run_days(principal, period).values(group).annotate(n=Count("run_id", distinct=True))
-    runs = {row[group]: row["n"] for row in counts}
-    groups = _project_days(principal, period).values(group).annotate(**AGG)
-    return {row[group]: figures_from_sums(row, runs.get(row[group], 0)) for row in groups}
+    previous = period.previous()
+    now_q, prev_q = _window(period), _window(previous)
+    counts = (
+        visible.run_days()
+        .filter(day__gte=previous.start, day__lte=period.end)
+        .values(group)
+        .annotate(now=Count("run_id", distinct=True, filter=now_q), prev=Count("run_id", distinct=True, filter=prev_q))
+    )
+    runs = {row[group]: (row["now"], row["prev"]) for row in counts}
+    rows = (
+        visible.project_days()
+        .values(group)
+        .annotate(first=Min("day"), **_sums_in("now_", now_q), **_sums_in("prev_", prev_q))
+        .order_by(group)
+    )
+    now: dict[Any, dict[str, Any]] = {}
+    before: dict[Any, dict[str, Any]] = {}
+    first: dict[Any, date] = {}
+    for row in rows:
+        key = row[group]
+        first[key] = row["first"]
+        runs_now, runs_prev = runs.get(key, (0, 0))
+        if row["now_rows"]:
+            now[key] = figures_from_sums(_unprefixed(row, "now_"), runs_now)
+        if row["prev_rows"]:
+            before[key] = figures_from_sums(_unprefixed(row, "prev_"), runs_prev)
+    return now, before, first
+
+
+def _runs_previous(visible: Visible, previous: Period, ids: set[Any]) -> tuple[dict[Any, dict[str, Any]], dict[Any, date]]:
+    """The runs' figures over the previous period and their first billed days, in one statement."""
+    rows = (
+        visible.run_days()
+        .filter(run_id__in=ids)
+        .values("run_id")
+        .annotate(first=Min("day"), **_sums_in("prev_", _window(previous)))
+    )
+    before: dict[Any, dict[str, Any]] = {}
+    first: dict[Any, date] = {}
+    for row in rows:
+        first[row["run_id"]] = row["first"]
+        if row["prev_rows"]:
+            before[row["run_id"]] = figures_from_sums(_unprefixed(row, "prev_"), 1)
+    return before, first
 
 
 def _sorted(rows: list[dict[str, Any]], field: str, desc: bool) -> list[dict[str, Any]]:
     present = [r for r in rows if r.get(field) is not None]
     missing = [r for r in rows if r.get(field) is None]
     return sorted(present, key=lambda r: r[field], reverse=desc) + missing
-
-
-def _data_from(kind: str, principal: Any, ids: set[Any] | None = None) -> dict[Any, date]:
-    """The first day with billed time, per team, project or run (all the principal may see)."""
-    if kind == "runs":
-        days: QuerySet[Any] = RunDay.objects.filter(project__in=projects_visible(principal))
-        if ids is not None:
-            days = days.filter(run_id__in=ids)
-        group = "run_id"
-    else:
-        days = ProjectDay.objects.filter(project__in=projects_visible(principal))
-        group = "team_id" if kind == "teams" else "project_id"
-    return {row[group]: row["first"] for row in days.values(group).annotate(first=Min("day"))}
 
 
 def compared(period: Period, data_from: date | None) -> bool:
@@ -257,9 +325,13 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
     field, desc = sort_parse(sort)
     if field == "started_at" and kind != "runs":
         raise invalid("sort", "started_at sorts runs only")
+    visible = visible_for(principal)
     previous = period.previous()
-    order = (field, desc, limit) if kind == "runs" and limit is not None else None
-    now = _grouped(kind, principal, period, order=order)
+    if kind == "runs":
+        order = (field, desc, limit) if limit is not None else None
+        now = _runs_grouped(visible, period, order)
+    else:
+        now, before, first = _groups_with_previous(kind, visible, period)
     rows = [{"id": group_id, **figures} for group_id, figures in now.items()]
     if field == "started_at":
         starts = dict(Run.objects.filter(pk__in=now).values_list("id", "allocation_start"))
@@ -267,8 +339,8 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
             row["started_at"] = starts[row["id"]].isoformat()
     rows = _sorted(rows, field, desc)[:limit]
     ids = {row["id"] for row in rows}
-    before = _grouped(kind, principal, previous, only=ids if kind == "runs" else None)
-    first = _data_from(kind, principal, ids if kind == "runs" else None)
+    if kind == "runs":
+        before, first = _runs_previous(visible, previous, ids)
     names = _names(kind, ids)
     out = []
     for row in rows:
@@ -311,15 +383,17 @@ def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
             p.pk: {"key": p.slug, "name": p.label, "team": p.team.slug, "team_name": p.team.label}
             for p in Project.objects.filter(pk__in=ids).select_related("team")
         }
-    runs = Run.objects.filter(pk__in=ids).select_related("project", "project__team")
-    runs = runs.only("id", "name", "status", "gpu_model", "gpu_count", "allocation_start", "project__slug",
-                     "project__display_name", "project__team__slug", "project__team__display_name")  # fmt: skip
+    # Plain tuples, not model instances: a board names 100 runs, and three instances per run were
+    # a good part of its CPU. `label` is display_name or slug (accounts.models).
+    rows = Run.objects.filter(pk__in=ids).values_list(
+        "id", "name", "status", "gpu_model", "gpu_count", "allocation_start",
+        "project__slug", "project__display_name", "project__team__slug", "project__team__display_name",
+    )  # fmt: skip
     return {
-        r.pk: {"key": str(r.pk), "name": r.name or str(r.pk)[:8], "team": r.project.team.slug,
-               "team_name": r.project.team.label, "project": r.project.slug, "project_name": r.project.label,
-               "status": r.status, "gpu_model": r.gpu_model, "gpu_count": r.gpu_count,
-               "started_at": r.allocation_start.isoformat()}
-        for r in runs
+        pk: {"key": str(pk), "name": name or str(pk)[:8], "team": team, "team_name": team_label or team,
+             "project": project, "project_name": project_label or project, "status": status,
+             "gpu_model": gpu_model, "gpu_count": gpu_count, "started_at": started.isoformat()}
+        for pk, name, status, gpu_model, gpu_count, started, project, project_label, team, team_label in rows
     }  # fmt: skip
 
 
@@ -361,9 +435,9 @@ def _totals(days: QuerySet[ProjectDay], run_days: QuerySet[RunDay]) -> dict[str,
 
 
 def _previous_totals(
-    principal: Any, period: Period, team: Team | None, project: Project | None
+    visible: Visible, period: Period, team: Team | None, project: Project | None
 ) -> tuple[dict[str, Any] | None, date | None]:
-    every = ProjectDay.objects.filter(project__in=projects_visible(principal))
+    every = visible.project_days()
     if team is not None:
         every = every.filter(team=team)
     if project is not None:
@@ -371,16 +445,17 @@ def _previous_totals(
     data_from = every.aggregate(first=Min("day"))["first"]
     if not compared(period, data_from):
         return None, data_from
-    return _totals(*_scoped(principal, period.previous(), team, project)), data_from
+    return _totals(*_scoped(visible, period.previous(), team, project)), data_from
 
 
 def overview(*, principal: Any, period: Period) -> dict[str, Any]:
-    days, run_days = _scoped(principal, period, None, None)
+    visible = visible_for(principal)
+    days, run_days = _scoped(visible, period, None, None)
     by_gpu = [
         {"gpu": row["gpu_key"] or "unknown", **pick(figures_from_sums(row, 0), "gpu_hours", "cost_usd", "recoverable_usd")}
         for row in run_days.values("gpu_key").annotate(**AGG)
     ]  # fmt: skip
-    previous, data_from = _previous_totals(principal, period, None, None)
+    previous, data_from = _previous_totals(visible, period, None, None)
     return {
         "period": period.as_dict(),
         "previous": period.previous().as_dict(),
@@ -390,14 +465,14 @@ def overview(*, principal: Any, period: Period) -> dict[str, Any]:
         "by_day": _by_day(days, run_days, period),
         "by_category": categories_total(days),
         "by_gpu": sorted(by_gpu, key=lambda row: -row["cost_usd"]),
-        "worst_runs": leaderboard(principal=principal, kind="runs", period=period, sort="-recoverable_usd", limit=10)["rows"],
+        "worst_runs": leaderboard(principal=visible, kind="runs", period=period, sort="-recoverable_usd", limit=10)["rows"],
     }
 
 
 def _scoped(
-    principal: Any, period: Period, team: Team | None, project: Project | None
+    visible: Visible, period: Period, team: Team | None, project: Project | None
 ) -> tuple[QuerySet[ProjectDay], QuerySet[RunDay]]:
-    days, run_days = _project_days(principal, period), _run_days(principal, period)
+    days, run_days = _project_days(visible, period), _run_days(visible, period)
     if team is not None:
         days, run_days = days.filter(team=team), run_days.filter(team=team)
     if project is not None:
@@ -406,7 +481,8 @@ def _scoped(
 
 
 def scope_summary(*, principal: Any, period: Period, team: Team | None = None, project: Project | None = None) -> dict[str, Any]:
-    days, run_days = _scoped(principal, period, team, project)
+    visible = visible_for(principal)
+    days, run_days = _scoped(visible, period, team, project)
     runs = {row["project_id"]: row["n"] for row in run_days.values("project_id").annotate(n=Count("run_id", distinct=True))}
     per_project = {
         row["project_id"]: figures_from_sums(row, runs.get(row["project_id"], 0))
@@ -418,7 +494,7 @@ def scope_summary(*, principal: Any, period: Period, team: Team | None = None, p
         for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable", "run_id")[:10]
     ]
     run_names = _names("runs", {rid for rid, _ in top})
-    previous, data_from = _previous_totals(principal, period, team, project)
+    previous, data_from = _previous_totals(visible, period, team, project)
     return {
         "period": period.as_dict(),
         "previous": period.previous().as_dict(),
