@@ -383,8 +383,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             if len(cols):
                 steps_end_ns = max(steps_end_ns, int((cols.t_start_ns + cols.dur_ns).max()))
         samples, samples_since = _samples(run, samples_since, hosts, pruned)
-        for batch in samples:
-            acc.add_samples(batch)
+        acc.add_samples_many(samples)
 
         end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns, inputs.last_event_ns)
         _span_check(run, end_ns)
