@@ -95,3 +95,23 @@ def test_a_price_edited_in_place_reprices_the_next_pass_of_the_same_worker(owner
     assert after is not None
     assert after.cost_usd == _full_reanalysis(run_id).cost_usd  # the new price, to the cent
     assert after.cost_usd > before.cost_usd * Decimal("1.9")  # twice the rate, one more step
+
+
+def test_the_pass_reads_the_run_as_the_orm_reads_it(owner: Tenant) -> None:
+    from phantomhub.waste.pass_io import pass_inputs_read
+
+    run_id = make_run(owner)
+    Run.objects.filter(pk=run_id).update(
+        tags={"team": "nlp", "n": [1, 2.5, None]}, config={"lr": 3e-4, "nested": {"a": "é"}}, environment={},
+        price_override_usd_per_gpu_hour=Decimal("2.125"), finished_at=datetime(2026, 9, 22, 1, 2, 3, 456789, tzinfo=UTC),
+    )  # fmt: skip
+    expected = Run.objects.get(pk=run_id)
+
+    inputs = pass_inputs_read(uuid.UUID(run_id), 4)
+
+    assert inputs is not None
+    for field in Run._meta.concrete_fields:
+        got, want = getattr(inputs.run, field.attname), getattr(expected, field.attname)
+        assert (type(got), got) == (type(want), want), field.attname
+    assert not inputs.run._state.adding and inputs.run._state.db == "default"
+    assert inputs.team_id == expected.project.team_id
