@@ -57,18 +57,27 @@ def _writer_project(request: Request) -> Any:
 
 # What the write path reads of a run (its config and environment, up to 64 KiB of JSON each, are
 # never decoded for a batch).
-_WRITE_FIELDS = ("id", "project_id", "status", "allocation_start")
+# In the model's field order, the order Model.from_db takes values in.
+_WRITE_NAMES = {"id", "project_id", "status", "allocation_start"}
+_WRITE_FIELDS = tuple(f.attname for f in Run._meta.concrete_fields if f.attname in _WRITE_NAMES)
 
 
 def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
     project = _writer_project(request)
     # By id first, in one raw statement (every batch comes here: the ORM's query building cost
     # about 0.5 ms of CPU a request); else the id its client registered it by.
-    by_id = Run.objects.raw(
-        f"SELECT {', '.join(_WRITE_FIELDS)} FROM telemetry_run WHERE id = %s AND project_id = %s",
-        [services.run_param(run_id), project.pk],
-    )
-    run = next(iter(by_id), None) or selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)
+    sql = f"SELECT {', '.join(_WRITE_FIELDS)} FROM telemetry_run WHERE id = %s AND project_id = %s"
+    run: Run | None
+    if connection.vendor == "postgresql":
+        # psycopg gives these columns their Python types already (uuid, aware datetime): a plain
+        # cursor and from_db, ~0.15 ms less than a raw queryset's converters and model iteration.
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [run_id, project.pk])
+            row = cursor.fetchone()
+        run = Run.from_db(connection.alias, _WRITE_FIELDS, row) if row else None
+    else:
+        run = next(iter(Run.objects.raw(sql, [services.run_param(run_id), project.pk])), None)
+    run = run or selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)
     if run is None:
         raise ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
     return run
@@ -228,13 +237,16 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
                 "batch_counters": serializers.BooleanField(
                     help_text="a batch may carry the rank's counters as `counters` instead of a counters event"
                 ),
+                "packed_nulls": serializers.BooleanField(
+                    help_text='a packed column may carry nulls: {"i8" | "f8": ..., "null": base64 of one byte per row, 1 = null}'
+                ),
             },
         )
     )
     def get_wire(self, run: Run) -> dict[str, bool]:
         # What this server's ingest understands beyond plain arrays: the agent packs only after
         # the server said so, so an older server keeps getting arrays.
-        return {"packed_columns": True, "batch_counters": True}
+        return {"packed_columns": True, "batch_counters": True, "packed_nulls": True}
 
     @extend_schema_field(
         serializers.UUIDField(help_text="the id the run was registered by (its `id`, unless another project had it)")

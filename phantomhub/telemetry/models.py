@@ -110,7 +110,8 @@ class Step(models.Model):
     (partitions.py); no index on run alone: the primary key leads with it."""
 
     pk = models.CompositePrimaryKey("run_id", "rank", "step")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=True, db_index=False, related_name="+")
+    # No database constraint: ingest checks the run once per batch (migration 0008 says why).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+")
     rank = models.IntegerField()
     step = models.BigIntegerField()
     t_start_ns = models.BigIntegerField()
@@ -136,7 +137,7 @@ class SystemSample(models.Model):
     """About once a second per device (device = -1 for host-only readings). Partitioned as Step."""
 
     pk = models.CompositePrimaryKey("run_id", "rank", "device", "t_ns")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_index=False, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+")
     rank = models.IntegerField()
     device = models.IntegerField()
     t_ns = models.BigIntegerField()

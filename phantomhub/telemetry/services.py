@@ -192,7 +192,9 @@ def _after_ingest(
                 [run.pk, *rank_params, now, bump, run.pk],
             )
             row = cursor.fetchone()
-        if row is not None and row[0] > MAX_RANK_COUNTERS:
+        if row is None:  # the run is gone (raw rows have no foreign key: this is their check)
+            raise _run_gone()
+        if row[0] > MAX_RANK_COUNTERS:
             raise _too_many_counters(rank, "counters")
         return
     with connection.cursor() as cursor:
@@ -200,7 +202,12 @@ def _after_ingest(
     updates: dict[str, Any] = {"last_seen_at": now}
     if bump:
         updates["ingest_seq"] = F("ingest_seq") + 1
-    Run.objects.filter(pk=run.pk).update(**updates)
+    if not Run.objects.filter(pk=run.pk).update(**updates):
+        raise _run_gone()
+
+
+def _run_gone() -> ApiError:
+    return ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
 
 
 def _columns(
@@ -293,7 +300,9 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
     # Inside a batch (touch=False) no savepoint of its own: a failure refuses the whole batch.
     with transaction.atomic(savepoint=touch):
         # One writer of a run's events at a time keeps accepted/duplicate counts exact.
-        locked = Run.objects.select_for_update().only(*_EVENT_RUN_FIELDS).get(pk=run.pk)
+        locked = Run.objects.select_for_update().only(*_EVENT_RUN_FIELDS).filter(pk=run.pk).first()
+        if locked is None:
+            raise _run_gone()
         ids = [event["id"] for event in events]
         seen = set(RunEvent.objects.filter(run_id=run.pk, event_id__in=ids).values_list("event_id", flat=True))
         fresh = [event for event in events if event["id"] not in seen]

@@ -136,6 +136,32 @@ def test_batch_counters_merge_into_the_rank_without_an_event(owner: Tenant) -> N
 
 
 @pytest.mark.backends
+def test_batch_counters_merge_like_a_running_maximum_per_counter(owner: Tenant) -> None:
+    """Random fields and events over three ranks against a plain per-key maximum; values up to
+    2**63 - 1 stay exact (PostgreSQL merges them in the upsert, SQLite in Python)."""
+    import random
+
+    rng = random.Random(11)
+    run_id = owner.create_run()
+    expected: dict[int, dict[str, int]] = {}
+    big = 2**63 - 1
+    for _ in range(40):
+        rank = rng.randrange(3)
+        data = {f"c{rng.randrange(6)}": rng.choice([0, 1, rng.randrange(10**6), big - rng.randrange(3), big]) for _ in range(3)}
+        body: dict[str, Any] = {"rank": rank}
+        if rng.random() < 0.3:
+            body["events"] = [counters_event(**data)]
+        else:
+            body["counters"] = data
+        assert batch(run_id, owner, body).status_code == 200
+        kept = expected.setdefault(rank, {})
+        for key, value in data.items():
+            kept[key] = max(kept.get(key, 0), value)
+    stored = {row.rank: row.counters for row in RunRank.objects.filter(run_id=run_id)}
+    assert stored == expected
+
+
+@pytest.mark.backends
 def test_batch_counters_beyond_the_ranks_limit_refuse_the_batch(owner: Tenant) -> None:
     from phantomhub.telemetry.bounds import MAX_COUNTERS, MAX_RANK_COUNTERS
 
@@ -152,4 +178,65 @@ def test_batch_counters_beyond_the_ranks_limit_refuse_the_batch(owner: Tenant) -
 def test_the_registration_answer_says_batches_may_carry_counters(owner: Tenant) -> None:
     run_id = owner.create_run()
     answer = owner.client.get(f"/api/v1/runs/{run_id}").json()
-    assert answer["wire"] == {"packed_columns": True, "batch_counters": True}
+    assert answer["wire"] == {"packed_columns": True, "batch_counters": True, "packed_nulls": True}
+
+
+@pytest.mark.backends
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("stored_first", ["samples", "steps"])
+def test_a_partly_stored_batch_is_redone_whole_and_counted_once(owner: Tenant, stored_first: str) -> None:
+    """Outside any test transaction, as in production: the first try copies without savepoints;
+    the part already stored makes it fail, and the redo must count every part exactly once."""
+    run_id = owner.create_run()
+    body = {**full_body(), "counters": {"sender_cpu_us": 7}}
+    first = {"rank": 2, stored_first: body[stored_first]}
+    assert batch(run_id, owner, first).status_code == 200
+    seq = Run.objects.get(pk=run_id).ingest_seq
+    response = batch(run_id, owner, body)
+    assert response.status_code == 200, response.content
+    new_steps = 0 if stored_first == "steps" else 20
+    new_samples = 0 if stored_first == "samples" else 4
+    assert response.json() == {
+        "steps": {"accepted": new_steps, "duplicates": 20 - new_steps, "reused_step": 0},
+        "samples": {"accepted": new_samples, "duplicates": 4 - new_samples},
+        "events": {"accepted": 1, "duplicates": 0},
+    }
+    assert Step.objects.filter(run_id=run_id, rank=2).count() == 20
+    assert SystemSample.objects.filter(run_id=run_id, rank=2).count() == 4
+    assert RunEvent.objects.filter(run_id=run_id).count() == 1
+    rank = RunRank.objects.get(run_id=run_id, rank=2)
+    assert rank.step_rows == 20 and rank.counters == {"sent_batches": 3, "sender_cpu_us": 7}
+    assert Run.objects.get(pk=run_id).ingest_seq == seq + 1
+    # The connection is whole after the rolled-back try: the next batch goes in.
+    assert batch(run_id, owner, steps_body(5, rank=2, first=20)).json()["steps"]["accepted"] == 5
+
+
+@pytest.mark.backends
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("parts", ["steps", "samples", "events", "steps+samples+counters"])
+def test_rows_for_a_run_gone_since_its_lookup_are_refused_whole(owner: Tenant, parts: str) -> None:
+    """Raw rows have no foreign key on PostgreSQL: the batch's run update is their check. A run
+    that disappears between the request's lookup and the write gets a 404 and keeps no row."""
+    from django.db import connection
+
+    from phantomhub.errors import ApiError
+    from phantomhub.telemetry import services
+    from phantomhub.telemetry.services import run_param
+
+    run_id = owner.create_run()
+    run = Run.objects.get(pk=run_id)
+    with connection.cursor() as cursor:  # gone behind the ORM's back, as a concurrent delete would be
+        cursor.execute("DELETE FROM telemetry_run WHERE id = %s", [run_param(run.pk)])
+    body = full_body()
+    kwargs: dict[str, Any] = {}
+    for part in parts.split("+"):
+        kwargs[part] = body[part] if part != "counters" else {"sent_batches": 1}
+    if "events" in kwargs:
+        kwargs["events"] = [{"rank": 2, **event} for event in kwargs["events"]]
+    with pytest.raises(ApiError) as caught:
+        services.batch_ingest(run=run, rank=2, host="node-0", **kwargs)
+    assert caught.value.status_code == 404
+    assert not Step.objects.filter(run_id=run_id).exists()
+    assert not SystemSample.objects.filter(run_id=run_id).exists()
+    assert not RunRank.objects.filter(run_id=run_id).exists()
+    assert not RunEvent.objects.filter(run_id=run_id).exists()
