@@ -31,9 +31,6 @@ class Visible:
 
     project_ids: tuple[int, ...]
 
-    def runs(self) -> QuerySet[Run]:
-        return Run.objects.filter(project_id__in=self.project_ids)
-
     def run_days(self) -> QuerySet[RunDay]:
         return RunDay.objects.filter(project_id__in=self.project_ids)
 
@@ -104,7 +101,9 @@ def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
 
 
 def runs_visible(principal: Any) -> QuerySet[Run]:
-    return visible_for(principal).runs()
+    # The subquery, not the ids: the run list reads the runs in one statement either way, and this
+    # spares it the statement that reads the ids.
+    return Run.objects.filter(project__in=projects_visible(principal))
 
 
 def _billed_between(start: str | None, end: str | None) -> Q:
