@@ -99,3 +99,22 @@ def manage(env: dict[str, str], *args: str) -> str:
     """Run a manage.py command against the benchmark's database; its stdout, stripped."""
     out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     return out.stdout.strip()
+
+
+def postgres_cpu_s() -> float:
+    """CPU seconds of every PostgreSQL process on this machine (backends, WAL writer,
+    checkpointer, autovacuum), as /proc counts them; a backend that exited before the reading
+    is missed, so a window's figure is a floor. Meaningful only when nothing else uses
+    PostgreSQL here (the benchmarks say so), and only where PostgreSQL runs on this machine."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] not in ("postgres", "postmaster"):
+            continue
+        try:
+            t = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += t.user + t.system
+    return total

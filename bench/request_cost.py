@@ -6,8 +6,9 @@ columns, gzip, 1-10 steps/s per rank, a host and a GPU sample a second, the coun
 minute), posted through Django's full request path (middleware, authentication, parsing, the
 view, the transaction, the analysis request on commit) with django.test.Client, against
 PostgreSQL and Redis; gunicorn's own share is not in it. Per request: CPU (process time) p50 / p99
-and the first (cold) one; ``--profile`` prints the functions that take most of it (cProfile on
-process time).
+and the first (cold) one, and the CPU the request's PostgreSQL backend spent on it (read from
+/proc, so PostgreSQL must run on this machine); ``--profile`` prints the functions that take most
+of the web side's (cProfile on process time).
 
     .venv/bin/python bench/request_cost.py [--flush 10 60] [--requests 400] [--counters-wire event field] [--profile]
 
@@ -68,13 +69,32 @@ def bodies(
     return out
 
 
+def postgres_backend(client: Any, token: str) -> int:
+    """The pid of the PostgreSQL backend that serves this process's requests (one connection)."""
+    from django.db import connection
+
+    client.get("/api/v1/health")  # the connection is open, as it is for every request after
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def backend_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[str], flush_s: float, wire: str) -> dict[str, Any]:
     n, profile = args.requests, args.profile
     work = bodies(run_ids, token, flush_s, n, args.counters, wire)
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}", "HTTP_CONTENT_ENCODING": "gzip"}
     cpu: list[float] = []
+    pg_cpu: list[float] = []
+    backend = postgres_backend(client, token)
     prof = cProfile.Profile(time.process_time) if profile else None
     for path, body in work:
+        b0 = backend_cpu_s(backend)
         t0 = time.process_time()
         if prof:
             prof.enable()
@@ -82,6 +102,7 @@ def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[st
         if prof:
             prof.disable()
         cpu.append((time.process_time() - t0) * 1000)
+        pg_cpu.append((backend_cpu_s(backend) - b0) * 1000)
         if response.status_code != 200:
             raise RuntimeError(f"{path}: {response.status_code} {response.content[:300]!r}")
     case = {
@@ -92,12 +113,14 @@ def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[st
         "body_bytes_mean": round(sum(len(b) for _, b in work) / n),
         "cpu_ms": {"first": round(cpu[0], 2), "p50": round(pct(cpu, 50), 2), "p99": round(pct(cpu, 99), 2),
                    "mean": round(sum(cpu) / n, 2)},
+        # /proc counts CPU in clock ticks (10 ms): only the mean over many requests is meaningful.
+        "postgres_cpu_ms_mean": round(sum(pg_cpu) / n, 2),
     }  # fmt: skip
     print(
         f"flush {flush_s:>4} s (counters every {args.counters:g} s as {wire}): {n} requests, "
         f"{case['body_bytes_mean']} B gzip'd each; CPU per request first "
         f"{case['cpu_ms']['first']} ms, p50 {case['cpu_ms']['p50']} ms, p99 {case['cpu_ms']['p99']} ms, "
-        f"mean {case['cpu_ms']['mean']} ms",
+        f"mean {case['cpu_ms']['mean']} ms; PostgreSQL's backend {case['postgres_cpu_ms_mean']} ms a request (mean)",
         flush=True,
     )
     if prof:
