@@ -726,11 +726,12 @@ def _rollup_day(day: date) -> None:
     )
 
 
-def runs_mark_crashed(*, now: datetime | None = None) -> int:
+def runs_mark_crashed(*, now: datetime | None = None, org: OrgSettings | None = None) -> int:
     """Running runs the server has not heard from for longer than the crash threshold become
-    crashed; analysis then bills them up to their last sign of life and sets finished_at there."""
+    crashed; analysis then bills them up to their last sign of life and sets finished_at there.
+    ``org``: the organization's settings, when the caller has read them."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=OrgSettings.get().crash_after_s)
+    cutoff = now - timedelta(seconds=(org or OrgSettings.get()).crash_after_s)
     return Run.objects.filter(status=RunStatus.RUNNING, last_seen_at__lt=cutoff).update(
         status=RunStatus.CRASHED, ingest_seq=F("ingest_seq") + 1
     )
@@ -857,7 +858,8 @@ class SweepResult:
 
 def analysis_sweep(*, inline: bool) -> SweepResult:
     """Mark silent runs crashed, analyse (or enqueue) every dirty run, rebuild pending rollups."""
-    crashed = runs_mark_crashed()
+    org = OrgSettings.get()  # once per sweep: the crash threshold and the debounce interval
+    crashed = runs_mark_crashed(org=org)
     dirty = runs_dirty()
     analysed = enqueued = 0
     if inline:
@@ -865,8 +867,7 @@ def analysis_sweep(*, inline: bool) -> SweepResult:
             if run_analyze_isolated(run_id=run_id) is not None:
                 analysed += 1
     else:
-        debounce_s = OrgSettings.get().analysis_debounce_s  # once per sweep, not per dirty run
         for run_id in dirty:
-            enqueued += _analysis_enqueue_once(run_id, debounce_s)
+            enqueued += _analysis_enqueue_once(run_id, org.analysis_debounce_s)
     days = rollups_rebuild()
     return SweepResult(crashed, analysed, enqueued, len(days))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,8 +13,10 @@ import redis
 from django.conf import settings as django_settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from phantomhub.celery import app as celery_app
+from phantomhub.telemetry.models import Run
 from phantomhub.waste import services
 from phantomhub.waste.models import OrgSettings
 from tests.conftest import Tenant
@@ -89,3 +92,22 @@ def test_a_debounce_interval_saved_in_this_process_applies_to_the_next_request(o
     second = uuid.UUID(make_run(owner))
     services.analysis_request(second)
     assert 6_000 < broker.pttl(f"phantomhub:analyze:{second}") <= 7_000
+
+
+def test_a_sweep_with_nothing_dirty_reads_the_settings_once_and_uses_their_crash_threshold(
+    owner: Tenant, broker: redis.Redis
+) -> None:
+    run_id = make_run(owner)
+    owner.post_steps(run_id, known_steps(10))
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    Run.objects.filter(pk=run_id).update(last_seen_at=timezone.now() - timedelta(seconds=100))
+    OrgSettings.objects.update_or_create(pk=1, defaults={"crash_after_s": 200})
+
+    with CaptureQueriesContext(connection) as captured:
+        result = services.analysis_sweep(inline=False)
+
+    assert (result.crashed, result.enqueued) == (0, 0)
+    settings_reads = [q["sql"] for q in captured.captured_queries if "waste_orgsettings" in q["sql"]]
+    assert len(settings_reads) == 1
+    OrgSettings.objects.filter(pk=1).update(crash_after_s=60)
+    assert services.analysis_sweep(inline=False).crashed == 1  # silent for 100 s: over the threshold now
