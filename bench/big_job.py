@@ -18,7 +18,7 @@ run's pass <= 10 ms of worker CPU.
 Writes bench/results/big_job.json.
 
     .venv/bin/python bench/big_job.py [--ranks 1024] [--steps 2000] [--repeat 20] [--model-only]
-    .venv/bin/python bench/big_job.py --pass-cost [--repeat 20] [--profile /tmp/pass.prof] [--breakdown]   # fixed vs per-row
+    .venv/bin/python bench/big_job.py --pass-cost [--repeat 20] [--profile /tmp/pass.prof] [--breakdown] [--reconnect]
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def breakdown_install(totals: dict[str, float]) -> None:
 
 
 def pass_cost_case(
-    project: Any, start: datetime, repeat: int, profile: str | None = None, breakdown: bool = False
+    project: Any, start: datetime, repeat: int, profile: str | None = None, breakdown: bool = False, reconnect: bool = False
 ) -> dict[str, dict[str, float]]:
     """A live 8-rank run's pass after 0, ~1,300 and ~2,600 new step rows (0, 30 and 60 s of the
     fleet bench's ~44 step rows/s, with its 8 sample rows/s: a GPU or a host row a second per
@@ -312,6 +312,24 @@ def pass_cost_case(
             assert row is not None and row.result["steps"] == 8 * state["step"]
             wall[seconds].append(w)
             cpu[seconds].append(c)
+    if reconnect:  # the Celery worker's default: every task closes the connection before and after
+        from django.db import connection
+
+        kept: dict[str, list[float]] = {"kept": [], "fresh": [], "kept_wall": [], "fresh_wall": []}
+        for _ in range(repeat):
+            for mode in ("kept", "fresh"):
+                add(30)
+                if mode == "fresh":
+                    connection.close()
+                _, w, c = timed(lambda: run_analyze(run_id=run.pk))
+                kept[mode].append(c)
+                kept[f"{mode}_wall"].append(w)
+        print(
+            "30 s pass on the open connection vs on a new one (closed before it, as Celery's Django fixup does "
+            f"around every task without CELERY_DB_REUSE_MAX): CPU p50 {pct(kept['kept'], 50):.1f} vs "
+            f"{pct(kept['fresh'], 50):.1f} ms, wall p50 {pct(kept['kept_wall'], 50):.1f} vs {pct(kept['fresh_wall'], 50):.1f} ms "
+            "(this process only: the server's new backend is not counted)"
+        )
     if breakdown:  # untimed passes of the middle size, each part's CPU
         totals: dict[str, float] = {}
         breakdown_install(totals)
@@ -361,6 +379,9 @@ def main() -> None:
     )
     parser.add_argument("--profile", help="with --pass-cost: cProfile (CPU time) of the ~1,300-row passes to this file")
     parser.add_argument("--breakdown", action="store_true", help="with --pass-cost: CPU of each part of the ~1,300-row passes")
+    parser.add_argument(
+        "--reconnect", action="store_true", help="with --pass-cost: ~1,300-row passes on the open connection vs on a new one"
+    )
     args = parser.parse_args()
     model = model_side_by_side(args.ranks, args.steps) if not (args.small_only or args.pass_cost) else {}
     if args.model_only:
@@ -407,7 +428,7 @@ def main() -> None:
         print(line("small run (8 ranks, 30 s of new steps per rank)", small_run_case(project, start, args.repeat)))
         return
     if args.pass_cost:
-        cost = pass_cost_case(project, start, args.repeat, args.profile, args.breakdown)
+        cost = pass_cost_case(project, start, args.repeat, args.profile, args.breakdown, args.reconnect)
         for name, s in cost.items():
             if name != "fit":
                 print(line(f"8-rank pass, {name} ({s['step_rows']:.0f} step rows)", s))
