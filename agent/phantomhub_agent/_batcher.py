@@ -195,6 +195,11 @@ def packed_from_run(answer: Any) -> bool:
     return _wire_says(answer, "packed_columns")
 
 
+def packed_nulls_from_run(answer: Any) -> bool:
+    """Whether that server takes packed columns with a null mask (``pack_column(nulls=True)``)."""
+    return _wire_says(answer, "packed_nulls")
+
+
 def batch_counters_from_run(answer: Any) -> bool:
     """Whether that server takes the rank's counters as the batch's ``counters`` field."""
     return _wire_says(answer, "batch_counters")
@@ -205,45 +210,80 @@ def _wire_says(answer: Any, name: str) -> bool:
     return isinstance(wire, dict) and wire.get(name) is True
 
 
-def pack_column(values: list[Any]) -> Any:
+_NONE = type(None)
+
+
+def pack_column(values: list[Any], *, nulls: bool = False) -> Any:
     """A column as ``{"i8" | "f8": base64 of little-endian values}`` when it is all integers
-    (int64) or all finite numbers; otherwise (nulls, NaN, numpy scalars, huge integers) the list
-    as it is. The server decodes a packed column with one base64 pass instead of a JSON number
-    per value, and the encoding here is C-speed too (array, base64)."""
+    (int64) or all finite numbers; otherwise (NaN, numpy scalars, huge integers) the list as it
+    is. A column with nulls (or NaN / infinities, which an array would carry as nulls) is packed
+    only with ``nulls`` (the server said ``wire.packed_nulls``), adding ``"null"``: base64 of one
+    byte a row, 1 = null, with 0 written under it. The server decodes a packed column with one
+    base64 pass instead of a JSON number per value, and the encoding here is C-speed too (array,
+    base64, bytes of a map)."""
     kinds = set(map(type, values))
     try:
         if kinds == {int}:
-            code, packed = "i8", array.array("q", values)
-        elif kinds and kinds <= {int, float}:
-            code, packed = "f8", array.array("d", values)
-            if not all(map(math.isfinite, packed)):
-                return values  # encode_json turns them into nulls
-        else:
+            return _packed("i8", array.array("q", values))
+        if not kinds or not kinds <= {int, float, _NONE}:
             return values
+        if _NONE not in kinds:
+            floats = array.array("d", values)
+            if all(map(math.isfinite, floats)):
+                return _packed("f8", floats)
+        return _masked(values, kinds) if nulls else values  # encode_json turns NaN into null
     except OverflowError:
         return values
+
+
+def _masked(values: list[Any], kinds: set[type]) -> dict[str, str]:
+    """A column of numbers and nulls packed with its null mask."""
+    missing = bytearray(v is None for v in values)
+    filled = [0 if v is None else v for v in values]
+    if float in kinds:
+        floats = array.array("d", filled)
+        if all(map(math.isfinite, floats)):
+            return _with_mask(_packed("f8", floats), missing)
+        for i, x in enumerate(floats):  # rare: NaN / infinities, which an array would carry as null
+            if not math.isfinite(x):
+                missing[i], filled[i] = 1, 0
+        if float in set(map(type, filled)):
+            return _with_mask(_packed("f8", array.array("d", filled)), missing)
+    # Integers and nulls only: int64, the type the server gives the same array.
+    return _with_mask(_packed("i8", array.array("q", filled)), missing)
+
+
+def _with_mask(column: dict[str, str], missing: bytearray) -> dict[str, str]:
+    column["null"] = base64.b64encode(missing).decode("ascii")
+    return column
+
+
+def _packed(code: str, packed: array.array[Any]) -> dict[str, str]:
     if sys.byteorder == "big":
         packed.byteswap()
     return {code: base64.b64encode(packed.tobytes()).decode("ascii")}
 
 
 def unpack_column(value: Any) -> Any:
-    """The list a packed column holds (anything else unchanged)."""
-    if not isinstance(value, dict) or len(value) != 1:
+    """The list a packed column holds, None where its mask says null (anything else unchanged)."""
+    if not isinstance(value, dict) or len(value) != 1 + ("null" in value):
         return value
-    ((code, text),) = value.items()
+    mask = value.get("null", "")
+    ((code, text),) = ((k, v) for k, v in value.items() if k != "null")
     typecode = {"i8": "q", "f8": "d"}.get(code)
-    if typecode is None or not isinstance(text, str):
+    if typecode is None or not isinstance(text, str) or not isinstance(mask, str):
         return value
     out = array.array(typecode)
     out.frombytes(base64.b64decode(text))
     if sys.byteorder == "big":
         out.byteswap()
-    return out.tolist()
+    if "null" not in value:
+        return out.tolist()
+    return [None if null else v for v, null in zip(out.tolist(), base64.b64decode(mask))]
 
 
-def pack_columns(columns: Columns) -> dict[str, Any]:
-    return {name: pack_column(values) for name, values in columns.items()}
+def pack_columns(columns: Columns, *, nulls: bool = False) -> dict[str, Any]:
+    return {name: pack_column(values, nulls=nulls) for name, values in columns.items()}
 
 
 def unpack_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -399,10 +439,10 @@ def gzip_bytes(data: bytes) -> bytes:
 
 
 def fit_columns(
-    key: str, columns: Columns, extra: dict[str, Any], max_bytes: int, *, packed: bool = False
+    key: str, columns: Columns, extra: dict[str, Any], max_bytes: int, *, packed: bool = False, nulls: bool = False
 ) -> Iterator[tuple[dict[str, Any], bytes, int]]:
-    """Payloads ``{**extra, key: columns}`` encoded to JSON (columns packed if ``packed``),
-    halved until each fits ``max_bytes``.
+    """Payloads ``{**extra, key: columns}`` encoded to JSON (columns packed if ``packed``, those
+    with nulls too if ``nulls``), halved until each fits ``max_bytes``.
 
     A single row that is still too large is yielded as is (the server's 413 decides its fate).
     """
@@ -410,7 +450,7 @@ def fit_columns(
     while stack:
         part = stack.pop()
         payload = dict(extra)
-        payload[key] = pack_columns(part) if packed else part
+        payload[key] = pack_columns(part, nulls=nulls) if packed else part
         body = encode_json(payload)
         rows = column_rows(part)
         if len(body) > max_bytes and rows > 1:
@@ -422,17 +462,24 @@ def fit_columns(
 
 
 def fit_batch(
-    parts: dict[str, Any], extra: dict[str, Any], max_bytes: int, *, rebase: bool = False, packed: bool = False
+    parts: dict[str, Any],
+    extra: dict[str, Any],
+    max_bytes: int,
+    *,
+    rebase: bool = False,
+    packed: bool = False,
+    nulls: bool = False,
 ) -> Iterator[tuple[bytes, int, bool]]:
     """A combined batch ``{**extra, **parts}`` encoded: (body, step rows, rebase) per request.
 
     One request when it fits ``max_bytes`` (the usual case: an interval of one rank is a few KB);
     otherwise each part on its own, columns halved until each fits. Only the requests that carry
     steps keep ``rebase``. ``packed``: step and sample columns packed (``pack_column``), except
-    steps awaiting a rebase, which the spool shifts as lists.
+    steps awaiting a rebase, which the spool shifts as lists; ``nulls``: columns with nulls packed
+    too, with their null masks (a server that said ``wire.packed_nulls``).
     """
     pack = {"steps": packed and not rebase, "samples": packed}
-    wire = {name: pack_columns(value) if pack.get(name) else value for name, value in parts.items()}
+    wire = {name: pack_columns(value, nulls=nulls) if pack.get(name) else value for name, value in parts.items()}
     body = encode_json({**extra, **wire})
     steps = parts.get("steps")
     if len(body) <= max_bytes or set(parts) <= {"events", "counters"}:  # events: at most 500 a request
@@ -444,5 +491,5 @@ def fit_batch(
         if name in ("events", "counters"):
             yield encode_json({**extra, name: parts[name]}), 0, False
             continue
-        for _payload, part_body, rows in fit_columns(name, parts[name], extra, max_bytes, packed=pack[name]):
+        for _payload, part_body, rows in fit_columns(name, parts[name], extra, max_bytes, packed=pack[name], nulls=nulls):
             yield part_body, rows if name == "steps" else 0, rebase and name == "steps"

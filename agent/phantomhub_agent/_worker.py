@@ -130,6 +130,8 @@ class Worker:
         self.healthy = True
         # The server said it takes packed columns (its answer to the run's registration).
         self._packed = False
+        # ... columns with nulls too, with a null mask (wire.packed_nulls).
+        self._packed_nulls = False
         # ... and the rank's counters as the batch's `counters` field (else a counters event).
         self._batch_counters = False
         self._fail_streak = 0
@@ -368,11 +370,13 @@ class Worker:
             cols = b.compact_columns(cols, b.REQUIRED_STEP_COLUMNS)
             rebase = auto and base is None
             packed = self._packed and not rebase
-            for _payload, body, rows in b.fit_columns("steps", cols, extra, s.batch_max_bytes, packed=packed):
+            steps = b.fit_columns("steps", cols, extra, s.batch_max_bytes, packed=packed, nulls=self._packed_nulls)
+            for _payload, body, rows in steps:
                 self._outbox.append(self._request("steps", run_path + "/steps", body, rows, rebase=rebase))
         while len(self._sample_cols) and (force or self._sample_cols.due(now_ns, s.batch_max_rows, max_age)):
             cols = b.compact_columns(self._sample_cols.take(s.batch_max_rows), b.REQUIRED_SAMPLE_COLUMNS)
-            for _payload, body, rows in b.fit_columns("samples", cols, extra, s.batch_max_bytes, packed=self._packed):
+            samples = b.fit_columns("samples", cols, extra, s.batch_max_bytes, packed=self._packed, nulls=self._packed_nulls)
+            for _payload, body, rows in samples:
                 self._outbox.append(self._request("samples", run_path + "/samples", body, rows))
         events_due = self._events_oldest is not None and now_ns - self._events_oldest >= max_age
         if self._events and (force or events_due or len(self._events) >= EVENTS_PER_REQUEST):
@@ -434,7 +438,7 @@ class Worker:
                 parts["counters"], self._counters_field, self._counters_oldest = self._counters_field, None, None
             if not parts:
                 return  # only held steps are pending
-            batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed)
+            batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed, nulls=self._packed_nulls)
             for body, rows, part_rebase in batches:
                 self._outbox.append(self._request("batch", path, body, rows, rebase=part_rebase))
 
@@ -473,6 +477,7 @@ class Worker:
             self._step_base = base
             self._base_pending = False
             self._packed = b.packed_from_run(answer)
+            self._packed_nulls = b.packed_nulls_from_run(answer)
             self._batch_counters = b.batch_counters_from_run(answer)
             self._notify_registered(response)
 
@@ -605,7 +610,7 @@ class Worker:
         requests = []
         for piece, rebase in pieces:
             for body, rows, part_rebase in b.fit_batch(
-                piece, extra, self.settings.batch_max_bytes, rebase=rebase, packed=self._packed
+                piece, extra, self.settings.batch_max_bytes, rebase=rebase, packed=self._packed, nulls=self._packed_nulls
             ):
                 request = self._request("batch", path, body, rows, rebase=part_rebase)
                 requests.extend(unbatch(request) if self.settings.wire == "separate" else [request])
@@ -895,6 +900,7 @@ class Worker:
         if self._is_registration(request):
             self._step_base = base
             self._packed = b.packed_from_run(answer)
+            self._packed_nulls = b.packed_nulls_from_run(answer)
             self._batch_counters = b.batch_counters_from_run(answer)
             self._notify_registered(response)
 
