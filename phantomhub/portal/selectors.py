@@ -18,6 +18,7 @@ from django.db.models.functions import NullIf
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError, invalid
+from phantomhub.portal import sums
 from phantomhub.portal.periods import Period
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.model import CATEGORIES
@@ -179,14 +180,7 @@ def _project_days(visible: Visible, period: Period) -> QuerySet[ProjectDay]:
 
 
 # Sums done by the database: pages stay fast however many runs a period holds.
-SUMMED = {
-    "gpu_seconds": "gpu_seconds",
-    "cost": "cost_usd",
-    "waste": "waste_usd",
-    "recoverable": "recoverable_usd",
-    "mfu_gs": "mfu_gpu_seconds",
-    "mfu_known": "mfu_known_gpu_seconds",
-}
+SUMMED = sums.SUMMED
 AGG = {name: Sum(column) for name, column in SUMMED.items()}
 
 
@@ -200,10 +194,6 @@ def _sums_in(prefix: str, window: Q) -> dict[str, Any]:
     return {f"{prefix}{name}": Sum(column, filter=window) for name, column in SUMMED.items()} | {
         f"{prefix}rows": Count("day", filter=window)
     }
-
-
-def _unprefixed(row: dict[str, Any], prefix: str) -> dict[str, Any]:
-    return {name: row[f"{prefix}{name}"] for name in SUMMED}
 
 
 def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
@@ -252,20 +242,12 @@ def _groups_with_previous(
     daily rollups and one over the run-days (for the run counts)."""
     group = "team_id" if kind == "teams" else "project_id"
     previous = period.previous()
-    now_q, prev_q = _window(period), _window(previous)
-    counts = (
-        visible.run_days()
-        .filter(day__gte=previous.start, day__lte=period.end)
-        .values(group)
-        .annotate(now=Count("run_id", distinct=True, filter=now_q), prev=Count("run_id", distinct=True, filter=prev_q))
-    )
-    runs = {row[group]: (row["now"], row["prev"]) for row in counts}
-    rows = (
-        visible.project_days()
-        .values(group)
-        .annotate(first=Min("day"), **_sums_in("now_", now_q), **_sums_in("prev_", prev_q))
-        .order_by(group)
-    )
+    windows: dict[str, Period | None] = {"now_": period, "prev_": previous}
+    counted = sums.Scope(visible.project_ids, since=previous.start, until=period.end)
+    runs = {
+        row[group]: (row["now_runs"], row["prev_runs"]) for row in sums.distinct_runs(scope=counted, group=group, windows=windows)
+    }
+    rows = sums.day_sums(model=ProjectDay, scope=sums.Scope(visible.project_ids), group=group, windows=windows, first=True)
     now: dict[Any, dict[str, Any]] = {}
     before: dict[Any, dict[str, Any]] = {}
     first: dict[Any, date] = {}
@@ -274,9 +256,9 @@ def _groups_with_previous(
         first[key] = row["first"]
         runs_now, runs_prev = runs.get(key, (0, 0))
         if row["now_rows"]:
-            now[key] = figures_from_sums(_unprefixed(row, "now_"), runs_now)
+            now[key] = figures_from_sums(sums.unprefixed(row, "now_"), runs_now)
         if row["prev_rows"]:
-            before[key] = figures_from_sums(_unprefixed(row, "prev_"), runs_prev)
+            before[key] = figures_from_sums(sums.unprefixed(row, "prev_"), runs_prev)
     return now, before, first
 
 
@@ -293,7 +275,7 @@ def _runs_previous(visible: Visible, previous: Period, ids: set[Any]) -> tuple[d
     for row in rows:
         first[row["run_id"]] = row["first"]
         if row["prev_rows"]:
-            before[row["run_id"]] = figures_from_sums(_unprefixed(row, "prev_"), 1)
+            before[row["run_id"]] = figures_from_sums(sums.unprefixed(row, "prev_"), 1)
     return before, first
 
 
@@ -415,54 +397,76 @@ def categories_total(days: QuerySet[ProjectDay]) -> dict[str, float]:
     return categories_by(days).get(None, dict.fromkeys(CATEGORIES, 0.0))
 
 
-def _by_day(days: QuerySet[ProjectDay], run_days: QuerySet[RunDay], period: Period) -> list[dict[str, Any]]:
-    """Every day of the period, in order, zero where nothing was billed: charts draw time as time."""
-    categories = categories_by(days, "day")
-    sums = {row["day"]: figures_from_sums(row, 0) for row in days.values("day").annotate(**AGG)}
-    runs = {row["day"]: row["n"] for row in run_days.values("day").annotate(n=Count("run_id", distinct=True))}
+def _page_figures(visible: Visible, period: Period, team: Team | None, project: Project | None) -> dict[str, Any]:
+    """What the overview, team and project pages share: the period's totals, the previous period's
+    (where it is complete), the first billed day, every day of the period in order (zero where
+    nothing was billed: charts draw time as time) and the categories' dollars. Totals and the
+    previous totals come from one statement, as do their run counts."""
+    previous = period.previous()
+    scope = sums.Scope(visible.project_ids, team_id=team.pk if team else None, project_id=project.pk if project else None)
+    windows: dict[str, Period | None] = {"now_": period, "prev_": previous}
+    (row,) = sums.day_sums(model=ProjectDay, scope=scope, group=None, windows=windows, first=True)
+    in_both = sums.Scope(scope.project_ids, scope.team_id, scope.project_id, since=previous.start, until=period.end)
+    (runs,) = sums.distinct_runs(scope=in_both, group=None, windows=windows)
+    data_from = row["first"]
+    prev = figures_from_sums(sums.unprefixed(row, "prev_"), runs["prev_runs"]) if compared(period, data_from) else None
+    in_period = sums.Scope(scope.project_ids, scope.team_id, scope.project_id, since=period.start, until=period.end)
+    per_day = {
+        r["day"]: figures_from_sums(sums.unprefixed(r, ""), 0)
+        for r in sums.day_sums(model=ProjectDay, scope=in_period, group="day", windows={"": None})
+    }
+    runs_per_day = {r["day"]: r["runs"] for r in sums.distinct_runs(scope=in_period, group="day", windows={"": None})}
+    categories, total = _categories_by_day(_scoped(visible, period, team, project)[0])
     zero = figures_from_sums({}, 0)
-    return [
-        {"day": day.isoformat(), "runs": runs.get(day, 0),
-         **pick(sums.get(day, zero), "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"),
-         "categories_usd": categories.get(day, dict.fromkeys(CATEGORIES, 0.0))}
-        for day in period.each_day()
-    ]  # fmt: skip
+    return {
+        "data_from": _iso(data_from),
+        "totals": figures_from_sums(sums.unprefixed(row, "now_"), runs["now_runs"]),
+        "previous_totals": prev,
+        "by_day": [
+            {
+                "day": day.isoformat(),
+                "runs": runs_per_day.get(day, 0),
+                **pick(per_day.get(day, zero), "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"),
+                "categories_usd": categories.get(day, dict.fromkeys(CATEGORIES, 0.0)),
+            }
+            for day in period.each_day()
+        ],
+        "by_category": total,
+    }
 
 
-def _totals(days: QuerySet[ProjectDay], run_days: QuerySet[RunDay]) -> dict[str, Any]:
-    return figures_from_sums(days.aggregate(**AGG), run_days.values("run_id").distinct().count())
-
-
-def _previous_totals(
-    visible: Visible, period: Period, team: Team | None, project: Project | None
-) -> tuple[dict[str, Any] | None, date | None]:
-    every = visible.project_days()
-    if team is not None:
-        every = every.filter(team=team)
-    if project is not None:
-        every = every.filter(project=project)
-    data_from = every.aggregate(first=Min("day"))["first"]
-    if not compared(period, data_from):
-        return None, data_from
-    return _totals(*_scoped(visible, period.previous(), team, project)), data_from
+def _categories_by_day(days: QuerySet[ProjectDay]) -> tuple[dict[date, dict[str, float]], dict[str, float]]:
+    """categories_by(days, "day") and categories_total(days) from one read of the rows: each sum
+    is added row by row, as those functions add them."""
+    per: dict[Any, dict[str, float]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0.0))
+    total = dict.fromkeys(CATEGORIES, 0.0)
+    for day, cats in days.values_list("day", "categories_usd"):
+        group = per[day]
+        for name in CATEGORIES:
+            value = float(cats.get(name, 0))
+            group[name] += value
+            total[name] += value
+    rounded = {k: {name: round(v, 2) for name, v in c.items()} for k, c in per.items()}
+    return rounded, {name: round(v, 2) for name, v in total.items()}
 
 
 def overview(*, principal: Any, period: Period) -> dict[str, Any]:
     visible = visible_for(principal)
-    days, run_days = _scoped(visible, period, None, None)
+    in_period = sums.Scope(visible.project_ids, since=period.start, until=period.end)
     by_gpu = [
-        {"gpu": row["gpu_key"] or "unknown", **pick(figures_from_sums(row, 0), "gpu_hours", "cost_usd", "recoverable_usd")}
-        for row in run_days.values("gpu_key").annotate(**AGG)
+        {"gpu": row["gpu_key"] or "unknown",
+         **pick(figures_from_sums(sums.unprefixed(row, ""), 0), "gpu_hours", "cost_usd", "recoverable_usd")}
+        for row in sums.day_sums(model=RunDay, scope=in_period, group="gpu_key", windows={"": None})
     ]  # fmt: skip
-    previous, data_from = _previous_totals(visible, period, None, None)
+    figures = _page_figures(visible, period, None, None)
     return {
         "period": period.as_dict(),
         "previous": period.previous().as_dict(),
-        "data_from": _iso(data_from),
-        "totals": _totals(days, run_days),
-        "previous_totals": previous,
-        "by_day": _by_day(days, run_days, period),
-        "by_category": categories_total(days),
+        "data_from": figures["data_from"],
+        "totals": figures["totals"],
+        "previous_totals": figures["previous_totals"],
+        "by_day": figures["by_day"],
+        "by_category": figures["by_category"],
         "by_gpu": sorted(by_gpu, key=lambda row: -row["cost_usd"]),
         "worst_runs": leaderboard(principal=visible, kind="runs", period=period, sort="-recoverable_usd", limit=10)["rows"],
     }
@@ -493,15 +497,15 @@ def scope_summary(*, principal: Any, period: Period, team: Team | None = None, p
         for row in run_days.values("run_id").annotate(**AGG).order_by("-recoverable", "run_id")[:10]
     ]
     run_names = _names("runs", {rid for rid, _ in top})
-    previous, data_from = _previous_totals(visible, period, team, project)
+    figures = _page_figures(visible, period, team, project)
     return {
         "period": period.as_dict(),
         "previous": period.previous().as_dict(),
-        "data_from": _iso(data_from),
-        "totals": _totals(days, run_days),
-        "previous_totals": previous,
-        "by_day": _by_day(days, run_days, period),
-        "by_category": categories_total(days),
+        "data_from": figures["data_from"],
+        "totals": figures["totals"],
+        "previous_totals": figures["previous_totals"],
+        "by_day": figures["by_day"],
+        "by_category": figures["by_category"],
         "projects": sorted(({**names[pid], **fig} for pid, fig in per_project.items()), key=lambda r: -r["recoverable_usd"]),
         "top_runs": [{**run_names[rid], **fig} for rid, fig in top],
     }

@@ -72,12 +72,13 @@ def stored(db: None) -> dict[str, Any]:
     return {"users": users, "projects": projects}
 
 
-def _expected(rows: list[Any], key: str, start: date, end: date, runs_from: list[RunDay]) -> dict[Any, dict[str, Any]]:
-    """Each group's figures over [start, end], summed row by row in Python."""
+def _expected(rows: list[Any], key: str | None, start: date, end: date, runs_from: list[RunDay]) -> dict[Any, dict[str, Any]]:
+    """Each group's figures over [start, end] (one group, None, when `key` is None), summed row by
+    row in Python."""
     sums: dict[Any, dict[str, Any]] = defaultdict(lambda: defaultdict(float))
     for row in rows:
         if start <= row.day <= end:
-            group = sums[getattr(row, key)]
+            group = sums[getattr(row, key) if key else None]
             group["gpu_seconds"] += row.gpu_seconds
             group["cost"] += float(row.cost_usd)
             group["waste"] += float(row.waste_usd)
@@ -87,7 +88,7 @@ def _expected(rows: list[Any], key: str, start: date, end: date, runs_from: list
     runs: dict[Any, set[Any]] = defaultdict(set)
     for row in runs_from:
         if start <= row.day <= end:
-            runs[getattr(row, key)].add(row.run_id)
+            runs[getattr(row, key) if key else None].add(row.run_id)
     out = {}
     for group, s in sums.items():
         out[group] = {
@@ -190,3 +191,58 @@ def test_pages_take_a_bounded_number_of_statements(
     client = _client(stored["users"]["member"])
     with django_assert_max_num_queries(most):
         assert client.get(path).status_code == 200
+
+
+def _overall(rows: list[Any], start: date, end: date, run_days: list[RunDay]) -> dict[str, Any]:
+    return _expected(rows, None, start, end, run_days).get(None) or {}
+
+
+@pytest.mark.django_db
+@pytest.mark.backends
+@pytest.mark.parametrize("who", ["fin", "member"])
+def test_overview_matches_a_python_sum_over_the_rollups(stored: dict[str, Any], who: str) -> None:
+    visible = {p.pk for p in stored["projects"]} if who == "fin" else {stored["projects"][0].pk, stored["projects"][1].pk}
+    rollups = [d for d in ProjectDay.objects.all() if d.project_id in visible]
+    run_days = [d for d in RunDay.objects.all() if d.project_id in visible]
+    period = period_parse("30d")
+    previous = period.previous()
+
+    page = _client(stored["users"][who]).get("/api/v1/portal/overview", {"period": "30d"}).json()
+
+    _close(page["totals"], _overall(rollups, period.start, period.end, run_days))
+    first = min(d.day for d in rollups)
+    assert page["data_from"] == first.isoformat()
+    if first <= previous.start:
+        _close(page["previous_totals"], _overall(rollups, previous.start, previous.end, run_days))
+    else:
+        assert page["previous_totals"] is None
+    assert [d["day"] for d in page["by_day"]] == [day.isoformat() for day in period.each_day()]
+    for drawn in page["by_day"]:
+        day = date.fromisoformat(drawn["day"])
+        want = _overall(rollups, day, day, run_days) or {"runs": 0, "cost_usd": 0.0, "gpu_hours": 0.0}
+        _close(drawn, {k: want[k] for k in ("runs", "cost_usd", "gpu_hours", "recoverable_usd") if k in want})
+        for name in CATEGORIES:
+            cats = sum(float(d.categories_usd.get(name, 0)) for d in rollups if d.day == day)
+            assert drawn["categories_usd"][name] == pytest.approx(cats, abs=0.0101)
+    for name in CATEGORIES:
+        cats = sum(float(d.categories_usd.get(name, 0)) for d in rollups if period.start <= d.day <= period.end)
+        assert page["by_category"][name] == pytest.approx(cats, abs=0.0101)
+    in_period = [d for d in run_days if period.start <= d.day <= period.end]
+    assert {g["gpu"] for g in page["by_gpu"]} == ({"H100-SXM"} if in_period else set())
+    for g in page["by_gpu"]:
+        assert g["cost_usd"] == pytest.approx(sum(float(d.cost_usd) for d in in_period), abs=0.0101)
+
+
+@pytest.mark.django_db
+@pytest.mark.backends
+def test_a_team_page_sums_only_its_team(stored: dict[str, Any]) -> None:
+    team = stored["projects"][2].team
+    rollups = [d for d in ProjectDay.objects.all() if d.team_id == team.pk]
+    run_days = [d for d in RunDay.objects.all() if d.team_id == team.pk]
+    period = period_parse("90d")
+
+    page = _client(stored["users"]["fin"]).get(f"/api/v1/portal/teams/{team.slug}", {"period": "90d"}).json()
+
+    _close(page["totals"], _overall(rollups, period.start, period.end, run_days))
+    assert page["data_from"] == min(d.day for d in rollups).isoformat()
+    assert page["previous_totals"] is None  # nothing was billed 90 days before the period

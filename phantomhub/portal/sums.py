@@ -1,0 +1,149 @@
+"""Sums over the derived tables (waste.models RunDay and ProjectDay) in hand-written SQL.
+
+The portal's pages ask a few shapes of question: the six summed columns of the daily rows, per
+group, over a period and its previous one side by side, with the first billed day; and distinct
+runs the same way. Compiling such a statement with the ORM (a dozen filtered aggregates) cost more
+CPU than PostgreSQL's work on it (bench/portal.py --in-process --profile), so they are written out
+once here, in SQL that PostgreSQL and SQLite both run. Columns are named from the models' meta.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from django.db import connection
+from django.db.models import Model
+
+from phantomhub.portal.periods import Period
+from phantomhub.waste.models import ProjectDay, RunDay
+
+# The summed columns, by the names figures_from_sums reads (selectors.SUMMED).
+SUMMED = {
+    "gpu_seconds": "gpu_seconds",
+    "cost": "cost_usd",
+    "waste": "waste_usd",
+    "recoverable": "recoverable_usd",
+    "mfu_gs": "mfu_gpu_seconds",
+    "mfu_known": "mfu_known_gpu_seconds",
+}
+GROUPS = {"team_id": "team", "project_id": "project", "day": "day", "gpu_key": "gpu_key", "run_id": "run"}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which daily rows: of these projects (the principal's), optionally one team or one project,
+    optionally from `since` to `until` (days, inclusive)."""
+
+    project_ids: tuple[int, ...]
+    team_id: int | None = None
+    project_id: int | None = None
+    since: date | None = None
+    until: date | None = None
+
+
+def _column(model: type[Model], name: str) -> str:
+    column = getattr(model._meta.get_field(name), "column", None)
+    assert isinstance(column, str), name
+    return connection.ops.quote_name(column)
+
+
+def _where(model: type[Model], scope: Scope) -> tuple[str, list[Any]]:
+    if not scope.project_ids:
+        return "1 = 0", []
+    parts = [f"{_column(model, 'project')} IN ({', '.join(['%s'] * len(scope.project_ids))})"]
+    params: list[Any] = list(scope.project_ids)
+    for name, value in (("team", scope.team_id), ("project", scope.project_id)):
+        if value is not None:
+            parts.append(f"{_column(model, name)} = %s")
+            params.append(value)
+    day = _column(model, "day")
+    if scope.since is not None:
+        parts.append(f"{day} >= %s")
+        params.append(scope.since.isoformat())
+    if scope.until is not None:
+        parts.append(f"{day} <= %s")
+        params.append(scope.until.isoformat())
+    return " AND ".join(parts), params
+
+
+def _in(model: type[Model], period: Period | None) -> tuple[str, list[Any]]:
+    if period is None:
+        return "1 = 1", []
+    day = _column(model, "day")
+    return f"{day} >= %s AND {day} <= %s", [period.start.isoformat(), period.end.isoformat()]
+
+
+def as_date(value: Any) -> date | None:
+    """A day as the backend returns it from plain SQL (SQLite: ISO text)."""
+    if value is None or isinstance(value, date):
+        return value
+    return date.fromisoformat(str(value))
+
+
+def _rows(sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _select(model: type[Model], group: str | None, parts: list[str], params: list[Any], scope: Scope) -> list[dict[str, Any]]:
+    where, where_params = _where(model, scope)
+    table = connection.ops.quote_name(model._meta.db_table)
+    head = [f"{_column(model, GROUPS[group])} AS {group}"] if group else []
+    sql = f"SELECT {', '.join(head + parts)} FROM {table} WHERE {where}"
+    if group:
+        sql += f" GROUP BY {_column(model, GROUPS[group])} ORDER BY {_column(model, GROUPS[group])}"
+    rows = _rows(sql, params + where_params)
+    if group == "day":
+        for row in rows:
+            row["day"] = as_date(row["day"])
+    return rows
+
+
+def day_sums(
+    *,
+    model: type[RunDay] | type[ProjectDay],
+    scope: Scope,
+    group: str | None,
+    windows: dict[str, Period | None],
+    first: bool = False,
+) -> list[dict[str, Any]]:
+    """Per `group` (or one row for all): for each window, its prefix + each SUMMED name, and
+    prefix + "rows", the rows it summed (0: none; the sums are then None). With `first`, the
+    group's first day in the scope ("first")."""
+    parts: list[str] = []
+    params: list[Any] = []
+    if first:
+        parts.append(f"MIN({_column(model, 'day')}) AS first")
+    for prefix, period in windows.items():
+        cond, cond_params = _in(model, period)
+        for name, column in SUMMED.items():
+            parts.append(f"SUM(CASE WHEN {cond} THEN {_column(model, column)} END) AS {prefix}{name}")
+            params += cond_params
+        parts.append(f"COUNT(CASE WHEN {cond} THEN 1 END) AS {prefix}rows")
+        params += cond_params
+    rows = _select(model, group, parts, params, scope)
+    if first:
+        for row in rows:
+            row["first"] = as_date(row["first"])
+    return rows
+
+
+def distinct_runs(*, scope: Scope, group: str | None, windows: dict[str, Period | None]) -> list[dict[str, Any]]:
+    """Per `group` (or one row for all): for each window, prefix + "runs", the distinct runs with a
+    run-day in it."""
+    parts: list[str] = []
+    params: list[Any] = []
+    run = _column(RunDay, "run")
+    for prefix, period in windows.items():
+        cond, cond_params = _in(RunDay, period)
+        parts.append(f"COUNT(DISTINCT CASE WHEN {cond} THEN {run} END) AS {prefix}runs")
+        params += cond_params
+    return _select(RunDay, group, parts, params, scope)
+
+
+def unprefixed(row: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {name: row[f"{prefix}{name}"] for name in SUMMED}
