@@ -12,8 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, DecimalField, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum, Value
-from django.db.models.functions import NullIf
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum
 
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
@@ -184,18 +183,6 @@ SUMMED = sums.SUMMED
 AGG = {name: Sum(column) for name, column in SUMMED.items()}
 
 
-def _window(period: Period) -> Q:
-    return Q(day__gte=period.start, day__lte=period.end)
-
-
-def _sums_in(prefix: str, window: Q) -> dict[str, Any]:
-    """AGG over the days of `window` only, named `prefix` + name, and how many rows it summed, so
-    one statement can give several periods' figures side by side."""
-    return {f"{prefix}{name}": Sum(column, filter=window) for name, column in SUMMED.items()} | {
-        f"{prefix}rows": Count("day", filter=window)
-    }
-
-
 def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
     cost = float(row.get("cost") or 0)
     waste = float(row.get("waste") or 0)
@@ -211,27 +198,17 @@ def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
     }
 
 
-_RUN_ORDER = {
-    "recoverable_usd": F("recoverable"),
-    "cost_usd": F("cost"),
-    "waste_usd": F("waste"),
-    "gpu_hours": F("gpu_seconds"),
-    "waste_share": F("waste") / NullIf(F("cost"), Value(0, output_field=DecimalField())),
-    "mfu": F("mfu_gs") / NullIf(F("mfu_known"), Value(0.0)),
-    "started_at": Max("run__allocation_start"),
-}
-
-
 def _runs_grouped(visible: Visible, period: Period, order: tuple[str, bool, int] | None) -> dict[Any, dict[str, Any]]:
     """Figures per run over the period. `order` (field, descending, limit) sorts and cuts in the
     database, so a period with thousands of runs stays cheap."""
-    rows = _run_days(visible, period).values("run_id").annotate(**AGG)
-    if order is not None:
-        field, desc, limit = order
-        rows = rows.annotate(sort_key=_RUN_ORDER[field]).order_by(
-            F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id"
-        )[:limit]
-    return {row["run_id"]: figures_from_sums(row, 1) for row in rows}
+    if order is None or order[0] in sums.RUN_ORDER:
+        in_period = sums.Scope(visible.project_ids, since=period.start, until=period.end)
+        rows = sums.day_sums(model=RunDay, scope=in_period, group="run_id", windows={"": None}, order=order)
+        return {row["run_id"]: figures_from_sums(sums.unprefixed(row, ""), 1) for row in rows}
+    _, desc, limit = order  # started_at: the run's, not a sum
+    by = _run_days(visible, period).values("run_id").annotate(**AGG, sort_key=Max("run__allocation_start"))
+    by = by.order_by(F("sort_key").desc(nulls_last=True) if desc else F("sort_key").asc(nulls_last=True), "run_id")
+    return {row["run_id"]: figures_from_sums(row, 1) for row in by[:limit]}
 
 
 def _groups_with_previous(
@@ -264,12 +241,8 @@ def _groups_with_previous(
 
 def _runs_previous(visible: Visible, previous: Period, ids: set[Any]) -> tuple[dict[Any, dict[str, Any]], dict[Any, date]]:
     """The runs' figures over the previous period and their first billed days, in one statement."""
-    rows = (
-        visible.run_days()
-        .filter(run_id__in=ids)
-        .values("run_id")
-        .annotate(first=Min("day"), **_sums_in("prev_", _window(previous)))
-    )
+    of_runs = sums.Scope(visible.project_ids, run_ids=tuple(sorted(ids)))
+    rows = sums.day_sums(model=RunDay, scope=of_runs, group="run_id", windows={"prev_": previous}, first=True)
     before: dict[Any, dict[str, Any]] = {}
     first: dict[Any, date] = {}
     for row in rows:

@@ -9,6 +9,7 @@ once here, in SQL that PostgreSQL and SQLite both run. Columns are named from th
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -29,6 +30,17 @@ SUMMED = {
     "mfu_known": "mfu_known_gpu_seconds",
 }
 GROUPS = {"team_id": "team", "project_id": "project", "day": "day", "gpu_key": "gpu_key", "run_id": "run"}
+# How the runs board sorts (selectors.SORTS but started_at, which the ORM path keeps), in the
+# summed columns: a share is a ratio of sums, never a sum of ratios.
+RUN_ORDER = {
+    "recoverable_usd": "SUM({recoverable_usd})",
+    "cost_usd": "SUM({cost_usd})",
+    "waste_usd": "SUM({waste_usd})",
+    "gpu_hours": "SUM({gpu_seconds})",
+    # * 1.0: SQLite stores whole dollars as integers, and divides integers as integers.
+    "waste_share": "SUM({waste_usd}) * 1.0 / NULLIF(SUM({cost_usd}), 0)",
+    "mfu": "SUM({mfu_gpu_seconds}) * 1.0 / NULLIF(SUM({mfu_known_gpu_seconds}), 0)",
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class Scope:
     project_id: int | None = None
     since: date | None = None
     until: date | None = None
+    run_ids: tuple[uuid.UUID, ...] | None = None  # run-days only: of these runs
 
 
 def _column(model: type[Model], name: str) -> str:
@@ -58,6 +71,12 @@ def _where(model: type[Model], scope: Scope) -> tuple[str, list[Any]]:
         if value is not None:
             parts.append(f"{_column(model, name)} = %s")
             params.append(value)
+    if scope.run_ids is not None:
+        if not scope.run_ids:
+            return "1 = 0", []
+        run = RunDay._meta.get_field("run")
+        parts.append(f"{_column(model, 'run')} IN ({', '.join(['%s'] * len(scope.run_ids))})")
+        params += [run.get_db_prep_value(r, connection) for r in scope.run_ids]
     day = _column(model, "day")
     if scope.since is not None:
         parts.append(f"{day} >= %s")
@@ -89,17 +108,25 @@ def _rows(sql: str, params: list[Any]) -> list[dict[str, Any]]:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _select(model: type[Model], group: str | None, parts: list[str], params: list[Any], scope: Scope) -> list[dict[str, Any]]:
+def _select(
+    model: type[Model], group: str | None, parts: list[str], params: list[Any], scope: Scope, order: str = "", limit: int = 0
+) -> list[dict[str, Any]]:
     where, where_params = _where(model, scope)
     table = connection.ops.quote_name(model._meta.db_table)
     head = [f"{_column(model, GROUPS[group])} AS {group}"] if group else []
     sql = f"SELECT {', '.join(head + parts)} FROM {table} WHERE {where}"
     if group:
-        sql += f" GROUP BY {_column(model, GROUPS[group])} ORDER BY {_column(model, GROUPS[group])}"
+        column = _column(model, GROUPS[group])
+        sql += f" GROUP BY {column} ORDER BY {order + ', ' if order else ''}{column}"
+    if limit:
+        sql += f" LIMIT {int(limit)}"
     rows = _rows(sql, params + where_params)
     if group == "day":
         for row in rows:
             row["day"] = as_date(row["day"])
+    if group == "run_id":  # SQLite: the hex text of the id
+        for row in rows:
+            row["run_id"] = row["run_id"] if isinstance(row["run_id"], uuid.UUID) else uuid.UUID(str(row["run_id"]))
     return rows
 
 
@@ -110,10 +137,12 @@ def day_sums(
     group: str | None,
     windows: dict[str, Period | None],
     first: bool = False,
+    order: tuple[str, bool, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Per `group` (or one row for all): for each window, its prefix + each SUMMED name, and
     prefix + "rows", the rows it summed (0: none; the sums are then None). With `first`, the
-    group's first day in the scope ("first")."""
+    group's first day in the scope ("first"). `order` (a RUN_ORDER field, descending, limit)
+    sorts the groups by it, missing values last, then by the group, and keeps the first `limit`."""
     parts: list[str] = []
     params: list[Any] = []
     if first:
@@ -125,7 +154,12 @@ def day_sums(
             params += cond_params
         parts.append(f"COUNT(CASE WHEN {cond} THEN 1 END) AS {prefix}rows")
         params += cond_params
-    rows = _select(model, group, parts, params, scope)
+    order_sql, limit = "", 0
+    if order is not None:
+        field, desc, limit = order
+        columns = {column: _column(model, column) for column in SUMMED.values()}
+        order_sql = RUN_ORDER[field].format(**columns) + (" DESC" if desc else " ASC") + " NULLS LAST"
+    rows = _select(model, group, parts, params, scope, order_sql, limit)
     if first:
         for row in rows:
             row["first"] = as_date(row["first"])

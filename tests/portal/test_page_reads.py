@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 from phantomhub.accounts.models import Membership, Profile, Project, Role
 from phantomhub.accounts.services import project_get_or_create, team_get_or_create
 from phantomhub.portal.periods import period_parse
+from phantomhub.portal.selectors import leaderboard
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunDay
@@ -246,3 +247,36 @@ def test_a_team_page_sums_only_its_team(stored: dict[str, Any]) -> None:
     _close(page["totals"], _overall(rollups, period.start, period.end, run_days))
     assert page["data_from"] == min(d.day for d in rollups).isoformat()
     assert page["previous_totals"] is None  # nothing was billed 90 days before the period
+
+
+@pytest.mark.django_db
+@pytest.mark.backends
+@pytest.mark.parametrize("field", ["recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "waste_share", "mfu", "started_at"])
+@pytest.mark.parametrize("desc", [True, False])
+def test_the_run_board_cut_is_the_top_of_a_python_sort(stored: dict[str, Any], field: str, desc: bool) -> None:
+    period = period_parse("90d")
+    sums: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for d in RunDay.objects.filter(day__gte=period.start, day__lte=period.end):
+        s = sums[d.run_id]
+        s["recoverable_usd"] += float(d.recoverable_usd)
+        s["cost_usd"] += float(d.cost_usd)
+        s["waste_usd"] += float(d.waste_usd)
+        s["gpu_hours"] += d.gpu_seconds
+        s["mfu_gs"] += d.mfu_gpu_seconds
+        s["mfu_known"] += d.mfu_known_gpu_seconds
+    starts = dict(Run.objects.values_list("id", "allocation_start"))
+
+    def key(run_id: Any) -> Any:
+        s = sums[run_id]
+        if field == "waste_share":
+            return s["waste_usd"] / s["cost_usd"] if s["cost_usd"] else None
+        if field == "mfu":
+            return s["mfu_gs"] / s["mfu_known"] if s["mfu_known"] else None
+        return starts[run_id].timestamp() if field == "started_at" else s[field]
+
+    known = [r for r in sums if key(r) is not None]
+    ordered = sorted(sorted(known, key=str), key=key, reverse=desc) + sorted((r for r in sums if key(r) is None), key=str)
+    user = stored["users"]["fin"]
+    board = leaderboard(principal=user, kind="runs", period=period, sort=("-" if desc else "") + field, limit=5)
+
+    assert [row["key"] for row in board["rows"]] == [str(r) for r in ordered[:5]]
