@@ -32,12 +32,12 @@ from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
-from phantomhub.telemetry.models import EventKind, RunEvent
-from phantomhub.telemetry.selectors import run_get_visible
+from phantomhub.telemetry.models import EventKind, Run, RunEvent
+from phantomhub.telemetry.selectors import run_find
 from phantomhub.waste.baseline import run_vs_baseline
 from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
-from phantomhub.waste.selectors import analysis_failure, analysis_row, analysis_series, analysis_view
+from phantomhub.waste.selectors import analysis_failure, analysis_series, analysis_view
 
 OBJ = OpenApiTypes.OBJECT
 
@@ -173,14 +173,32 @@ def _is_date(text: str) -> bool:
         return False
 
 
+def _run_for_page(principal: Any, run_id: uuid.UUID) -> Run:
+    """run_get_visible's run (the same visibility, the same id or client id), with its project, team
+    and analysis read in the same statement, less the analysis's incremental state (large, and of no
+    use to the page; analysis_row leaves it out too)."""
+    runs = (
+        Run.objects.select_related("project", "project__team", "analysis")
+        .defer("analysis__state", "analysis__rank_rows", "analysis__rank_last_step")
+        .filter(project__in=projects_visible(principal))
+    )
+    run = run_find(runs, run_id)
+    if run is None:
+        raise ApiError("not_found", "run not found", status_code=404)
+    return run
+
+
 class RunPageApi(APIView):
     @extend_schema(responses=OBJ, summary="Everything the run page shows")
     def get(self, request: Request, run_id: uuid.UUID) -> Response:
-        run = run_get_visible(principal=request.user, run_id=run_id)
+        run = _run_for_page(request.user, run_id)
         phases = RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns")
-        row = analysis_row(run=run)
-        analysis = analysis_view(run=run, explain=True, row=row)
-        failure = analysis_failure(run=run)
+        # The analysis came with the run (one statement, its incremental state left out): the
+        # same row analysis_row reads, which is read once here, not three times.
+        stored = getattr(run, "analysis", None)
+        row = stored if stored is not None and stored.analysed_at is not None else None
+        analysis = analysis_view(run=run, explain=True, row=row) if row is not None else None
+        failure = analysis_failure(run=run, row=stored) if stored is not None else None
         if analysis is not None:
             state = "analysed"
         else:
@@ -202,7 +220,7 @@ class RunPageApi(APIView):
                 "analysis_status": state,
                 "analysis_error": failure,
                 "analysis": analysis,
-                "series": analysis_series(run=run, row=row),
+                "series": analysis_series(run=run, row=row) if row is not None else None,
                 # This run against its project's baseline, priced at the project's volume (waste/baseline.py).
                 "baseline": run_vs_baseline(run),
                 "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
