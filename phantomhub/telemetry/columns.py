@@ -6,8 +6,8 @@ checked with a handful of vectorised comparisons instead of 75,000 Python-level 
 
 from __future__ import annotations
 
-import base64
 import binascii
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,7 +128,8 @@ def packed_length(raw: dict[str, Any]) -> int | None:
 
 def _b64decode(field: str, text: str, what: str) -> bytes:
     try:
-        return base64.b64decode(text, validate=True)
+        # base64.b64decode(validate=True) is this call behind two Python frames (~1 µs a column).
+        return binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
         raise ColumnError(field, f"packed column: {what}not valid base64") from None
 
@@ -140,18 +141,19 @@ def _null_mask(col: Column, field: str, text: Any, rows: int) -> npt.NDArray[np.
     data = _b64decode(field, text, '"null" is ')
     if len(data) != rows:
         raise ColumnError(field, f'packed column: "null" has {len(data)} bytes for {rows} rows (one byte a row)')
-    codes = np.frombuffer(data, dtype=np.uint8)
-    if rows and codes.max() > 1:
-        bad = int(np.flatnonzero(codes > 1)[0])
-        raise ColumnError(field, f'packed column: "null" byte {bad} is {int(codes[bad])}; each byte is 1 (null) or 0 (a value)')
-    if not codes.any():
+    # bytes methods, not numpy reductions: a few hundred ns for a batch's rows instead of µs.
+    if data.translate(None, b"\x00\x01"):
+        bad = next(i for i, byte in enumerate(data) if byte > 1)
+        raise ColumnError(field, f'packed column: "null" byte {bad} is {data[bad]}; each byte is 1 (null) or 0 (a value)')
+    if b"\x01" not in data:
         return None
     if col.required:
         raise ColumnError(field, "must not contain null")
-    return codes.astype(np.bool_)
+    return np.frombuffer(data, dtype=np.bool_).copy()
 
 
 def _unpacked(col: Column, field: str, raw: dict[str, Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
+    """A packed column's values (0 under its null rows) and its nulls, before any check of the values."""
     unknown = [key for key in raw if key not in PACKED_DTYPES and key != "null"]
     if unknown:
         raise ColumnError(field, f"packed column: unknown key {unknown[0]!r} ({PACKED_SHAPE})")
@@ -167,28 +169,35 @@ def _unpacked(col: Column, field: str, raw: dict[str, Any]) -> tuple[npt.NDArray
     nulls = _null_mask(col, field, raw["null"], len(arr)) if "null" in raw else None
     if nulls is not None:
         arr[nulls] = 0  # what an array's null becomes; the bytes sent under it are never checked
-    if code == "f8":
-        if not np.isfinite(arr).all():
+    return arr, nulls
+
+
+def _checked(col: Column, field: str, arr: npt.NDArray[Any], shown: Any) -> npt.NDArray[Any]:
+    """`arr` (float64 or int64, as sent) checked against `col`, as `col`'s dtype.
+
+    One min and one max serve both checks: NaN propagates through them and an infinity is one
+    of them, so they are finite exactly when every value is (numpy reductions cost µs each on a
+    batch's few hundred rows, more than the values do).
+    """
+    lo, hi = arr.min(), arr.max()
+    if arr.dtype == np.float64:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ColumnError(field, "must be finite (no NaN or Infinity)")
         if col.kind == "int":
             raise ColumnError(field, "must be integers")
     elif col.kind == "float":
         arr = arr.astype(np.float64)
-    return arr, nulls
-
-
-def _range_check(col: Column, field: str, arr: npt.NDArray[Any], shown: Any) -> None:
-    if len(arr) and (arr.min() < col.lo or arr.max() > col.hi):
+    if lo < col.lo or hi > col.hi:
         bad = int(np.flatnonzero((arr < col.lo) | (arr > col.hi))[0])
         value = shown[bad] if isinstance(shown, list) else arr[bad].item()
         raise ColumnError(f"{field}[{bad}]", f"{value!r} is out of range; values must be in [{col.lo:g}, {col.hi:g}]")
+    return arr
 
 
 def _typed(col: Column, field: str, raw: Any) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_] | None]:
     if isinstance(raw, dict):
         packed, mask = _unpacked(col, field, raw)
-        _range_check(col, field, packed, packed)
-        return packed, mask
+        return _checked(col, field, packed, packed), mask
     # One C-speed pass tells which Python types the column holds; numpy does the rest.
     types = set(map(type, raw))
     if not types <= {int, float, type(None)}:  # bool, str, list, dict...
@@ -205,15 +214,7 @@ def _typed(col: Column, field: str, raw: Any) -> tuple[npt.NDArray[Any], npt.NDA
         arr = np.fromiter(values, dtype=np.float64 if float in types else np.int64, count=len(values))
     except OverflowError:
         raise ColumnError(field, f"values must be in [{col.lo:g}, {col.hi:g}]") from None
-    if float in types:
-        if not np.isfinite(arr).all():
-            raise ColumnError(field, "must be finite (no NaN or Infinity)")
-        if col.kind == "int":
-            raise ColumnError(field, "must be integers")
-    elif col.kind == "float":
-        arr = arr.astype(np.float64)
-    _range_check(col, field, arr, raw)
-    return arr, nulls
+    return _checked(col, field, arr, raw), nulls
 
 
 def columns_validate(
