@@ -163,11 +163,13 @@ class RankSim:
             REQUIRED_SAMPLE_COLUMNS,
         )
         payload: dict[str, Any] = {"rank": self.rank, "host": f"node-{self.rank // 8}"}
-        # Packed, as the agent sends them to a server that takes packed columns (_batcher.pack_column).
+        # Packed, as the agent sends them to a server that takes packed columns (_batcher.pack_column);
+        # the sample columns with nulls (host rows' GPU readings, GPU rows' CPU ones) with their null
+        # masks, as it sends them to one that says wire.packed_nulls.
         if n:
             payload["steps"] = {name: _packed(values) for name, values in steps.items()}
         if k:
-            payload["samples"] = pack_columns(samples)
+            payload["samples"] = pack_columns(samples, nulls=True)
         if time.monotonic() >= self.next_counters:
             self.next_counters += 60
             counters = {"dropped_steps": 0, "sent_batches": self.step // 10, "sender_cpu_us": self.step * 40}

@@ -220,7 +220,7 @@ def pack_column(values: list[Any], *, nulls: bool = False) -> Any:
     only with ``nulls`` (the server said ``wire.packed_nulls``), adding ``"null"``: base64 of one
     byte a row, 1 = null, with 0 written under it. The server decodes a packed column with one
     base64 pass instead of a JSON number per value, and the encoding here is C-speed too (array,
-    base64, bytes of a map)."""
+    base64), but for the mask and the zeros under it (a pass over the rows of a column with nulls)."""
     kinds = set(map(type, values))
     try:
         if kinds == {int}:
