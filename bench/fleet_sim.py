@@ -20,7 +20,8 @@ Measured in the window after a warm-up:
   (by at most one poll interval); telemetry never analysed before the drain ends counts with the
   lag it had by then;
 - portal p50/p95 per request;
-- CPU seconds of the web and worker processes, and os.getloadavg() (the machine is shared);
+- CPU seconds of the web and worker processes and of PostgreSQL (all its processes on this machine),
+  and os.getloadavg() (the machine is shared);
 - steps sent vs stored.
 
 A trial "keeps up" when ingest does (errors = 0, batch delay p95 < the flush interval), analysis
@@ -62,7 +63,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import free_port, manage, server_setup, wait_healthy  # noqa: E402
+from bench.common import free_port, manage, postgres_cpu_s, server_setup, wait_healthy  # noqa: E402
 from bench.fleet import RANKS_PER_RUN, Server, _cpu_s, _tree, debounce_set, pct  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -404,11 +405,11 @@ def trial(
     lag = LagWatch(args.database_url, [r for r, _ in runs], args.poll)
     lag.thread.start()
     time.sleep(max(0.0, w0_at - time.time()))
-    cpu0, load0, w0 = server.cpu(), os.getloadavg(), time.time()
+    cpu0, pg0, load0, w0 = server.cpu(), postgres_cpu_s(), os.getloadavg(), time.time()
     portal_cpu0 = portal_server.cpu() if portal_server else 0.0
     sys_cpu0 = psutil.cpu_times()
     time.sleep(max(0.0, stop_at - time.time()))
-    cpu1, w1 = server.cpu(), time.time()
+    cpu1, pg1, w1 = server.cpu(), postgres_cpu_s(), time.time()
     portal_cpu = (portal_server.cpu() - portal_cpu0) if portal_server else 0.0
     sys_cpu1 = psutil.cpu_times()
     driver_cpu = 0.0
@@ -480,6 +481,7 @@ def trial(
             "worker": round((cpu1[1] - cpu0[1]) / (w1 - w0), 2),
             "portal": round(portal_cpu / (w1 - w0), 2),
             "drivers": round(driver_cpu / (stop_at - t_start), 2),
+            "postgres": round((pg1 - pg0) / (w1 - w0), 2),  # all its processes (bench.common.postgres_cpu_s)
             "machine_busy_pct": round(100 * busy / total, 1) if total else None,
         },
         "load_avg_1m": {"start": round(load0[0], 2), "end": round(load1[0], 2)},
@@ -498,7 +500,7 @@ def trial(
         f"{c['batch_delay_s']['p95']} s; lag p50/p95 {c['analysis_lag_s']['p50']}/{c['analysis_lag_s']['p95']} s "
         f"(drain {c['drain_s']} s); portal p50/p95 {c['portal_ms']['p50']}/{c['portal_ms']['p95']} ms; cores web "
         f"{c['cpu_cores']['web']} worker {c['cpu_cores']['worker']} portal {c['cpu_cores']['portal']} "
-        f"drivers {c['cpu_cores']['drivers']}; load "
+        f"drivers {c['cpu_cores']['drivers']} PostgreSQL {c['cpu_cores']['postgres']}; load "
         f"{c['load_avg_1m']['start']}-{c['load_avg_1m']['end']}; steps {steps_sent} = {c['steps']['stored']}: "
         f"{'KEPT UP' if c['kept_up'] else 'fell behind'} (ingest {c['ingest_kept_up']}, analysis "
         f"{c['analysis_kept_up']}, portal {c['portal_ok']})",
