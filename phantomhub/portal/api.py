@@ -27,13 +27,12 @@ from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admi
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
 from phantomhub.errors import ApiError, invalid, query_int
-from phantomhub.portal import exports, finance, selectors, services
+from phantomhub.portal import exports, finance, run_page, selectors, services
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.portal.periods import month_period, period_parse
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
-from phantomhub.telemetry.models import EventKind, Run, RunEvent
-from phantomhub.telemetry.selectors import run_find
+from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.waste.baseline import run_vs_baseline
 from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
@@ -173,25 +172,10 @@ def _is_date(text: str) -> bool:
         return False
 
 
-def _run_for_page(principal: Any, run_id: uuid.UUID) -> Run:
-    """run_get_visible's run (the same visibility, the same id or client id), with its project, team
-    and analysis read in the same statement, less the analysis's incremental state (large, and of no
-    use to the page; analysis_row leaves it out too)."""
-    runs = (
-        Run.objects.select_related("project", "project__team", "analysis")
-        .defer("analysis__state", "analysis__rank_rows", "analysis__rank_last_step")
-        .filter(project__in=projects_visible(principal))
-    )
-    run = run_find(runs, run_id)
-    if run is None:
-        raise ApiError("not_found", "run not found", status_code=404)
-    return run
-
-
 class RunPageApi(APIView):
     @extend_schema(responses=OBJ, summary="Everything the run page shows")
-    def get(self, request: Request, run_id: uuid.UUID) -> Response:
-        run = _run_for_page(request.user, run_id)
+    def get(self, request: Request, run_id: uuid.UUID) -> Response | HttpResponse:
+        run, windows = run_page.run_for_page(principal=request.user, run_id=run_id)
         phases = RunEvent.objects.filter(run=run, kind=EventKind.PHASE).order_by("t_start_ns")
         # The analysis came with the run (one statement, its incremental state left out): the
         # same row analysis_row reads, which is read once here, not three times.
@@ -204,28 +188,28 @@ class RunPageApi(APIView):
         else:
             state = "failed" if failure is not None else "pending"
         project = run.project
-        return Response(
-            {
-                "run": RunOutputSerializer(run).data
-                | {
-                    "gpu_key": getattr(getattr(run, "analysis", None), "gpu_key", run.gpu_model),
-                    "team_name": project.team.label,
-                    "project_name": project.label,
-                    # The run's time as every page uses it: its billed span (selectors.run_row).
-                    "billed_from": run.allocation_start.isoformat(),
-                    "billed_to": selectors.run_billed_end(run, getattr(run, "analysis", None)).isoformat(),
-                },
-                # As the analysis API says it: analysed, pending, or failed with the error (also
-                # beside older figures when only the latest re-analysis failed).
-                "analysis_status": state,
-                "analysis_error": failure,
-                "analysis": analysis,
-                "series": analysis_series(run=run, row=row) if row is not None else None,
-                # This run against its project's baseline, priced at the project's volume (waste/baseline.py).
-                "baseline": run_vs_baseline(run),
-                "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
-            }
-        )
+        body = {
+            "run": RunOutputSerializer(run).data
+            | {
+                "gpu_key": getattr(getattr(run, "analysis", None), "gpu_key", run.gpu_model),
+                "team_name": project.team.label,
+                "project_name": project.label,
+                # The run's time as every page uses it: its billed span (selectors.run_row).
+                "billed_from": run.allocation_start.isoformat(),
+                "billed_to": selectors.run_billed_end(run, getattr(run, "analysis", None)).isoformat(),
+            },
+            # As the analysis API says it: analysed, pending, or failed with the error (also
+            # beside older figures when only the latest re-analysis failed).
+            "analysis_status": state,
+            "analysis_error": failure,
+            "analysis": analysis,
+            # This run against its project's baseline, priced at the project's volume (waste/baseline.py).
+            "baseline": run_vs_baseline(run),
+            "phases": [{"name": p.name, "t_start_ns": p.t_start_ns, "dur_ns": p.dur_ns, "rank": p.rank} for p in phases],
+        }
+        if row is not None and windows is not None:  # the chart windows as stored (run_page.py)
+            return run_page.response_with(body, "series", windows)
+        return Response(body | {"series": analysis_series(run=run, row=row) if row is not None else None})
 
 
 class LeaderboardApi(APIView):

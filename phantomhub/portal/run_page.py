@@ -1,0 +1,63 @@
+"""Reads for the run page (api.RunPageApi): the run with its analysis in one statement and, on
+PostgreSQL, the analysis's chart windows as the stored JSON text.
+
+The windows are ~90% of a stored result (310 of 337 kB for an 8-rank run of 3,000 steps, bench/
+portal.py) and the page passes them through unchanged as its `series`: parsing them into Python
+objects and dumping them again was most of the page's CPU. The database splits them off (jsonb
+operators), the rest of the result is parsed as before, and the answer's `series` is the stored
+text, spliced in after the rest is rendered: the same JSON values, last in the object.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.db import connection
+from django.http import HttpResponse
+from rest_framework.renderers import JSONRenderer
+
+from phantomhub.accounts.selectors import projects_visible
+from phantomhub.errors import ApiError
+from phantomhub.telemetry.models import Run
+from phantomhub.telemetry.selectors import run_find
+from phantomhub.waste.models import RunAnalysis
+
+# Never on the page: the analysis's incremental state (large; analysis_row leaves it out too).
+_UNREAD = ("analysis__state", "analysis__rank_rows", "analysis__rank_last_step")
+
+
+def run_for_page(*, principal: Any, run_id: uuid.UUID) -> tuple[Run, str | None]:
+    """run_get_visible's run (the same visibility, the same id or client id) with its project,
+    team and analysis, and the analysis's windows as JSON text where the database split them off
+    (None otherwise: then `result` holds them, as stored)."""
+    split = connection.vendor == "postgresql"
+    runs = Run.objects.select_related("project", "project__team", "analysis").filter(project__in=projects_visible(principal))
+    runs = runs.defer(*_UNREAD, "analysis__result") if split else runs.defer(*_UNREAD)
+    run = run_find(runs, run_id)
+    if run is None:
+        raise ApiError("not_found", "run not found", status_code=404)
+    stored: RunAnalysis | None = getattr(run, "analysis", None)
+    if stored is None or not split:
+        return run, None
+    table = connection.ops.quote_name(RunAnalysis._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (result - 'windows')::text, (result -> 'windows')::text FROM {table} WHERE run_id = %s", [stored.pk]
+        )
+        rest, windows = cursor.fetchone() or (None, None)
+    if rest is None or windows is None or windows == "null":  # no windows to pass through: the result as stored
+        stored.result = RunAnalysis.objects.filter(pk=stored.pk).values_list("result", flat=True).first()
+        return run, None
+    # As JSONField.from_db_value parses it, with the field's decoder.
+    stored.result = json.loads(rest, cls=getattr(RunAnalysis._meta.get_field("result"), "decoder", None))
+    return run, windows
+
+
+def response_with(body: dict[str, Any], key: str, json_text: str) -> HttpResponse:
+    """`body` rendered as the API renders it, with `key` set to the JSON value `json_text`."""
+    assert body and key not in body
+    rendered = JSONRenderer().render(body)
+    content = rendered[:-1] + b',"' + key.encode() + b'":' + json_text.encode() + b"}"
+    return HttpResponse(content, content_type="application/json")
