@@ -249,6 +249,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "phantomhub"
+# Celery's Django fixup closes a worker's database connections every this many tasks; so large
+# that it never does: phantomhub/celery.py treats them as a request would (CONN_MAX_AGE, errors).
+CELERY_DB_REUSE_MAX = 2**62
 # Raw telemetry storage (phantomhub/telemetry/retention.py, docs/scaling.md "Storage"): finished
 # runs are archived to Parquet under ARCHIVE_URL (a directory or any fsspec URL) once over for
 # ARCHIVE_DELAY_S; their raw rows leave the database RAW_RETENTION_DAYS after the run's end
