@@ -15,12 +15,17 @@ process's CPU time, and SQL statements per request; written to bench/results/por
 size of an 8-rank result) without the 10M raw rows only the 20 real analyses need.
 
     .venv/bin/python bench/portal.py [--runs 10000] [--rows-per-run 1000] [--requests 200] [--browser]
-    .venv/bin/python bench/portal.py --in-process --runs 1000 --ranks 8 --raw-steps templates [--profile run_detail]
+    .venv/bin/python bench/portal.py --in-process --runs 1000 --ranks 8 --raw-steps templates --rows-per-run 3000 \\
+        [--against 518f06a] [--profile run_detail]
+
+--against REV serves every page also with the portal's selectors and run page as they were at git
+revision REV, requests alternating in the same process, and writes both.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import http.client
 import io
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -65,6 +71,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--in-process", action="store_true", help="django.test.Client: CPU and SQL per request")
     parser.add_argument("--profile", default="", help="with --in-process: cProfile this endpoint (process time)")
+    parser.add_argument(
+        "--against", default="", help="with --in-process: also the portal's selectors and run page at this git revision, A/B"
+    )
     parser.add_argument("--keep", action="store_true", help="reuse the database of a previous run if it is complete")
     parser.add_argument(
         "--database-url",
@@ -348,6 +357,41 @@ def _figures(values: list[float]) -> dict[str, float]:
             "mean": round(sum(values) / len(values), 2)}  # fmt: skip
 
 
+def _portal_at(rev: str) -> tuple[Any, Any]:
+    """The portal's selectors and run page as they were at git revision `rev` (for --against)."""
+    import importlib.util
+    import tempfile
+
+    out = []
+    for name in ("selectors", "api"):
+        text = subprocess.run(["git", "show", f"{rev}:phantomhub/portal/{name}.py"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+        path = Path(tempfile.mkdtemp()) / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(f"phantomhub.portal._at_{name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out.append(module)
+    return out[0], out[1].RunPageApi.get
+
+
+@contextlib.contextmanager
+def _portal(variant: tuple[Any, Any] | None) -> Iterator[None]:
+    """Serve the pages with `variant`'s selectors and run page (None: as they are now)."""
+    from phantomhub.portal import api
+
+    if variant is None:
+        yield
+        return
+    selectors, get = api.selectors, api.RunPageApi.get
+    api.selectors, api.RunPageApi.get = variant  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        api.selectors, api.RunPageApi.get = selectors, get  # type: ignore[method-assign]
+
+
 def in_process(token: str, args: argparse.Namespace) -> None:
     """Each reader page through Django's request path in this process: wall and CPU per request
     (the first one, cold, apart), SQL statements per request, response size."""
@@ -364,39 +408,48 @@ def in_process(token: str, args: argparse.Namespace) -> None:
     client = Client(SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert client.get("/api/v1/health").status_code == 200  # the framework's own first-request work
     prof = cProfile.Profile(time.process_time) if args.profile else None
+    variants: dict[str, Any] = {"now": None}
+    if args.against:
+        variants[args.against] = _portal_at(args.against)
     endpoints: dict[str, Any] = {}
     for name, path in READER_PAGES.items():
-        wall: list[float] = []
-        cpu: list[float] = []
-        size = 0
+        seen: dict[str, dict[str, Any]] = {v: {"wall": [], "cpu": [], "size": 0} for v in variants}
         for i in range(args.requests + 1):
-            profiling = prof is not None and name == args.profile and i > 0
-            t0, c0 = time.perf_counter(), time.process_time()
-            if profiling:
-                prof.enable()  # type: ignore[union-attr]
-            response = client.get(path(picks[i]))
-            if profiling:
-                prof.disable()  # type: ignore[union-attr]
-            cpu.append((time.process_time() - c0) * 1000)
-            wall.append((time.perf_counter() - t0) * 1000)
-            assert response.status_code == 200, (name, response.status_code, response.content[:300])
-            size += len(response.content)
-        statements = []
-        for i in range(10):  # counted apart: capturing SQL costs time of its own
-            with CaptureQueriesContext(connection) as queries:
-                client.get(path(picks[i]))
-            statements.append(len(queries))
-        endpoints[name] = {
-            "path": path("{id}"),
-            "wall_ms": _figures(wall),
-            "cpu_ms": _figures(cpu),
-            "sql_statements": max(statements),
-            "response_bytes_mean": round(size / len(wall)),
-        }
-        e = endpoints[name]
-        print(f"  {name:<22} first {e['wall_ms']['first']:7.1f} ms  wall p50 {e['wall_ms']['p50']:6.1f} p99 "
-              f"{e['wall_ms']['p99']:6.1f}  cpu p50 {e['cpu_ms']['p50']:6.1f} p99 {e['cpu_ms']['p99']:6.1f} ms  "
-              f"{e['sql_statements']} SQL  {e['response_bytes_mean']:,} B", flush=True)  # fmt: skip
+            # A/B alternating, each variant first every other time: the same load for both.
+            for v in list(variants) if i % 2 == 0 else list(reversed(variants)):
+                profiling = prof is not None and name == args.profile and i > 0 and v == "now"
+                with _portal(variants[v]):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    if profiling:
+                        prof.enable()  # type: ignore[union-attr]
+                    response = client.get(path(picks[i]))
+                    if profiling:
+                        prof.disable()  # type: ignore[union-attr]
+                    seen[v]["cpu"].append((time.process_time() - c0) * 1000)
+                    seen[v]["wall"].append((time.perf_counter() - t0) * 1000)
+                assert response.status_code == 200, (name, v, response.status_code, response.content[:300])
+                seen[v]["size"] += len(response.content)
+        figures = {}
+        for v in variants:
+            statements = []
+            with _portal(variants[v]):
+                for i in range(10):  # counted apart: capturing SQL costs time of its own
+                    with CaptureQueriesContext(connection) as queries:
+                        client.get(path(picks[i]))
+                    statements.append(len(queries))
+            figures[v] = {
+                "wall_ms": _figures(seen[v]["wall"]),
+                "cpu_ms": _figures(seen[v]["cpu"]),
+                "sql_statements": max(statements),
+                "response_bytes_mean": round(seen[v]["size"] / len(seen[v]["wall"])),
+            }
+            e = figures[v]
+            print(f"  {name:<21} {v:<8} first {e['wall_ms']['first']:6.1f} ms  wall p50 {e['wall_ms']['p50']:6.1f} p99 "
+                  f"{e['wall_ms']['p99']:6.1f}  cpu p50 {e['cpu_ms']['p50']:6.1f} p99 {e['cpu_ms']['p99']:6.1f} ms  "
+                  f"{e['sql_statements']} SQL  {e['response_bytes_mean']:,} B", flush=True)  # fmt: skip
+        endpoints[name] = {"path": path("{id}"), **figures.pop("now")}
+        if figures:
+            endpoints[name]["then"] = {"rev": args.against, **figures[args.against]}
     with connection.cursor() as cursor:
         cursor.execute("SELECT avg(pg_column_size(result))::bigint, avg(length(result::text))::bigint FROM waste_runanalysis")
         stored, text = cursor.fetchone()
