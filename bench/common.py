@@ -103,9 +103,10 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 def postgres_cpu_s() -> float:
     """CPU seconds of every PostgreSQL process on this machine (backends, WAL writer,
-    checkpointer, autovacuum), as /proc counts them; a backend that exited before the reading
-    is missed, so a window's figure is a floor. Meaningful only when nothing else uses
-    PostgreSQL here (the benchmarks say so), and only where PostgreSQL runs on this machine."""
+    checkpointer, autovacuum), as /proc counts them, plus what the postmaster reaped of exited
+    backends (a backend that exits inside a window counts its whole life there). Meaningful only
+    when nothing else uses PostgreSQL here (the benchmarks say so), and only where PostgreSQL
+    runs on this machine."""
     import psutil
 
     total = 0.0
@@ -116,5 +117,5 @@ def postgres_cpu_s() -> float:
             t = proc.cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        total += t.user + t.system
+        total += t.user + t.system + t.children_user + t.children_system
     return total
