@@ -369,9 +369,10 @@ class RunAccumulator:
 
     def add_samples_many(self, batches: Sequence[SystemSamples]) -> None:
         """Append batches of system samples of any hosts at once: the counts and histograms of
-        one ``add_samples`` per batch, exactly, and their sums (per host, to float rounding), in
-        one vectorised pass over all rows instead of a dozen array operations per batch (a live
-        8-rank run's pass brings 16 batches: a GPU and a host series per rank)."""
+        one ``add_samples`` per batch, exactly, and their sums (per host and per chart window,
+        summed in another order: equal to float rounding), in one vectorised pass over all rows
+        instead of a dozen array operations per batch (a live 8-rank run's pass brings 16
+        batches: a GPU and a host series per rank)."""
         if not batches:
             return
         start = self.config.allocation_start_ns

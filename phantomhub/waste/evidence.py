@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phantomhub.waste.inputs import FloatArray
+from phantomhub.waste.inputs import FloatArray, IntArray
 from phantomhub.waste.windows import WindowSums
 
 STRETCH_MIN_STEPS = 200  # per rank: "a few hundred steps" of sustained behaviour
@@ -147,6 +147,40 @@ class Stretch:
     window: StretchWindow
 
 
+@dataclass(frozen=True, eq=False)
+class StretchPlan:
+    """What ``best_stretch`` needs of the windows' lengths alone: the same for every figure of
+    one run (assess asks for four), so it is made once."""
+
+    p_len: FloatArray  # prefix sums of the lengths
+    lo: IntArray  # stretches that end inside the run: first window
+    hi: IntArray  # ... and one past the last
+    starts: IntArray  # consecutive non-overlapping stretches (for the quartile)
+    ends: IntArray
+
+
+def stretch_plan(length: FloatArray, need: float) -> StretchPlan | None:
+    """The stretches of at least ``need`` of ``length`` (None: the run is shorter than that)."""
+    n = len(length)
+    p_len = np.concatenate(([0.0], np.cumsum(length)))
+    if n == 0 or p_len[-1] < need or need <= 0:
+        return None
+    lo = np.arange(n)
+    hi = np.searchsorted(p_len, p_len[:-1] + need * (1 - 1e-12), side="left")
+    chain = hi.tolist()  # where a stretch starting at each window ends (the blocks below walk it)
+    ok = hi <= n
+    starts, ends = [], []
+    b = 0
+    while True:
+        e = chain[b] if b < n else int(np.searchsorted(p_len, p_len[b] + need * (1 - 1e-12), side="left"))
+        if e > n:
+            break
+        starts.append(b)
+        ends.append(e)
+        b = e
+    return StretchPlan(p_len, lo[ok], hi[ok], np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+
+
 def best_stretch(
     num: FloatArray,
     den: FloatArray,
@@ -157,20 +191,19 @@ def best_stretch(
     start_ns: int,
     width_ns: int,
     ranks: int,
+    plan: StretchPlan | None = None,
 ) -> Stretch | None:
     """Best ``Σnum / Σden`` over runs of consecutive windows holding at least ``need`` of
-    ``length`` (step-equivalents, all ranks), or None when the run is shorter than that."""
-    n = len(length)
-    p_len = np.concatenate(([0.0], np.cumsum(length)))
-    if n == 0 or p_len[-1] < need or need <= 0:
-        return None
+    ``length`` (step-equivalents, all ranks), or None when the run is shorter than that.
+    ``plan``: ``stretch_plan(length, need)``, when the caller has made it."""
+    if plan is None:
+        plan = stretch_plan(length, need)
+        if plan is None:
+            return None
+    p_len = plan.p_len
     p_num = np.concatenate(([0.0], np.cumsum(num)))
     p_den = np.concatenate(([0.0], np.cumsum(den)))
-    lo = np.arange(n)
-    hi = np.searchsorted(p_len, p_len[:-1] + need * (1 - 1e-12), side="left")
-    chain = hi.tolist()  # where a stretch starting at each window ends (the blocks below walk it)
-    ok = hi <= n
-    lo, hi = lo[ok], hi[ok]
+    lo, hi = plan.lo, plan.hi
     d = p_den[hi] - p_den[lo]
     ok = d > 0
     lo, hi, d = lo[ok], hi[ok], d[ok]
@@ -178,15 +211,7 @@ def best_stretch(
         return None
     values = (p_num[hi] - p_num[lo]) / d
     k = int(np.argmin(values) if lower_is_better else np.argmax(values))
-    starts, ends = [], []
-    b = 0
-    while True:
-        e = chain[b] if b < n else int(np.searchsorted(p_len, p_len[b] + need * (1 - 1e-12), side="left"))
-        if e > n:
-            break
-        starts.append(b)
-        ends.append(e)
-        b = e
+    starts, ends = plan.starts, plan.ends
     bd = p_den[ends] - p_den[starts]
     with_den = bd > 0
     blocks = ((p_num[ends] - p_num[starts])[with_den] / bd[with_den]).tolist()
@@ -440,14 +465,16 @@ def windows_stretch(
     start_ns: int,
     lower_is_better: bool,
     scale: float = 1.0,
+    plan: StretchPlan | None = None,
 ) -> Stretch | None:
-    """Best stretch of ``Σ num_fields / Σ den_fields`` (per step when ``den_fields`` is None)."""
+    """Best stretch of ``Σ num_fields / Σ den_fields`` (per step when ``den_fields`` is None);
+    ``plan``: ``stretch_plan`` of the windows' steps and STRETCH_MIN_STEPS * ranks."""
     length = windows.field("steps")
     num = sum((windows.field(f) for f in num_fields), np.zeros_like(length)) * scale
     den = length if den_fields is None else sum((windows.field(f) for f in den_fields), np.zeros_like(length))
     return best_stretch(
         num, den, length, need=STRETCH_MIN_STEPS * ranks, lower_is_better=lower_is_better,
-        start_ns=start_ns, width_ns=windows.width_ns, ranks=ranks,
+        start_ns=start_ns, width_ns=windows.width_ns, ranks=ranks, plan=plan,
     )  # fmt: skip
 
 
@@ -494,16 +521,22 @@ def assess(
     n = max(ranks, 1)
     peers = [p for p in refs.peers if profile.signature_matches(p.profile)][:PEERS_MAX]
 
+    plan = stretch_plan(windows.field("steps"), STRETCH_MIN_STEPS * n)  # the same for every figure below
+
     def stretch(fields: Sequence[str]) -> Stretch | None:
-        return windows_stretch(windows, num_fields=fields, den_fields=None, ranks=n, start_ns=start_ns, lower_is_better=True)
+        if plan is None:
+            return None
+        return windows_stretch(
+            windows, num_fields=fields, den_fields=None, ranks=n, start_ns=start_ns, lower_is_better=True, plan=plan
+        )
 
     out: dict[str, Recoverable] = {
         "useful_compute": none_recoverable("Useful compute is the work itself: nothing to recover."),
     }
-    if peak_flops_per_rank:
+    if peak_flops_per_rank and plan is not None:
         mfu_stretch = windows_stretch(
             windows, num_fields=("flops",), den_fields=("forward_ns", "backward_ns", "optimizer_ns"), ranks=n,
-            start_ns=start_ns, lower_is_better=False, scale=1e9 / peak_flops_per_rank,
+            start_ns=start_ns, lower_is_better=False, scale=1e9 / peak_flops_per_rank, plan=plan,
         )  # fmt: skip
     else:
         mfu_stretch = None
