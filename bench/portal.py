@@ -371,6 +371,7 @@ def _portal_at(rev: str) -> tuple[Any, Any]:
         spec = importlib.util.spec_from_file_location(f"phantomhub.portal._at_{name}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         out.append(module)
     return out[0], out[1].RunPageApi.get
