@@ -258,11 +258,11 @@ def _sorted(rows: list[dict[str, Any]], field: str, desc: bool) -> list[dict[str
     return sorted(present, key=lambda r: r[field], reverse=desc) + missing
 
 
-def compared(period: Period, data_from: date | None) -> bool:
+def compared(period: Period, data_from: date | None, previous: Period | None = None) -> bool:
     """A previous period is compared with only where it is complete: the scope had billed time on
     or before its first day. Otherwise its figures cover part of it (or nothing) and a change
     against them is an artefact of when the data starts, not a change in spending."""
-    return data_from is not None and data_from <= period.previous().start
+    return data_from is not None and data_from <= (previous or period.previous()).start
 
 
 def _change(row: dict[str, Any], prev: dict[str, Any]) -> dict[str, Any]:
@@ -300,7 +300,7 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
     for row in rows:
         group_id = row.pop("id")
         data_from = first.get(group_id)
-        prev = (before.get(group_id) or figures_from_sums({}, 0)) if compared(period, data_from) else None
+        prev = (before.get(group_id) or figures_from_sums({}, 0)) if compared(period, data_from, previous) else None
         change = _change(row, prev) if prev is not None else None
         out.append({**names[group_id], **row, "data_from": _iso(data_from), "previous": prev, "change": change})
     if kind != "runs":
