@@ -44,15 +44,23 @@ def run_for_page(*, principal: Any, run_id: uuid.UUID) -> tuple[Run, str | None]
     table = connection.ops.quote_name(RunAnalysis._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (result - 'windows')::text, (result -> 'windows')::text FROM {table} WHERE run_id = %s", [stored.pk]
+            f"SELECT analysed_seq, analysed_at, (result - 'windows')::text, (result -> 'windows')::text "
+            f"FROM {table} WHERE run_id = %s",
+            [stored.pk],
         )
-        rest, windows = cursor.fetchone() or (None, None)
-    if rest is None or windows is None or windows == "null":  # no windows to pass through: the result as stored
-        stored.result = RunAnalysis.objects.filter(pk=stored.pk).values_list("result", flat=True).first()
+        found = cursor.fetchone()
+    # Two statements see two snapshots: an analysis written between them would pair one analysis's
+    # figures with another's result. Then (or with no windows to pass through) the analysis is read
+    # again whole, in one statement, as analysis_row reads it.
+    if found is None or found[:2] != (stored.analysed_seq, stored.analysed_at) or found[2] is None or found[3] in (None, "null"):
+        fresh = RunAnalysis.objects.defer(*(name.removeprefix("analysis__") for name in _UNREAD)).filter(pk=stored.pk).first()
+        if fresh is None:  # the run was deleted meanwhile
+            raise ApiError("not_found", "run not found", status_code=404)
+        run.analysis = fresh
         return run, None
     # As JSONField.from_db_value parses it, with the field's decoder.
-    stored.result = json.loads(rest, cls=getattr(RunAnalysis._meta.get_field("result"), "decoder", None))
-    return run, windows
+    stored.result = json.loads(found[2], cls=getattr(RunAnalysis._meta.get_field("result"), "decoder", None))
+    return run, found[3]
 
 
 def response_with(body: dict[str, Any], key: str, json_text: str) -> HttpResponse:

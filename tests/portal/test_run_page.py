@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Profile
@@ -85,3 +86,27 @@ def test_a_run_page_takes_a_bounded_number_of_statements(
     run_id = _analysed(owner, ranks=2)
     with django_assert_max_num_queries(9):
         assert reader.get(f"/api/v1/portal/runs/{run_id}").status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the windows are split off on PostgreSQL only")
+def test_an_analysis_written_between_the_pages_two_reads_is_shown_whole(owner: Tenant, reader: APIClient) -> None:
+    run_id = _analysed(owner, ranks=2)
+    written: list[str] = []
+
+    def reanalysis_meanwhile(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if "result - 'windows'" in sql and not written:
+            written.append(sql)
+            execute(
+                "UPDATE waste_runanalysis SET analysed_at = analysed_at + interval '1 second', cost_usd = 12345.67, "
+                "result = jsonb_set(result, '{mfu}', '0.123') WHERE run_id = %s",
+                [run_id], False, context,
+            )  # fmt: skip
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(reanalysis_meanwhile):
+        page = reader.get(f"/api/v1/portal/runs/{run_id}").json()
+
+    assert written  # the split read ran, and the row changed just before it
+    assert (page["analysis"]["cost_usd"], page["analysis"]["mfu"]) == (12345.67, 0.123)
+    assert page["series"] == RunAnalysis.objects.get(pk=uuid.UUID(run_id)).result["windows"]
