@@ -119,3 +119,13 @@ def postgres_cpu_s() -> float:
             continue
         total += t.user + t.system + t.children_user + t.children_system
     return total
+
+
+def backend_cpu_s(pid: int) -> float:
+    """CPU seconds of one PostgreSQL backend (by pid, on this machine), from /proc: clock ticks
+    of 10 ms, so a figure is meaningful over many statements."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -26,18 +26,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import manage, server_setup  # noqa: E402
+from bench.common import backend_cpu_s, manage, server_setup  # noqa: E402
 
 FK = (
     "ALTER TABLE telemetry_step ADD CONSTRAINT telemetry_step_run_id_fk FOREIGN KEY (run_id) "
     "REFERENCES telemetry_run (id) DEFERRABLE INITIALLY DEFERRED"
 )
-
-
-def backend_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

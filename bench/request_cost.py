@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import manage, server_setup  # noqa: E402
+from bench.common import backend_cpu_s, manage, server_setup  # noqa: E402
 
 RANKS = 8
 
@@ -77,12 +77,6 @@ def postgres_backend(client: Any, token: str) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return int(cursor.fetchone()[0])
-
-
-def backend_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[str], flush_s: float, wire: str) -> dict[str, Any]:
