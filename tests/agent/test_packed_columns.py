@@ -199,17 +199,25 @@ def _sample_columns(server: FakeServer) -> list[dict[str, Any]]:
     return [r.body["samples"] for r in server.requests if carries(r, "samples")]
 
 
-def test_a_server_that_takes_packed_nulls_gets_host_and_gpu_samples_masked(
-    fake_server: FakeServer, agent_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _samples_sent(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **wire: bool
+) -> tuple[Any, Any]:
+    """A run with two stand-in GPUs against a server that announces ``wire``: (the sample rows
+    the sampler produced, the sample parts the server received)."""
     produced = _with_gpus(monkeypatch)
-    fake_server.script = _announcing(packed_columns=True, packed_nulls=True)
+    fake_server.script = _announcing(**wire)
     agent_kwargs.update(system_interval_s=0.05)
     run = pa.init(server=fake_server.url, token="t", gpu_devices=[0, 1], **agent_kwargs)
     _loop(run, 10)
     time.sleep(0.5)
     run.finish()
-    parts = _sample_columns(fake_server)
+    return produced, _sample_columns(fake_server)
+
+
+def test_a_server_that_takes_packed_nulls_gets_host_and_gpu_samples_masked(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produced, parts = _samples_sent(fake_server, agent_kwargs, monkeypatch, packed_columns=True, packed_nulls=True)
     assert parts and all(set(part["gpu_util_pct"]) == {"f8", "null"} for part in parts)
     assert all(isinstance(column, dict) for part in parts for column in part.values())
     sent = [row for part in parts for row in zip(*_unpacked_samples(part))]
@@ -219,14 +227,7 @@ def test_a_server_that_takes_packed_nulls_gets_host_and_gpu_samples_masked(
 def test_a_server_without_packed_nulls_gets_the_columns_with_nulls_as_arrays(
     fake_server: FakeServer, agent_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    produced = _with_gpus(monkeypatch)
-    fake_server.script = _announcing(packed_columns=True)
-    agent_kwargs.update(system_interval_s=0.05)
-    run = pa.init(server=fake_server.url, token="t", gpu_devices=[0, 1], **agent_kwargs)
-    _loop(run, 10)
-    time.sleep(0.5)
-    run.finish()
-    parts = _sample_columns(fake_server)
+    produced, parts = _samples_sent(fake_server, agent_kwargs, monkeypatch, packed_columns=True)
     assert parts and produced
     for part in parts:
         assert set(part["t_ns"]) == {"i8"}  # no nulls: packed as before
