@@ -20,7 +20,7 @@ the combined batch: 2 s flushes, counters every 10 s, one request per kind, anal
 5 s), ``flush10`` (the previous default: 10 s flushes, no checkpoints), ``flush30`` (30 s flushes,
 to show the slope) and ``flush60`` (60 s flushes and analysis at most once a minute).
 
-    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60] [--window 120]
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60] [--window 120] [--idle 120]
 
 Writes bench/results/fleet.json.
 """
@@ -399,7 +399,7 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--ranks", type=int, nargs="*", default=[64, 256], help="fleet sizes; none with --idle: only that")
     parser.add_argument("--profiles", nargs="+", default=["defaults"], choices=sorted(PROFILES))
     parser.add_argument("--window", type=float, default=120.0, help="measured seconds (after the warm-up)")
     parser.add_argument("--warmup", type=float, default=20.0)
@@ -411,6 +411,11 @@ def main() -> None:
     )
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5"))
     parser.add_argument("--spool", default="/tmp/ph-fleet-spool")
+    parser.add_argument(
+        "--idle", type=float, default=0.0,
+        help="first measure the server's CPU with no ranks for this many seconds (its fixed cost, "
+        "which a case's figure per GPU includes)",
+    )  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet.json"))
     args = parser.parse_args()
 
@@ -420,19 +425,39 @@ def main() -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     server = Server(env, args.web_workers, log_dir)
     cases: list[dict[str, Any]] = []
+    idle: dict[str, Any] | None = None
     try:
+        if args.idle > 0:
+            idle = idle_case(server, args.idle)
+            write_result(args, cases, idle)
         # The profiles run one after the other for each fleet size, on the same server and
         # machine load; the file is written after every case.
         for ranks in args.ranks:
             for profile in args.profiles:
                 cases.append(one_case(args, server, token, profile, ranks))
-                write_result(args, cases)
+                write_result(args, cases, idle)
     finally:
         server.stop()
     print(f"wrote {args.out}")
 
 
-def write_result(args: argparse.Namespace, cases: list[dict[str, Any]]) -> None:
+def idle_case(server: Server, seconds: float) -> dict[str, Any]:
+    """The server's CPU with nothing sent to it: gunicorn's and Celery's own timers and polling."""
+    time.sleep(5)
+    cpu0, pg0, t0 = server.cpu(), postgres_cpu_s(), time.time()
+    time.sleep(seconds)
+    cpu1, pg1, t1 = server.cpu(), postgres_cpu_s(), time.time()
+    per_s = {"web": (cpu1[0] - cpu0[0]) / (t1 - t0) * 1000, "worker": (cpu1[1] - cpu0[1]) / (t1 - t0) * 1000,
+             "postgres": (pg1 - pg0) / (t1 - t0) * 1000}  # fmt: skip
+    print(
+        f"idle ({t1 - t0:.0f} s, no ranks): CPU ms a second web {per_s['web']:.2f} worker {per_s['worker']:.2f} "
+        f"(PostgreSQL {per_s['postgres']:.2f}); per GPU-minute that is 60 × these / the GPUs",
+        flush=True,
+    )
+    return {"seconds": round(t1 - t0, 1), "cpu_ms_per_s": {k: round(v, 3) for k, v in per_s.items()}}
+
+
+def write_result(args: argparse.Namespace, cases: list[dict[str, Any]], idle: dict[str, Any] | None = None) -> None:
     result = {
         "bench": "fleet",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
@@ -442,6 +467,7 @@ def write_result(args: argparse.Namespace, cases: list[dict[str, Any]]) -> None:
         "ranks_per_run": RANKS_PER_RUN,
         "steps_per_s_per_rank": "uniform 1-10, drawn once per rank",
         "target_cpu_ms_per_gpu_min": 10,
+        "idle": idle,
         "cases": cases,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
