@@ -79,7 +79,7 @@ def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
         run = next(iter(Run.objects.raw(sql, [services.run_param(run_id), project.pk])), None)
     run = run or selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)
     if run is None:
-        raise ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
+        raise services.run_not_found()
     return run
 
 

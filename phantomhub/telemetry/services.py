@@ -193,7 +193,7 @@ def _after_ingest(
             )
             row = cursor.fetchone()
         if row is None:  # the run is gone (raw rows have no foreign key: this is their check)
-            raise _run_gone()
+            raise run_not_found()
         if row[0] > MAX_RANK_COUNTERS:
             raise _too_many_counters(rank, "counters")
         return
@@ -203,10 +203,10 @@ def _after_ingest(
     if bump:
         updates["ingest_seq"] = F("ingest_seq") + 1
     if not Run.objects.filter(pk=run.pk).update(**updates):
-        raise _run_gone()
+        raise run_not_found()
 
 
-def _run_gone() -> ApiError:
+def run_not_found() -> ApiError:
     return ApiError("not_found", "run not found (create it with POST /api/v1/runs first)", status_code=404)
 
 
@@ -302,7 +302,7 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
         # One writer of a run's events at a time keeps accepted/duplicate counts exact.
         locked = Run.objects.select_for_update().only(*_EVENT_RUN_FIELDS).filter(pk=run.pk).first()
         if locked is None:
-            raise _run_gone()
+            raise run_not_found()
         ids = [event["id"] for event in events]
         seen = set(RunEvent.objects.filter(run_id=run.pk, event_id__in=ids).values_list("event_id", flat=True))
         fresh = [event for event in events if event["id"] not in seen]
