@@ -218,8 +218,10 @@ class Server:
         self.env = env
         self.port = free_port()
         self.web = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers",
-             str(web_workers), "--log-level", "warning"],
+            # The production config (deploy/gunicorn.py: its access log, the workers' warm-up at
+            # boot); the port, worker count and log level given here win over it.
+            [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--config", "deploy/gunicorn.py", "--bind",
+             f"127.0.0.1:{self.port}", "--workers", str(web_workers), "--log-level", "warning"],
             cwd=ROOT, env=env, stdout=(log_dir / "web.log").open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         worker_log = log_dir / "worker.log"
@@ -266,6 +268,43 @@ class Server:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def profilers_start(out_dir: str, server: Server, case: str, seconds: float) -> list[tuple[str, Path, Any]]:
+    """py-spy on the web and the worker trees over the window (``--profile``): only the thread
+    holding the GIL is sampled, which is where the Python CPU goes (PostgreSQL waits release it)."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    started = []
+    for name, pid in (("web", server.web.pid), ("worker", server.worker.pid)):
+        path = Path(out_dir) / f"{case}-{name}.txt"
+        cmd = ["py-spy", "record", "--pid", str(pid), "--subprocesses", "--gil", "--nonblocking", "--rate", "250",
+               "--format", "raw", "--duration", str(max(1, int(seconds))), "-o", str(path)]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append((name, path, proc))
+    return started
+
+
+def profiles_report(started: list[tuple[str, Path, Any]], top: int = 40) -> None:
+    """Each profile's functions by inclusive share of the samples (the raw file keeps every stack)."""
+    for name, path, proc in started:
+        proc.wait(60)
+        if not path.exists():
+            print(f"[profile] {name}: py-spy wrote nothing (is it installed, may it ptrace?)", flush=True)
+            continue
+        total, inclusive = 0, dict[str, int]()
+        for line in path.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            total += int(n)
+            seen = set()
+            for frame in stack.split(";")[1:]:  # the first frame names the process
+                fn, _, where = frame.partition(" (")
+                key = f"{fn} ({where.split(':')[0].split('site-packages/')[-1].split('/work/main/')[-1]}"
+                if key not in seen:
+                    seen.add(key)
+                    inclusive[key] = inclusive.get(key, 0) + int(n)
+        print(f"[profile] {name}: {total} samples holding the GIL ({path})", flush=True)
+        for key, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {100 * n / max(total, 1):5.1f}% {key}", flush=True)
 
 
 def stored_rows(database_url: str, run_ids: list[str]) -> tuple[int, int]:
@@ -324,13 +363,20 @@ def debounce_set(env: dict[str, str], seconds: int | None) -> int:
     return int(manage(env, "shell", "-c", code).splitlines()[-1])
 
 
+def warmup_default(profile: str, debounce: int) -> float:
+    from phantomhub_agent._config import Settings
+
+    return float(PROFILES[profile].get("flush_interval_s", Settings.flush_interval_s)) + debounce + 15.0
+
+
 def one_case(args: argparse.Namespace, server: Server, token: str, profile: str, ranks: int) -> dict[str, Any]:
     debounce = debounce_set(server.env, DEBOUNCE_S[profile])
     runs = [str(uuid.uuid4()) for _ in range(max(1, ranks // RANKS_PER_RUN))]
     all_ranks = [(runs[i // RANKS_PER_RUN], i % RANKS_PER_RUN) for i in range(ranks)]
     procs_n = min(args.procs, ranks)
-    t_start = time.time()
-    stop_at = t_start + args.warmup + args.window
+    warmup = args.warmup if args.warmup is not None else warmup_default(profile, debounce)
+    cpu_start, t_start = server.cpu(), time.time()
+    stop_at = t_start + warmup + args.window
     spool = Path(args.spool) / f"{profile}-{ranks}-{int(t_start)}"
     ctx = mp.get_context("fork")
     queue: Any = ctx.Queue()
@@ -341,10 +387,19 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         child = ctx.Process(target=child_main, args=(spec, queue), daemon=True)
         child.start()
         children.append(child)
-    time.sleep(max(0.0, t_start + args.warmup - time.time()))
+    time.sleep(max(0.0, t_start + warmup - time.time()))
     cpu0, pg0, analyses0, w0 = server.cpu(), postgres_cpu_s(), server.analyses(), time.time()
+    # What the runs' start cost (registration, each rank's first batch, each run's first, full
+    # analysis, a web worker's first requests): once per run, so apart from the steady figure.
+    start_ms_per_gpu = {
+        "web": round((cpu0[0] - cpu_start[0]) * 1000 / ranks, 1),
+        "worker": round((cpu0[1] - cpu_start[1]) * 1000 / ranks, 1),
+        "over_s": round(w0 - t_start, 1),
+    }
+    profilers = profilers_start(args.profile, server, f"{profile}-{ranks}", stop_at - time.time()) if args.profile else []
     time.sleep(max(0.0, stop_at - time.time()))
     cpu1, pg1, analyses1, w1 = server.cpu(), postgres_cpu_s(), server.analyses(), time.time()
+    profiles_report(profilers)
     if not server.alive():  # e.g. the broker restarted under the worker: no figure to keep
         raise RuntimeError(f"a server process died during the window; see {server.worker_log.parent}")
     results = [queue.get(timeout=300) for _ in children]
@@ -371,7 +426,9 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         "analysis_debounce_s": debounce,
         "ranks": ranks,
         "runs": len(runs),
+        "warmup_s": round(warmup, 1),
         "window_s": round(w1 - w0, 1),
+        "start_cpu_ms_per_gpu": start_ms_per_gpu,
         "requests_per_gpu_min": round(len(in_window) / gpu_minutes, 2),
         "cpu_ms_per_gpu_min": {"web": round(web_ms, 2), "worker": round(worker_ms, 2), "total": round(web_ms + worker_ms, 2),
                                # Not in the total (the issue's server CPU is PhantomHub's processes'); a floor.
@@ -390,7 +447,8 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         f"{profile:>9} {ranks:>4} ranks (debounce {debounce} s): {c['requests_per_gpu_min']:6.2f} req/GPU/min, CPU ms/GPU/min "
         f"web {web_ms:6.2f} worker {worker_ms:6.2f} total {web_ms + worker_ms:6.2f} (PostgreSQL {pg_ms:6.2f}); latency p50 "
         f"{c['latency_ms']['p50']} ms p99 {c['latency_ms']['p99']} ms; steps sent {steps_sent} stored {steps_stored}; "
-        f"analyses {c['analyses_in_window']}; bytes per step row hot {c['bytes_per_step_row']['hot']} "
+        f"analyses {c['analyses_in_window']}; the start (the first {start_ms_per_gpu['over_s']} s) CPU ms per GPU web "
+        f"{start_ms_per_gpu['web']} worker {start_ms_per_gpu['worker']}; bytes per step row hot {c['bytes_per_step_row']['hot']} "
         f"archived {c['bytes_per_step_row']['archived']}",
         flush=True,
     )
@@ -402,7 +460,11 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, nargs="*", default=[64, 256], help="fleet sizes; none with --idle: only that")
     parser.add_argument("--profiles", nargs="+", default=["defaults"], choices=sorted(PROFILES))
     parser.add_argument("--window", type=float, default=120.0, help="measured seconds (after the warm-up)")
-    parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument(
+        "--warmup", type=float, default=None,
+        help="seconds before the window (default: the profile's flush interval + its analysis debounce + 15 s, "
+        "so that every rank's first batch and every run's first analysis come before it)",
+    )  # fmt: skip
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after the ranks finish, before counting rows")
     parser.add_argument("--procs", type=int, default=4, help="processes the ranks are spread over")
     parser.add_argument("--web-workers", type=int, default=2)
@@ -415,6 +477,10 @@ def main() -> None:
         "--idle", type=float, default=0.0,
         help="first measure the server's CPU with no ranks for this many seconds (its fixed cost, "
         "which a case's figure per GPU includes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", metavar="DIR", help="record the web and worker processes with py-spy over each window "
+        "(pip install py-spy) and print where their Python time goes; the raw stacks are kept in DIR",
     )  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet.json"))
     args = parser.parse_args()
@@ -463,7 +529,7 @@ def write_result(args: argparse.Namespace, cases: list[dict[str, Any]], idle: di
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
         "server": {"web_workers": args.web_workers, "celery_concurrency": 1, "ingest_rate": "off"},
         "window_s": args.window,
-        "warmup_s": args.warmup,
+        "warmup_s": args.warmup if args.warmup is not None else "the profile's flush interval + debounce + 15 s",
         "ranks_per_run": RANKS_PER_RUN,
         "steps_per_s_per_rank": "uniform 1-10, drawn once per rank",
         "target_cpu_ms_per_gpu_min": 10,
