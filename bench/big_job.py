@@ -214,7 +214,8 @@ def small_run_case(project: Any, start: datetime, repeat: int) -> dict[str, floa
 BREAKDOWN = [
     ("phantomhub.waste.services", "analysis_lock"), ("phantomhub.waste.services", "pass_inputs_read"),
     ("phantomhub.waste.services", "run_config_and_prices"), ("phantomhub.waste.services", "_state_load"),
-    ("phantomhub.waste.services", "_fetch_new_rows"), ("phantomhub.waste.services", "_samples"),
+    ("phantomhub.waste.services", "_fetch_new_rows"), ("phantomhub.waste.services", "_step_columns_many"),
+    ("phantomhub.waste.services", "_samples"),
     ("phantomhub.waste.accumulator:RunAccumulator", "add_steps_many"),
     ("phantomhub.waste.accumulator:RunAccumulator", "add_samples"),
     ("phantomhub.waste.accumulator:RunAccumulator", "add_samples_many"),
@@ -226,6 +227,16 @@ BREAKDOWN = [
     ("phantomhub.waste.services", "_days_of"), ("phantomhub.waste.services", "_state_write"),
     ("phantomhub.waste.services", "pass_outputs_write"), ("phantomhub.telemetry.selectors", "hot_rows"),
 ]  # fmt: skip
+
+
+_UNWRAPPED: list[tuple[Any, str, Any]] = []
+
+
+def breakdown_uninstall() -> None:
+    """Put back what ``breakdown_install`` wrapped."""
+    while _UNWRAPPED:
+        owner, name, fn = _UNWRAPPED.pop()
+        setattr(owner, name, fn)
 
 
 def breakdown_install(totals: dict[str, float]) -> None:
@@ -249,6 +260,7 @@ def breakdown_install(totals: dict[str, float]) -> None:
             finally:
                 totals[_name] = totals.get(_name, 0.0) + time.process_time() - t
 
+        _UNWRAPPED.append((owner, name, fn))
         setattr(owner, name, functools.wraps(fn)(wrapped))
 
 
@@ -378,7 +390,10 @@ def main() -> None:
         "--pass-cost", action="store_true", help="only a small run's pass after 0 / ~1,300 / ~2,600 new rows (prints)"
     )
     parser.add_argument("--profile", help="with --pass-cost: cProfile (CPU time) of the ~1,300-row passes to this file")
-    parser.add_argument("--breakdown", action="store_true", help="with --pass-cost: CPU of each part of the ~1,300-row passes")
+    parser.add_argument(
+        "--breakdown", action="store_true",
+        help="CPU of each part of a pass: with --pass-cost of the ~1,300-row passes, else of extra incremental passes",
+    )  # fmt: skip
     parser.add_argument(
         "--reconnect", action="store_true", help="with --pass-cost: ~1,300-row passes on the open connection vs on a new one"
     )
@@ -517,6 +532,22 @@ def main() -> None:
         steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, next_step, 1))
     next_step += 1
     incremental = {**summary(inc_wall, inc_cpu), "queries": queries_of(lambda: run_analyze(run_id=run.pk))}
+    if args.breakdown:  # untimed incremental passes after the timed ones, each part's CPU per pass
+        parts: dict[str, list[float]] = {}
+        for _ in range(args.repeat):
+            for rank in range(args.ranks):
+                steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, next_step, 1))
+            next_step += 1
+            totals: dict[str, float] = {}
+            breakdown_install(totals)
+            c0 = time.process_time()
+            run_analyze(run_id=run.pk)
+            parts.setdefault("(the pass)", []).append((time.process_time() - c0) * 1000)
+            for name, seconds in totals.items():
+                parts.setdefault(name, []).append(seconds * 1000)
+            breakdown_uninstall()
+        print("incremental pass, CPU ms per part p50 / max over the passes (nested parts are inside the ones above them): "
+              + ", ".join(f"{k} {pct(v, 50):.1f} / {max(v):.1f}" for k, v in parts.items()))  # fmt: skip
     live_state = state_bytes()
     print(line("incremental after one step per rank", incremental, " (target p99 <= 200 ms)") + f"; state {live_state}")
     # The oracle: the same rows analysed from scratch give the same figures, to the cent.

@@ -18,9 +18,10 @@ Profiles are agent settings and the server's analysis debounce: ``defaults`` (wh
 the server ship: 60 s flushes, checkpoints to disk every 10 s), ``v1`` (what they shipped before
 the combined batch: 2 s flushes, counters every 10 s, one request per kind, analysis at most every
 5 s), ``flush10`` (the previous default: 10 s flushes, no checkpoints), ``flush30`` (30 s flushes,
-to show the slope) and ``flush60`` (60 s flushes and analysis at most once a minute).
+to show the slope), ``flush60`` (60 s flushes and analysis at most once a minute) and ``flush120``
+(120 s flushes, the next step of the lever: PHANTOMHUB_FLUSH_INTERVAL=120 in the agent).
 
-    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60] [--window 120] [--idle 120]
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60 flush120] [--window 120] [--idle 120]
 
 Writes bench/results/fleet.json.
 """
@@ -58,9 +59,10 @@ PROFILES: dict[str, dict[str, Any]] = {
     "flush10": {"flush_interval_s": 10.0, "checkpoint_interval_s": 0},
     "flush30": {"flush_interval_s": 30.0},
     "flush60": {"flush_interval_s": 60.0},
+    "flush120": {"flush_interval_s": 120.0},
 }
 # The server's analysis debounce (OrgSettings.analysis_debounce_s) per profile; None: its default.
-DEBOUNCE_S: dict[str, int | None] = {"defaults": None, "v1": 5, "flush10": None, "flush30": None, "flush60": 60}
+DEBOUNCE_S: dict[str, int | None] = {"defaults": None, "v1": 5, "flush10": None, "flush30": None, "flush60": 60, "flush120": None}
 
 
 def pct(values: list[float], q: float) -> float | None:
