@@ -78,3 +78,22 @@ def test_without_the_warm_up_the_first_request_imports_the_producer() -> None:
     assert cold["queued"] == 1
     imported = set(cold["imported"])
     assert "phantomhub.waste.tasks" in imported or "kombu.transport.redis" in imported, sorted(imported)
+
+
+def test_a_producer_that_cannot_be_built_at_boot_does_not_stop_the_worker(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ingest must start without the broker's side: analysis_request reports what fails later."""
+    import runpy
+
+    from phantomhub.waste import tasks
+
+    def broken() -> None:
+        raise RuntimeError("no such transport")
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    monkeypatch.setattr(tasks, "producer_warm", broken)
+    conf = runpy.run_path(str(ROOT / "deploy" / "gunicorn.py"))
+    with caplog.at_level("WARNING", logger="gunicorn.error"):
+        conf["post_worker_init"](None)
+    assert "could not be built at boot" in caplog.text and "no such transport" in caplog.text

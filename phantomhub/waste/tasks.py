@@ -22,7 +22,7 @@ def producer_warm() -> None:
     """Build what the first ``analyze_run.apply_async`` of a process would build, without a
     connection: the broker transport and result backend classes (found through entry points and
     imported), the producer pool and the task sender. A web worker calls it at boot
-    (deploy/gunicorn.py), so that its first ingest batch does not wait on it (~0.2 s of CPU)."""
+    (deploy/gunicorn.py), so that its first ingest batch does not wait on it (~80 ms of CPU)."""
     app = analyze_run.app
     app.backend  # noqa: B018  # the properties import and build on first use
     app.amqp.producer_pool  # noqa: B018
