@@ -21,7 +21,8 @@ the combined batch: 2 s flushes, counters every 10 s, one request per kind, anal
 to show the slope), ``flush60`` (60 s flushes and analysis at most once a minute) and ``flush120``
 (120 s flushes, the next step of the lever: PHANTOMHUB_FLUSH_INTERVAL=120 in the agent).
 
-    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60 flush120] [--window 120] [--idle 120]
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60 flush120]
+        [--window 120] [--warmup S] [--idle 120] [--profile DIR]
 
 Writes bench/results/fleet.json.
 """
