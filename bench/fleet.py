@@ -36,6 +36,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -301,7 +302,7 @@ def profiles_report(started: list[tuple[str, Path, Any]], top: int = 40) -> None
             seen = set()
             for frame in stack.split(";")[1:]:  # the first frame names the process
                 fn, _, where = frame.partition(" (")
-                key = f"{fn} ({where.split(':')[0].split('site-packages/')[-1].split('/work/main/')[-1]}"
+                key = f"{fn} ({where.split(':')[0].split('site-packages/')[-1].removeprefix(f'{ROOT}/')}"
                 if key not in seen:
                     seen.add(key)
                     inclusive[key] = inclusive.get(key, 0) + int(n)
@@ -487,6 +488,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "fleet.json"))
     args = parser.parse_args()
+    if args.profile and shutil.which("py-spy") is None:  # before the setup and warm-up, not after them
+        parser.error("--profile needs py-spy on PATH (pip install py-spy)")
 
     env = server_setup(args.database_url, args.redis_url)
     token = manage(env, "createtoken", "--team", "bench", "--project", "fleet")
