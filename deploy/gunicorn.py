@@ -70,3 +70,9 @@ def post_worker_init(worker: Any) -> None:
     from phantomhub.waste.embedded import sweeper_start
 
     sweeper_start()
+
+    # Last: everything imported and built above leaves the garbage collector's reach, so a full
+    # collection during a request walks only what requests made (phantomhub/runtime.py).
+    from phantomhub.runtime import boot_objects_freeze
+
+    boot_objects_freeze()

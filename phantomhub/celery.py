@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "phantomhub.settings")
 
@@ -30,3 +30,13 @@ def connections_as_a_request_leaves_them(task: Any = None, **kwargs: Any) -> Non
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_process_init.connect
+def boot_objects_frozen(**kwargs: Any) -> None:
+    # A pool process, once it has imported the tasks and what they run: boot's objects leave the
+    # collector's reach (phantomhub/runtime.py), so a full collection walks only later ones.
+    import phantomhub.waste.services  # noqa: F401
+    from phantomhub.runtime import boot_objects_freeze
+
+    boot_objects_freeze()

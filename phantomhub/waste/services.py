@@ -33,6 +33,7 @@ from django.utils import timezone
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
 from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
+from phantomhub.runtime import collector_paused
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
@@ -330,8 +331,12 @@ def _span_check(run: Run, end_ns: int | None = None) -> None:
         )
 
 
+@collector_paused()
 def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
-    """Analyse one run and store the result, its recommendations and its per-day costs."""
+    """Analyse one run and store the result, its recommendations and its per-day costs.
+
+    Without cyclic garbage collection inside the pass (phantomhub/runtime.py): a collection
+    there finds almost nothing and was most of a big run's slowest incremental passes."""
     with transaction.atomic():
         row = analysis_lock(run_id)
         # Read after taking the lock: the seq read here is the one we analyse up to. One read
