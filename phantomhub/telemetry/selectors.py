@@ -305,13 +305,27 @@ def steps_arrays_after(
     *, run_id: uuid.UUID, after: dict[int, int], pruned: bool | None = None
 ) -> dict[int, dict[str, npt.NDArray[Any]]]:
     """Several ranks' steps in one read: for each rank of ``after``, its rows after its own step,
-    ordered by step (nulls: -1 / NaN). One query however many ranks (a 1,024-rank run's
-    incremental analysis must not cost 1,024 round trips). A run pruned from PostgreSQL is read
-    from its archive, plus any row stored after the pruning. ``pruned=False``: the caller has
-    just read that the run has no pruned archive (saves looking it up)."""
+    ordered by step (nulls: -1 / NaN); ``steps_rows_after`` split by rank."""
     if not after:
         return {}
+    ranks, bounds, rows = steps_rows_after(run_id=run_id, after=after, pruned=pruned)
+    edges = bounds.tolist()
+    return {rank: {name: values[edges[i] : edges[i + 1]] for name, values in rows.items()} for i, rank in enumerate(ranks)}
+
+
+def steps_rows_after(
+    *, run_id: uuid.UUID, after: dict[int, int], pruned: bool | None = None
+) -> tuple[list[int], npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]:
+    """Several ranks' steps in one read, for each rank of ``after`` its rows after its own step:
+    the ranks in order, their bounds (rank ``ranks[i]``'s rows are ``bounds[i]:bounds[i + 1]``)
+    and the rows as numpy columns ordered by (rank, step) (nulls: -1 / NaN). One query however
+    many ranks (a 1,024-rank run's incremental analysis must not cost 1,024 round trips), and the
+    rows stay in one set of columns (the analysis works on them as they are). A run pruned from
+    PostgreSQL is read from its archive, plus any row stored after the pruning. ``pruned=False``:
+    the caller has just read that the run has no pruned archive (saves looking it up)."""
     ranks = sorted(after)
+    if not ranks:
+        return [], np.zeros(1, dtype=np.int64), {}
     floor = min(after.values())
     rows = _hot_steps(run_id, ranks, floor)
     archive = None if pruned is False else _pruned(run_id)
@@ -321,13 +335,14 @@ def steps_arrays_after(
         archived = archive_read(archive=archive, kind="steps", names=["rank", *ANALYSIS_COLUMNS], ranks=ranks, after=floor)
         rows = merge_rows(archived, rows, ["rank", "step"])
     rank_col = rows.pop("rank")
-    out: dict[int, dict[str, npt.NDArray[Any]]] = {}
-    bounds = np.searchsorted(rank_col, [*ranks, ranks[-1] + 1])
-    for i, rank in enumerate(ranks):
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
-        keep = rows["step"][lo:hi] > after[rank]
-        out[rank] = {name: values[lo:hi][keep] for name, values in rows.items()}
-    return out
+    ordered = np.array(ranks, dtype=np.int64)
+    at = np.searchsorted(ordered, rank_col).clip(max=len(ranks) - 1)
+    keep = (ordered[at] == rank_col) & (rows["step"] > np.array([after[r] for r in ranks], dtype=np.int64)[at])
+    if not keep.all():
+        rows = {name: values[keep] for name, values in rows.items()}
+        rank_col = rank_col[keep]
+    bounds = np.searchsorted(rank_col, [*ranks, ranks[-1] + 1]).astype(np.int64)
+    return ranks, bounds, rows
 
 
 def samples_arrays(*, run_id: uuid.UUID, since_ns: int = 0, pruned: bool | None = None) -> dict[str, npt.NDArray[Any]]:

@@ -182,6 +182,17 @@ def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
     return out
 
 
+class StepBatches(list[StepColumns]):
+    """Batches of different ranks whose columns are slices, in order, of one set of columns with
+    every column present (``filled``: what ``_filled_many`` of them gives, as the analysis reads
+    them from the database). ``add_steps_many`` works on ``filled`` as it is instead of
+    concatenating the batches again."""
+
+    def __init__(self, batches: Sequence[StepColumns], filled: dict[str, Any]) -> None:
+        super().__init__(batches)
+        self.filled = filled
+
+
 def _json_scalar(value: Any) -> int | float | None:
     item = value.item()
     if isinstance(item, float) and not np.isfinite(item):
@@ -230,6 +241,7 @@ class RunAccumulator:
         batch, with the per-row work done in one vectorised pass over all of them (a 1,024-rank
         run's batch of one step per rank costs one pass, not 1,024). After ``NotAppendable``
         the accumulator is not to be used further (analyse from scratch, as callers do)."""
+        filled = batches.filled if isinstance(batches, StepBatches) and all(len(cols) for cols in batches) else None
         batches = [cols for cols in batches if len(cols)]
         seen: set[int] = set()
         for cols in batches:
@@ -239,17 +251,17 @@ class RunAccumulator:
         if len(batches) > 1:
             # In chunks of about GROUP_ROWS rows to attribute (the groups _attribute_rows would
             # make anyway): a from-scratch run's millions of rows are never all copied at once.
-            chunk: list[StepColumns] = []
+            chunks: list[list[StepColumns]] = [[]]
             rows = 0
             for cols in batches:
-                chunk.append(cols)
+                if rows >= GROUP_ROWS:
+                    chunks.append([])
+                    rows = 0
+                chunks[-1].append(cols)
                 rs = self.ranks.get(cols.rank)
                 rows += len(cols) - (0 if rs is not None and rs.pending is not None else 1)
-                if rows >= GROUP_ROWS:
-                    self._add_concatenated(chunk)
-                    chunk, rows = [], 0
-            if chunk:
-                self._add_concatenated(chunk)
+            for chunk in chunks:
+                self._add_concatenated(chunk, filled if len(chunks) == 1 else None)
         elif batches:
             item = self._prepare(batches[0])
             if item is not None:
@@ -257,19 +269,22 @@ class RunAccumulator:
         if align:
             self._align(final=False)
 
-    def _add_concatenated(self, batches: list[StepColumns]) -> None:
+    def _add_concatenated(self, batches: list[StepColumns], filled: dict[str, Any] | None = None) -> None:
         """Several ranks' batches in one vectorised pass: the checks, the pending rows and the
-        rows to attribute are computed on all rows at once (what ``_prepare`` does per batch)."""
+        rows to attribute are computed on all rows at once (what ``_prepare`` does per batch).
+        ``filled``: the batches already concatenated (``StepBatches``)."""
         lengths = np.array([len(b) for b in batches], dtype=np.int64)
         bounds = np.concatenate(([0], np.cumsum(lengths)))
         first = bounds[:-1]
-        t = np.concatenate([b.t_start_ns for b in batches])
+        t = filled["t_start_ns"] if filled is not None else np.concatenate([b.t_start_ns for b in batches])
         inner = np.ones(len(t), dtype=bool)
         inner[first] = False  # row i is compared with row i-1 of the same batch
         if (np.diff(t, prepend=t[0]) < 0)[inner].any():  # some batch out of start order: sort those
             batches = [b.take(np.argsort(b.t_start_ns, kind="stable")) for b in batches]
             t = np.concatenate([b.t_start_ns for b in batches])
-        filled = _filled_many(batches)
+            filled = None
+        if filled is None:
+            filled = _filled_many(batches)
         step = filled["step"]
         bad = np.zeros(len(batches), dtype=bool)
         rising = np.diff(step, prepend=step[0]) > 0

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from phantomhub.waste.accumulator import NotAppendable, RunAccumulator
+from phantomhub.waste.accumulator import NotAppendable, RunAccumulator, StepBatches
 from phantomhub.waste.evidence import NO_REFERENCES, Peer, References, RunProfile
 from phantomhub.waste.finalize import HOURS_PER_MONTH, build_analysis
 from phantomhub.waste.inputs import (
@@ -72,6 +72,7 @@ __all__ = [
     "RunConfig",
     "RunInputs",
     "RunProfile",
+    "StepBatches",
     "StepColumns",
     "Straggler",
     "SystemSamples",

@@ -35,7 +35,7 @@ from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
 from phantomhub.runtime import collector_paused
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
-from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
+from phantomhub.telemetry.selectors import samples_arrays, steps_rows_after
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.model import (
     CATEGORIES,
@@ -45,6 +45,7 @@ from phantomhub.waste.model import (
     PriceSegment,
     RunAccumulator,
     RunConfig,
+    StepBatches,
     StepColumns,
     SystemSamples,
     analysis_from,
@@ -77,6 +78,7 @@ NS = 10**9
 # Price segments are resolved up to this far past allocation start, so a live run's configuration
 # (and with it the incremental state) does not change every time the run grows.
 PRICE_HORIZON = timedelta(days=400)
+_MEM_COLUMNS = ("mem_allocated", "mem_reserved", "mem_peak")
 _OPTIONAL = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "tokens", "samples",
              "mem_allocated", "mem_reserved", "mem_peak", "alloc_retries")  # fmt: skip
 
@@ -367,15 +369,15 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         if fetched is None:  # a late batch landed below what was folded in: start over
             acc, rank_rows, last_step, samples_since, steps_end_ns, full = RunAccumulator(config), {}, {}, 0, 0, True
             dropped = 0
-            fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts, pruned) or []
+            fetched = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts, pruned) or FetchedRows()
         fresh = fetched
         try:
             # A from-scratch pass aligns ranks once at the end (the model's rule for full runs).
-            acc.add_steps_many([cols for cols, _, _, _ in fresh], align=not full)
+            acc.add_steps_many(fresh.batches(), align=not full)
         except NotAppendable:
             acc, rank_rows, last_step, full = RunAccumulator(config), {}, {}, True
-            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts, pruned) or []
-            acc.add_steps_many([cols for cols, _, _, _ in fresh], align=False)
+            fresh = _fetch_new_rows(ranks, {}, {}, True, run.pk, hosts, pruned) or FetchedRows()
+            acc.add_steps_many(fresh.batches(), align=False)
             samples_since, steps_end_ns, dropped = 0, 0, 0
         if full:
             # Fold every step all ranks have passed into the straggler counters now, as the live
@@ -465,6 +467,18 @@ def analysis_failure_record(*, run_id: uuid.UUID, error: str) -> None:
         row.save(update_fields=["failures", "failed_seq", "error", "retry_at"])
 
 
+class FetchedRows(list[tuple[StepColumns, int, int, int]]):
+    """New rows per rank (columns, rows fetched, last step fetched, rows left out); ``filled``,
+    when set, is the batches' columns concatenated in order with every column present (what the
+    accumulator would build from them again: ``StepBatches``)."""
+
+    filled: dict[str, np.ndarray] | None = None
+
+    def batches(self) -> list[StepColumns]:
+        cols = [c for c, _, _, _ in self]
+        return StepBatches(cols, self.filled) if self.filled is not None else cols
+
+
 def _fetch_new_rows(
     ranks: dict[int, RankRows],
     last_step: dict[int, int],
@@ -473,9 +487,8 @@ def _fetch_new_rows(
     run_id: uuid.UUID,
     hosts: dict[int, str],
     pruned: bool | None = None,
-) -> list[tuple[StepColumns, int, int, int]] | None:
-    """New rows per rank (columns, rows fetched, last step fetched, rows left out), or None when a
-    rank's count shows rows we cannot append.
+) -> FetchedRows | None:
+    """New rows per rank, or None when a rank's count shows rows we cannot append.
 
     One read for all ranks, and only of ranks whose stored row count moved: a live 1,024-rank run
     whose new telemetry is a sample, an event or one step per rank costs one query, not 1,024."""
@@ -483,35 +496,33 @@ def _fetch_new_rows(
         after = {rank: -1 for rank in ranks}
     else:
         after = {rank: last_step.get(rank, -1) for rank, rr in ranks.items() if rr.step_rows != rank_rows.get(rank, 0)}
-    fetched = steps_arrays_after(run_id=run_id, after=after, pruned=pruned)
-    got: list[tuple[int, dict[str, np.ndarray]]] = []
-    for rank in sorted(after):
-        arrays = fetched[rank]
-        seen = 0 if full else rank_rows.get(rank, 0)
-        # On a full read, rows committed between the count and the read are fine: the read is the truth.
-        if not full and seen + len(arrays["step"]) != ranks[rank].step_rows:
-            return None
-        if len(arrays["step"]):
-            got.append((rank, arrays))
-    if len(got) < 8:
-        out = []
-        for rank, arrays in got:
-            cols, dropped = _step_columns(rank, hosts[rank], arrays)
-            out.append((cols, len(arrays["step"]), int(arrays["step"][-1]), dropped))
+    read, bounds, rows = steps_rows_after(run_id=run_id, after=after, pruned=pruned)
+    counts = np.diff(bounds).tolist()
+    # On a full read, rows committed between the count and the read are fine: the read is the truth.
+    if not full and any(rank_rows.get(rank, 0) + n != ranks[rank].step_rows for rank, n in zip(read, counts, strict=True)):
+        return None
+    with_rows = [i for i, n in enumerate(counts) if n]
+    if len(with_rows) < 8:
+        out = FetchedRows()
+        edges = bounds.tolist()
+        for i in with_rows:
+            arrays = {name: values[edges[i] : edges[i + 1]] for name, values in rows.items()}
+            cols, dropped = _step_columns(read[i], hosts[read[i]], arrays)
+            out.append((cols, counts[i], int(arrays["step"][-1]), dropped))
         return out
-    return _step_columns_many(got, hosts)
+    if len(with_rows) < len(read):  # ranks without new rows take no room in the columns
+        bounds = np.append(bounds[:-1][with_rows], bounds[-1])
+        read = [read[i] for i in with_rows]
+    return _step_columns_many(read, bounds, rows, hosts)
 
 
-def _step_columns_many(
-    got: list[tuple[int, dict[str, np.ndarray]]], hosts: dict[int, str]
-) -> list[tuple[StepColumns, int, int, int]]:
+def _step_columns_many(ranks: list[int], bounds: np.ndarray, cat: dict[str, np.ndarray], hosts: dict[int, str]) -> FetchedRows:
     """``_step_columns`` of many ranks in one vectorised pass (a 1,024-rank run's one new step per
-    rank), falling back to the one-rank path for a rank whose start times do not rise."""
-    lengths = np.array([len(a["step"]) for _, a in got], dtype=np.int64)
-    bounds = np.concatenate(([0], np.cumsum(lengths)))
+    rank), on their rows as read (``steps_rows_after``: ranks[i]'s rows are bounds[i]:bounds[i + 1],
+    at least one each), falling back to the one-rank path for a rank whose start times do not
+    rise. The batches' columns are views of one set of columns, handed on as ``filled``."""
     first = bounds[:-1]
-    names = list(got[0][1])
-    cat = {name: np.concatenate([a[name] for _, a in got]) for name in names}
+    lengths = np.diff(bounds)
     t = cat["t_start_ns"]
     inner = np.ones(len(t), dtype=bool)
     inner[first] = False
@@ -523,28 +534,36 @@ def _step_columns_many(
         nxt[bounds[1:] - 1] = t[bounds[1:] - 1]
         dur = np.where(dur < 0, nxt - t, dur)
     cols["dur_ns"] = dur
+    filled = dict(cols)
     present: dict[str, list[bool]] = {}
     for name in _OPTIONAL:
         values = cat[name]
         known = values >= 0
-        present[name] = np.logical_or.reduceat(known, first).tolist()
-        cols[name] = values if known.all() else np.where(known, values, 0)
+        in_rank = np.logical_or.reduceat(known, first)
+        present[name] = in_rank.tolist()
+        cols[name] = filled[name] = values if known.all() else np.where(known, values, 0)
+        if name in _MEM_COLUMNS and not in_rank.all():  # a rank without the column: -1 (unmeasured)
+            filled[name] = np.where(np.repeat(in_rank, lengths), cols[name], -1)
     flops_known = np.isfinite(cat["flops"])
-    present["flops"] = np.logical_or.reduceat(flops_known, first).tolist()
+    in_rank = np.logical_or.reduceat(flops_known, first)
+    present["flops"] = in_rank.tolist()
     cols["flops"] = cat["flops"]
+    filled["flops"] = cat["flops"] if in_rank.all() else np.where(np.repeat(in_rank, lengths), cat["flops"], np.nan)
     last_step = cat["step"][bounds[1:] - 1].tolist()
-    out: list[tuple[StepColumns, int, int, int]] = []
+    out = FetchedRows()
     spans = bounds.tolist()
     falls_l = falls.tolist()
-    for i, (rank, arrays) in enumerate(got):
-        n = spans[i + 1] - spans[i]
-        if falls_l[i]:
-            step_cols, dropped = _step_columns(rank, hosts[rank], arrays)
-            out.append((step_cols, n, last_step[i], dropped))
-            continue
+    for i, rank in enumerate(ranks):
         lo, hi = spans[i], spans[i + 1]
+        if falls_l[i]:
+            arrays = {name: values[lo:hi] for name, values in cat.items()}
+            step_cols, dropped = _step_columns(rank, hosts[rank], arrays)
+            out.append((step_cols, hi - lo, last_step[i], dropped))
+            continue
         picked = {name: values[lo:hi] for name, values in cols.items() if name not in present or present[name][i]}
-        out.append((StepColumns.trusted(rank=rank, host=hosts[rank], columns=picked), n, last_step[i], 0))
+        out.append((StepColumns.trusted(rank=rank, host=hosts[rank], columns=picked), hi - lo, last_step[i], 0))
+    if not falls.any():
+        out.filled = filled
     return out
 
 

@@ -10,15 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phantomhub.telemetry.selectors import ANALYSIS_COLUMNS
+from phantomhub.waste.accumulator import _filled_many
 from phantomhub.waste.inputs import ALL_COLUMNS
 from phantomhub.waste.services import _step_columns, _step_columns_many
 
 
+def concatenated(ranks: list[dict[str, Any]]) -> tuple[list[int], np.ndarray, dict[str, Any]]:
+    """The ranks' rows as steps_rows_after returns them: one set of columns and the bounds."""
+    bounds = np.concatenate(([0], np.cumsum([len(r["step"]) for r in ranks]))).astype(np.int64)
+    return list(range(len(ranks))), bounds, {name: np.concatenate([r[name] for r in ranks]) for name in ranks[0]}
+
+
 @st.composite
-def stored_rank(draw: st.DrawFn) -> dict[str, Any]:
+def stored_rank(draw: st.DrawFn, rising: bool = False) -> dict[str, Any]:
     """One rank's rows as the analysis read returns them (ints with -1 for null, NaN flops)."""
     n = draw(st.integers(1, 12))
-    t = np.cumsum(draw(st.lists(st.integers(-3, 10), min_size=n, max_size=n))) + 10**12
+    t = np.cumsum(draw(st.lists(st.integers(1 if rising else -3, 10), min_size=n, max_size=n))) + 10**12
     out: dict[str, Any] = {"step": np.arange(n, dtype=np.int64) + draw(st.integers(0, 5)), "t_start_ns": t.astype(np.int64)}
     for name in ANALYSIS_COLUMNS:
         if name in out:
@@ -36,7 +43,7 @@ def stored_rank(draw: st.DrawFn) -> dict[str, Any]:
 @given(st.lists(stored_rank(), min_size=1, max_size=12))
 def test_many_ranks_read_like_one_rank_at_a_time(ranks):
     hosts = {r: f"node-{r}" for r in range(len(ranks))}
-    many = _step_columns_many(list(enumerate(ranks)), hosts)
+    many = _step_columns_many(*concatenated(ranks), hosts)
     assert len(many) == len(ranks)
     for rank, (arrays, (cols, n, last, dropped)) in enumerate(zip(ranks, many, strict=True)):
         one, one_dropped = _step_columns(rank, hosts[rank], arrays)
@@ -47,3 +54,27 @@ def test_many_ranks_read_like_one_rank_at_a_time(ranks):
             assert (a is None) == (b is None), name
             if a is not None:
                 assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), name
+    # The concatenation handed to the accumulator is what it would build from the one-rank
+    # batches; none when a rank's rows had to be read the one-rank way (they left rows out).
+    ones = [_step_columns(rank, hosts[rank], arrays)[0] for rank, arrays in enumerate(ranks)]
+    if many.filled is None:
+        assert any(_step_columns(rank, hosts[rank], a)[1] for rank, a in enumerate(ranks)) or any(
+            (np.diff(a["t_start_ns"]) <= 0).any() for a in ranks
+        )
+    else:
+        expected = _filled_many(ones)
+        assert set(many.filled) == set(expected)
+        for name, values in expected.items():
+            got = many.filled[name]
+            assert got.dtype == values.dtype and np.array_equal(got, values, equal_nan=True), name
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(stored_rank(rising=True), min_size=1, max_size=12))
+def test_rows_that_rise_are_handed_on_as_one_concatenation(ranks):
+    hosts = {r: f"node-{r}" for r in range(len(ranks))}
+    many = _step_columns_many(*concatenated(ranks), hosts)
+    assert many.filled is not None
+    expected = _filled_many([_step_columns(rank, hosts[rank], arrays)[0] for rank, arrays in enumerate(ranks)])
+    for name, values in expected.items():
+        assert np.array_equal(many.filled[name], values, equal_nan=True), name
