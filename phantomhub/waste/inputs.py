@@ -72,6 +72,7 @@ OPTIONAL_INT_COLUMNS: tuple[str, ...] = (
 )
 OPTIONAL_COLUMNS: tuple[str, ...] = (*OPTIONAL_INT_COLUMNS, "flops")
 ALL_COLUMNS: tuple[str, ...] = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
+_NO_COLUMNS = dict.fromkeys(ALL_COLUMNS)
 
 
 def _as_int64(name: str, values: Any) -> IntArray:
@@ -143,14 +144,17 @@ class StepColumns:
         return cls(rank=rank, host=host, **{k: v for k, v in columns.items() if v is not None})
 
     @classmethod
-    def trusted(cls, *, rank: int, host: str, columns: Mapping[str, Any]) -> StepColumns:
+    def trusted(cls, *, rank: int, host: str, columns: Mapping[str, Any], present: tuple[str, ...] | None = None) -> StepColumns:
         """From 1-D int64 (flops: float64) arrays of equal length, without checking them again
-        (columns read back from the database, already checked at ingest)."""
+        (columns read back from the database, already checked at ingest). ``present``: the
+        optional columns among them, in OPTIONAL_COLUMNS order, when the caller knows them."""
         cols = object.__new__(cls)
-        object.__setattr__(cols, "rank", rank)
-        object.__setattr__(cols, "host", host)
-        for name in ALL_COLUMNS:
-            object.__setattr__(cols, name, columns.get(name))
+        fields = dict(_NO_COLUMNS)
+        fields.update(columns)
+        fields["rank"], fields["host"] = rank, host
+        if present is not None:
+            fields["_present"] = present
+        cols.__dict__.update(fields)  # frozen: __setattr__ refuses, the instance's dict does not
         return cols
 
     def __len__(self) -> int:
@@ -158,7 +162,8 @@ class StepColumns:
 
     def present(self) -> tuple[str, ...]:
         """Names of the optional columns this batch carries."""
-        return tuple(c for c in OPTIONAL_COLUMNS if getattr(self, c) is not None)
+        known: tuple[str, ...] | None = self.__dict__.get("_present")
+        return known if known is not None else tuple(c for c in OPTIONAL_COLUMNS if getattr(self, c) is not None)
 
     def take(self, index: npt.NDArray[Any]) -> StepColumns:
         """Rows selected by an index or boolean mask, same rank and host."""

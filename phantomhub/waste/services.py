@@ -37,6 +37,7 @@ from phantomhub.runtime import collector_paused
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import samples_arrays, steps_rows_after
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
+from phantomhub.waste.inputs import OPTIONAL_COLUMNS
 from phantomhub.waste.model import (
     CATEGORIES,
     Analysis,
@@ -550,18 +551,30 @@ def _step_columns_many(ranks: list[int], bounds: np.ndarray, cat: dict[str, np.n
     cols["flops"] = cat["flops"]
     filled["flops"] = cat["flops"] if in_rank.all() else np.where(np.repeat(in_rank, lengths), cat["flops"], np.nan)
     last_step = cat["step"][bounds[1:] - 1].tolist()
+    # Ranks mostly carry the same optional columns: the names are worked out once per pattern.
+    pattern = np.zeros(len(ranks), dtype=np.int64)
+    for bit, name in enumerate(present):
+        pattern |= np.array(present[name], dtype=np.int64) << bit
+    names_of: dict[int, tuple[list[str], tuple[str, ...]]] = {}
+    for p in set(pattern.tolist()):
+        carried = {name for bit, name in enumerate(present) if p >> bit & 1}
+        names_of[p] = (
+            [name for name in cols if name not in present or name in carried],
+            tuple(c for c in OPTIONAL_COLUMNS if c in carried),
+        )
     out = FetchedRows()
     spans = bounds.tolist()
     falls_l = falls.tolist()
-    for i, rank in enumerate(ranks):
+    for i, (rank, p) in enumerate(zip(ranks, pattern.tolist(), strict=True)):
         lo, hi = spans[i], spans[i + 1]
         if falls_l[i]:
             arrays = {name: values[lo:hi] for name, values in cat.items()}
             step_cols, dropped = _step_columns(rank, hosts[rank], arrays)
             out.append((step_cols, hi - lo, last_step[i], dropped))
             continue
-        picked = {name: values[lo:hi] for name, values in cols.items() if name not in present or present[name][i]}
-        out.append((StepColumns.trusted(rank=rank, host=hosts[rank], columns=picked), hi - lo, last_step[i], 0))
+        names, carried = names_of[p]
+        picked = {name: cols[name][lo:hi] for name in names}
+        out.append((StepColumns.trusted(rank=rank, host=hosts[rank], columns=picked, present=carried), hi - lo, last_step[i], 0))
     if not falls.any():
         out.filled = filled
     return out
