@@ -455,10 +455,14 @@ def main() -> None:
         else:
             RunAnalysisState.objects.filter(run=run).delete()
 
-    from phantomhub.runtime import boot_objects_freeze
     from phantomhub.waste.services import run_analyze
 
-    boot_objects_freeze()  # as a worker's pool process does once it has imported the tasks (phantomhub/celery.py)
+    try:  # as a worker's pool process does once it has imported the tasks (phantomhub/celery.py)
+        from phantomhub.runtime import boot_objects_freeze
+    except ImportError:  # older code, for a side by side: its worker froze nothing
+        pass
+    else:
+        boot_objects_freeze()
     start = datetime(2026, 10, 1, tzinfo=UTC)
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("3.00"), effective_from=start - timedelta(days=1))
     project = project_get_or_create(team=team_get_or_create(slug="bench"), slug="big-job")
