@@ -557,10 +557,10 @@ def _step_columns_many(ranks: list[int], bounds: np.ndarray, cat: dict[str, np.n
         pattern |= np.array(present[name], dtype=np.int64) << bit
     names_of: dict[int, tuple[list[str], tuple[str, ...]]] = {}
     for p in set(pattern.tolist()):
-        carried = {name for bit, name in enumerate(present) if p >> bit & 1}
+        has = {name for bit, name in enumerate(present) if p >> bit & 1}
         names_of[p] = (
-            [name for name in cols if name not in present or name in carried],
-            tuple(c for c in OPTIONAL_COLUMNS if c in carried),
+            [name for name in cols if name not in present or name in has],
+            tuple(c for c in OPTIONAL_COLUMNS if c in has),
         )
     out = FetchedRows()
     spans = bounds.tolist()
