@@ -58,7 +58,7 @@ def test_cycles_made_inside_a_pause_are_collected_after_it() -> None:
 def test_boot_objects_freeze_exempts_what_exists_and_not_what_comes_later() -> None:
     try:
         frozen = boot_objects_freeze()
-        assert frozen == gc.get_freeze_count() > 1000
+        assert frozen > 1000  # (a frozen object that reference counting frees later leaves the count)
         tracked = len(gc.get_objects())
         later = [[i] for i in range(1000)]  # made after the freeze: tracked as usual
         assert len(gc.get_objects()) >= tracked + 1000
