@@ -56,16 +56,18 @@ def test_cycles_made_inside_a_pause_are_collected_after_it() -> None:
 
 
 def test_boot_objects_freeze_exempts_what_exists_and_not_what_comes_later() -> None:
+    earlier = [[1], [2]]  # containers: the collector tracks them
     try:
         frozen = boot_objects_freeze()
         assert frozen > 1000  # (a frozen object that reference counting frees later leaves the count)
-        tracked = len(gc.get_objects())
-        later = [[i] for i in range(1000)]  # made after the freeze: tracked as usual
-        assert len(gc.get_objects()) >= tracked + 1000
-        del later
+        later = [[3], [4]]
+        tracked = {id(o) for o in gc.get_objects()}  # what later collections walk
+        assert not any(id(o) in tracked for o in earlier)
+        assert all(id(o) in tracked for o in later)
     finally:
         gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    assert all(id(o) in {id(x) for x in gc.get_objects()} for o in earlier)
 
 
 def test_a_celery_pool_process_freezes_boot_objects() -> None:
