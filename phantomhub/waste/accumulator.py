@@ -43,7 +43,7 @@ STATE_VERSION = MODEL_VERSION  # a state from another version raises NotAppendab
 TAIL_ALIGN_LIMIT = 262_144
 # Rows attributed in one vectorised pass (several ranks' batches together, see _attribute_many).
 GROUP_ROWS = 32_768
-_MEM_COLUMNS = ("mem_allocated", "mem_reserved", "mem_peak")
+MEM_COLUMNS = ("mem_allocated", "mem_reserved", "mem_peak")
 _SUM_KEYS = (
     "rows",
     "live_steps",
@@ -160,7 +160,7 @@ def _filled(cols: StepColumns) -> dict[str, Any]:
     }
     for name in OPTIONAL_INT_COLUMNS:
         arr = getattr(cols, name)
-        fill = -1 if name in _MEM_COLUMNS else 0
+        fill = -1 if name in MEM_COLUMNS else 0
         out[name] = np.full(n, fill, dtype=np.int64) if arr is None else arr
     out["flops"] = np.full(n, np.nan) if cols.flops is None else cols.flops
     return out
@@ -171,7 +171,7 @@ def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
     out: dict[str, Any] = {name: np.concatenate([getattr(b, name) for b in batches]) for name in ("step", "t_start_ns", "dur_ns")}
     for name in (*OPTIONAL_INT_COLUMNS, "flops"):
         parts = [getattr(b, name) for b in batches]
-        fill = np.nan if name == "flops" else (-1 if name in _MEM_COLUMNS else 0)
+        fill = np.nan if name == "flops" else (-1 if name in MEM_COLUMNS else 0)
         dtype = np.float64 if name == "flops" else np.int64
         if all(p is None for p in parts):
             out[name] = np.full(len(out["step"]), fill, dtype=dtype)

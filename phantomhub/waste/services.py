@@ -36,6 +36,7 @@ from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
 from phantomhub.runtime import collector_paused
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import samples_arrays, steps_rows_after
+from phantomhub.waste.accumulator import MEM_COLUMNS
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.inputs import OPTIONAL_COLUMNS
 from phantomhub.waste.model import (
@@ -79,7 +80,6 @@ NS = 10**9
 # Price segments are resolved up to this far past allocation start, so a live run's configuration
 # (and with it the incremental state) does not change every time the run grows.
 PRICE_HORIZON = timedelta(days=400)
-_MEM_COLUMNS = ("mem_allocated", "mem_reserved", "mem_peak")
 _OPTIONAL = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "tokens", "samples",
              "mem_allocated", "mem_reserved", "mem_peak", "alloc_retries")  # fmt: skip
 
@@ -543,7 +543,7 @@ def _step_columns_many(ranks: list[int], bounds: np.ndarray, cat: dict[str, np.n
         in_rank = np.logical_or.reduceat(known, first)
         present[name] = in_rank.tolist()
         cols[name] = filled[name] = values if known.all() else np.where(known, values, 0)
-        if name in _MEM_COLUMNS and not in_rank.all():  # a rank without the column: -1 (unmeasured)
+        if name in MEM_COLUMNS and not in_rank.all():  # a rank without the column: -1 (unmeasured)
             filled[name] = np.where(np.repeat(in_rank, lengths), cols[name], -1)
     flops_known = np.isfinite(cat["flops"])
     in_rank = np.logical_or.reduceat(flops_known, first)
