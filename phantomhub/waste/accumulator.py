@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from phantomhub.waste.inputs import (
     SystemSamples,
 )
 from phantomhub.waste.steps import StepBlock, StepContext, piece_totals, process_rows
-from phantomhub.waste.stragglers import AlignedRows, StragglerCounters, attribute
+from phantomhub.waste.stragglers import AlignedRows, StragglerCounters, attribute, take_through_many
 from phantomhub.waste.timeline import NS_MAX, Coverage, PricePieces
 from phantomhub.waste.windows import WindowSums
 
@@ -185,12 +186,13 @@ def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
 class StepBatches(list[StepColumns]):
     """Batches of different ranks whose columns are slices, in order, of one set of columns with
     every column present (``filled``: what ``_filled_many`` of them gives, as the analysis reads
-    them from the database). ``add_steps_many`` works on ``filled`` as it is instead of
-    concatenating the batches again."""
+    them from the database), each batch with at least one row. ``add_steps_many`` works on
+    ``filled`` and ``lengths`` as they are instead of concatenating and counting the batches again."""
 
-    def __init__(self, batches: Sequence[StepColumns], filled: dict[str, Any]) -> None:
+    def __init__(self, batches: Sequence[StepColumns], filled: dict[str, Any], lengths: IntArray) -> None:
         super().__init__(batches)
         self.filled = filled
+        self.lengths = lengths  # rows per batch, every one > 0
 
 
 def _json_scalar(value: Any) -> int | float | None:
@@ -241,27 +243,32 @@ class RunAccumulator:
         batch, with the per-row work done in one vectorised pass over all of them (a 1,024-rank
         run's batch of one step per rank costs one pass, not 1,024). After ``NotAppendable``
         the accumulator is not to be used further (analyse from scratch, as callers do)."""
-        filled = batches.filled if isinstance(batches, StepBatches) and all(len(cols) for cols in batches) else None
-        batches = [cols for cols in batches if len(cols)]
-        seen: set[int] = set()
-        for cols in batches:
-            if cols.rank in seen:
-                raise ValueError(f"rank {cols.rank}: one batch per rank per call")
-            seen.add(cols.rank)
+        known: StepBatches | None = batches if isinstance(batches, StepBatches) else None
+        batches = list(batches) if known is not None else [cols for cols in batches if len(cols)]
+        ranks = [cols.rank for cols in batches]
+        if len(set(ranks)) != len(ranks):
+            twice = next(r for i, r in enumerate(ranks) if r in ranks[:i])
+            raise ValueError(f"rank {twice}: one batch per rank per call")
         if len(batches) > 1:
-            # In chunks of about GROUP_ROWS rows to attribute (the groups _attribute_rows would
-            # make anyway): a from-scratch run's millions of rows are never all copied at once.
-            chunks: list[list[StepColumns]] = [[]]
-            rows = 0
-            for cols in batches:
-                if rows >= GROUP_ROWS:
-                    chunks.append([])
-                    rows = 0
-                chunks[-1].append(cols)
-                rs = self.ranks.get(cols.rank)
-                rows += len(cols) - (0 if rs is not None and rs.pending is not None else 1)
+            total = int(known.lengths.sum()) if known is not None else sum(len(cols) for cols in batches)
+            if total < GROUP_ROWS:  # fewer rows to attribute than that: one chunk (the usual pass)
+                self._add_concatenated(batches, known)
+                chunks: list[list[StepColumns]] = []
+            else:
+                # In chunks of about GROUP_ROWS rows to attribute (the groups _attribute_rows
+                # would make anyway): a from-scratch run's millions of rows are never all
+                # copied at once.
+                chunks = [[]]
+                rows = 0
+                for cols in batches:
+                    if rows >= GROUP_ROWS:
+                        chunks.append([])
+                        rows = 0
+                    chunks[-1].append(cols)
+                    rs = self.ranks.get(cols.rank)
+                    rows += len(cols) - (0 if rs is not None and rs.pending is not None else 1)
             for chunk in chunks:
-                self._add_concatenated(chunk, filled if len(chunks) == 1 else None)
+                self._add_concatenated(chunk, known if len(chunks) == 1 else None)
         elif batches:
             item = self._prepare(batches[0])
             if item is not None:
@@ -269,11 +276,12 @@ class RunAccumulator:
         if align:
             self._align(final=False)
 
-    def _add_concatenated(self, batches: list[StepColumns], filled: dict[str, Any] | None = None) -> None:
+    def _add_concatenated(self, batches: list[StepColumns], known: StepBatches | None = None) -> None:
         """Several ranks' batches in one vectorised pass: the checks, the pending rows and the
         rows to attribute are computed on all rows at once (what ``_prepare`` does per batch).
-        ``filled``: the batches already concatenated (``StepBatches``)."""
-        lengths = np.array([len(b) for b in batches], dtype=np.int64)
+        ``known``: the same batches, already concatenated and counted (``StepBatches``)."""
+        filled = known.filled if known is not None else None
+        lengths = known.lengths if known is not None else np.array([len(b) for b in batches], dtype=np.int64)
         bounds = np.concatenate(([0], np.cumsum(lengths)))
         first = bounds[:-1]
         t = filled["t_start_ns"] if filled is not None else np.concatenate([b.t_start_ns for b in batches])
@@ -501,17 +509,20 @@ class RunAccumulator:
         all_on = bool(on.all())
         bounds = np.concatenate((offsets, [len(step)])).tolist()
         max_seen = self.max_t_seen
-        for i, rs in enumerate(states):
-            if first_live[i] < NS_MAX:
-                first = first_live[i]
+        for rs, first, last, start, end, lo, hi in zip(
+            states, first_live, last_live, max_start, horizon, bounds, bounds[1:], strict=False
+        ):
+            if first < NS_MAX:
                 rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
-                rs.last_e = max(last_live[i], rs.last_e or first)
-            rs.max_t_start = max(max_start[i], rs.max_t_start or -NS_MAX)
-            rs.horizon = max(horizon[i], rs.horizon or -NS_MAX)
+                rs.last_e = max(last, rs.last_e or first)
+            rs.max_t_start = max(start, rs.max_t_start or -NS_MAX)
+            rs.horizon = max(end, rs.horizon or -NS_MAX)
             max_seen = max(rs.max_t_start, max_seen or rs.max_t_start)
-            lo, hi = bounds[i], bounds[i + 1]
-            if all_on:
-                rs.tail.add(step[lo:hi], arrival[lo:hi], comm[lo:hi])
+            if all_on:  # each rank has rows here (lengths > 0): AlignedRows.add without its check
+                tail = rs.tail
+                tail.step.append(step[lo:hi])
+                tail.arrival.append(arrival[lo:hi])
+                tail.comm.append(comm[lo:hi])
             else:
                 keep = on[lo:hi]
                 rs.tail.add(step[lo:hi][keep], arrival[lo:hi][keep], comm[lo:hi][keep])
@@ -521,49 +532,50 @@ class RunAccumulator:
     @staticmethod
     def _fold_sums_many(states: list[RankState], block: StepBlock, cols: Mapping[str, Any], offsets: IntArray) -> None:
         """Per-rank sums of a multi-rank block: exact integer reductions over each rank's rows."""
-
-        def per(values: Any) -> list[int]:
-            out: list[int] = np.add.reduceat(np.asarray(values, dtype=np.int64), offsets).tolist()
-            return out
-
         cats = block.cats
         known = np.isfinite(block.flops)
         alloc, reserved, peak = cols["mem_allocated"], cols["mem_reserved"], cols["mem_peak"]
         frag_ok = (alloc >= 0) & (reserved > 0)
         frag = np.where(frag_ok, (1.0 - alloc / np.where(reserved > 0, reserved, 1)).clip(0.0, 1.0), 0.0)
-        int_sums = {
-            "rows": per(np.ones(len(block.step))),
-            "live_steps": per(block.nonphase_ns > 0),
-            "nonphase_ns": per(block.nonphase_ns),
-            **{key: per(cats[:, i]) for i, key in enumerate(("useful_ns", "inefficiency_ns", "data_ns", "comm_ns", "host_ns"))},
-            "forward_ns": per(block.forward_ns),
-            "backward_ns": per(block.backward_ns),
-            "optimizer_ns": per(block.optimizer_ns),
-            **{key: per(np.maximum(cols[key], 0)) for key in ("tokens", "samples", "alloc_retries")},
-            "flops_steps": per(known),
-            "overrun_steps": per(block.overrun_rows),
-            "clipped_steps": per(block.clipped_rows),
-            "over_peak_steps": per(block.over_peak_rows),
-            "zero_flops_steps": per(block.zero_flops_rows),
-            "mem_rows": per(peak >= 0),
-            "frag_rows": per(frag_ok),
+        by_key = {
+            "rows": np.ones(len(block.step), dtype=np.int64),
+            "live_steps": block.nonphase_ns > 0,
+            "nonphase_ns": block.nonphase_ns,
+            **{key: cats[:, i] for i, key in enumerate(("useful_ns", "inefficiency_ns", "data_ns", "comm_ns", "host_ns"))},
+            "forward_ns": block.forward_ns,
+            "backward_ns": block.backward_ns,
+            "optimizer_ns": block.optimizer_ns,
+            **{key: np.maximum(cols[key], 0) for key in ("tokens", "samples", "alloc_retries")},
+            "flops_steps": known,
+            "overrun_steps": block.overrun_rows,
+            "clipped_steps": block.clipped_rows,
+            "over_peak_steps": block.over_peak_rows,
+            "zero_flops_steps": block.zero_flops_rows,
+            "mem_rows": peak >= 0,
+            "frag_rows": frag_ok,
         }
-        flops = np.add.reduceat(np.where(known, block.flops, 0.0), offsets)
-        frag_sum = np.add.reduceat(frag, offsets)
+        # One (rows x keys) integer matrix, reduced per rank at once: exact integer sums, one
+        # Python list of a rank's additions in _SUM_KEYS order.
+        table = np.empty((len(block.step), len(_SUM_KEYS)), dtype=np.int64)
+        for j, key in enumerate(_SUM_KEYS):
+            table[:, j] = by_key[key]
+        added: list[list[int]] = np.add.reduceat(table, offsets, axis=0).tolist()
+        flops = np.add.reduceat(np.where(known, block.flops, 0.0), offsets).tolist()
+        frag_sum = np.add.reduceat(frag, offsets).tolist()
         peak_max = np.maximum.reduceat(peak, offsets).tolist()
         reserved_max = np.maximum.reduceat(reserved, offsets).tolist()
         alloc_max = np.maximum.reduceat(alloc, offsets).tolist()
-        flops_l, frag_l = flops.tolist(), frag_sum.tolist()
-        per_key = list(int_sums.items())
-        for i, rs in enumerate(states):
+        for rs, add, fl, fr, pm, rm, am in zip(states, added, flops, frag_sum, peak_max, reserved_max, alloc_max, strict=True):
             s = rs.sums
-            for key, values in per_key:
-                s[key] += values[i]
-            rs.flops += flops_l[i]
-            rs.frag_sum += frag_l[i]
-            rs.mem_peak_max = max(rs.mem_peak_max, peak_max[i])
-            rs.mem_reserved_max = max(rs.mem_reserved_max, reserved_max[i])
-            rs.mem_allocated_max = max(rs.mem_allocated_max, alloc_max[i])
+            s.update(zip(_SUM_KEYS, map(operator.add, map(s.__getitem__, _SUM_KEYS), add)))
+            rs.flops += fl
+            rs.frag_sum += fr
+            if pm > rs.mem_peak_max:
+                rs.mem_peak_max = pm
+            if rm > rs.mem_reserved_max:
+                rs.mem_reserved_max = rm
+            if am > rs.mem_allocated_max:
+                rs.mem_allocated_max = am
 
     def align_known(self) -> None:
         """Align what the live path would have aligned by now (after rows were added with
@@ -577,15 +589,14 @@ class RunAccumulator:
         if final:
             bound = NS_MAX
         else:
-            waiting = sum(len(rs.tail) for rs in self.ranks.values())
-            if len(self.ranks) < self.config.world_size and waiting < TAIL_ALIGN_LIMIT:
+            if len(self.ranks) < self.config.world_size and sum(len(rs.tail) for rs in self.ranks.values()) < TAIL_ALIGN_LIMIT:
                 return
             bound = min((rs.pending["step"] - 1) if rs.pending is not None else NS_MAX for rs in self.ranks.values())
         if self.watermark is not None and bound <= self.watermark:
             return
         ranks = sorted(self.ranks)
-        rows = [self.ranks[r].tail.take_through(bound) for r in ranks]
-        attribute(ranks, rows, self.stragglers)
+        who, step, arrival, comm = take_through_many([self.ranks[r].tail for r in ranks], bound)
+        attribute(ranks, who, step, arrival, comm, self.stragglers)
         self.watermark = bound
 
     # -- finishing -------------------------------------------------------------------------

@@ -474,10 +474,13 @@ class FetchedRows(list[tuple[StepColumns, int, int, int]]):
     accumulator would build from them again: ``StepBatches``)."""
 
     filled: dict[str, np.ndarray] | None = None
+    lengths: np.ndarray | None = None  # with ``filled``: the rows of each batch
 
     def batches(self) -> list[StepColumns]:
         cols = [c for c, _, _, _ in self]
-        return StepBatches(cols, self.filled) if self.filled is not None else cols
+        if self.filled is None or self.lengths is None:
+            return cols
+        return StepBatches(cols, self.filled, self.lengths)
 
 
 def _fetch_new_rows(
@@ -576,7 +579,7 @@ def _step_columns_many(ranks: list[int], bounds: np.ndarray, cat: dict[str, np.n
         picked = {name: cols[name][lo:hi] for name in names}
         out.append((StepColumns.trusted(rank=rank, host=hosts[rank], columns=picked, present=carried), hi - lo, last_step[i], 0))
     if not falls.any():
-        out.filled = filled
+        out.filled, out.lengths = filled, lengths
     return out
 
 

@@ -83,20 +83,6 @@ class AlignedRows:
     def __len__(self) -> int:
         return sum(len(s) for s in self.step)
 
-    def take_through(self, watermark: int) -> tuple[IntArray, IntArray, IntArray]:
-        """Remove and return rows with step <= watermark."""
-        if self.step and int(self.step[-1][-1]) <= watermark and all(int(s[-1]) <= watermark for s in self.step[:-1]):
-            out = self.arrays()  # all of them (the usual case: a rank's tail is one aligned batch)
-            self.step, self.arrival, self.comm = [], [], []
-            return out
-        step, arrival, comm = self.arrays()
-        done = step <= watermark
-        keep = ~done
-        self.step = [step[keep]] if keep.any() else []
-        self.arrival = [arrival[keep]] if keep.any() else []
-        self.comm = [comm[keep]] if keep.any() else []
-        return step[done], arrival[done], comm[done]
-
 
 def order_by_step_then_arrival(step: IntArray, arrival: IntArray) -> IntArray:
     """Same order as ``np.lexsort((arrival, step))``, faster in the usual case.
@@ -117,19 +103,48 @@ def order_by_step_then_arrival(step: IntArray, arrival: IntArray) -> IntArray:
     return np.take_along_axis(grid, within, axis=1).ravel().astype(np.int64)
 
 
+def take_through_many(tails: list[AlignedRows], watermark: int) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """Remove from every tail its rows with step <= ``watermark``; return them as (index into
+    ``tails``, step, arrival, comm), tail by tail, each tail's rows in its own order. A few array
+    operations however many tails (a 1,024-rank run aligns twice a pass), not a pass per tail."""
+    steps = [s for t in tails for s in t.step]
+    if not steps:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    pieces = np.fromiter((len(t.step) for t in tails), dtype=np.int64, count=len(tails))
+    lengths = np.fromiter((len(s) for s in steps), dtype=np.int64, count=len(steps))
+    who = np.repeat(np.repeat(np.arange(len(tails), dtype=np.int64), pieces), lengths)
+    step = np.concatenate(steps)
+    arrival = np.concatenate([a for t in tails for a in t.arrival])
+    comm = np.concatenate([c for t in tails for c in t.comm])
+    done = step <= watermark
+    if done.all():  # the usual case: every waiting row is complete
+        for t in tails:
+            if t.step:
+                t.step, t.arrival, t.comm = [], [], []
+        return who, step, arrival, comm
+    keep = ~done
+    kept_who, kept = who[keep], np.flatnonzero(keep)
+    cuts = np.searchsorted(kept_who, np.arange(len(tails) + 1)).tolist()
+    for i, t in enumerate(tails):
+        if not t.step:
+            continue
+        lo, hi = cuts[i], cuts[i + 1]
+        if hi > lo:
+            rows = kept[lo:hi]
+            t.step, t.arrival, t.comm = [step[rows]], [arrival[rows]], [comm[rows]]
+        else:
+            t.step, t.arrival, t.comm = [], [], []
+    return who[done], step[done], arrival[done], comm[done]
+
+
 def attribute(
-    ranks: list[int],
-    rows: list[tuple[IntArray, IntArray, IntArray]],
-    counters: dict[int, StragglerCounters],
+    ranks: list[int], who: IntArray, step: IntArray, arrival: IntArray, comm: IntArray, counters: dict[int, StragglerCounters]
 ) -> None:
-    """Fold complete steps of every rank (``rows[i]`` belongs to ``ranks[i]``) into ``counters``."""
-    lens = [len(r[0]) for r in rows]
-    if sum(lens) == 0:
+    """Fold complete steps of every rank into ``counters``: row ``j`` (step, arrival, comm)
+    belongs to ``ranks[who[j]]``, each rank's rows in its own order (the order ties keep)."""
+    if not len(step):
         return
-    who = np.repeat(np.arange(len(ranks)), lens)
-    step = np.concatenate([r[0] for r in rows])
-    arrival = np.concatenate([r[1] for r in rows])
-    comm = np.concatenate([r[2] for r in rows])
     order = order_by_step_then_arrival(step, arrival)
     step, arrival, comm, who = step[order], arrival[order], comm[order], who[order]
 
@@ -162,7 +177,11 @@ def attribute(
     n = len(ranks)
 
     def per_rank(values: IntArray) -> list[int]:
-        return [int(v) for v in np.bincount(who, weights=values, minlength=n).round()]
+        # Integer sums (exact at any size; a float bincount rounds once a sum passes 2**53).
+        out = np.zeros(n, dtype=np.int64)
+        np.add.at(out, who, values.astype(np.int64, copy=False))
+        sums: list[int] = out.tolist()
+        return sums
 
     aligned = per_rank(g_multi.astype(np.int64))
     slow_c = per_rank(slow.astype(np.int64))

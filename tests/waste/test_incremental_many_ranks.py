@@ -120,6 +120,15 @@ def test_stragglers_found_live_over_many_ranks_are_those_of_a_full_analysis(run,
     assert_same(full, live)
 
 
+def test_two_batches_of_one_rank_in_one_call_are_refused_before_anything_is_added():
+    one = StepColumns(rank=3, host="h", step=np.arange(2), t_start_ns=np.arange(2) * S, dur_ns=np.full(2, S))
+    other = StepColumns(rank=4, host="h", step=np.arange(2), t_start_ns=np.arange(2) * S, dur_ns=np.full(2, S))
+    acc = RunAccumulator(RunConfig(gpu_count=2, world_size=2, allocation_start_ns=0))
+    with pytest.raises(ValueError, match="rank 3: one batch per rank per call"):
+        acc.add_steps_many([one, other, one])
+    assert acc.ranks == {}
+
+
 def test_a_slow_rank_among_many_is_found_by_the_live_path():
     rnd = random.Random(7)
     n_ranks, n_steps = 64, 200

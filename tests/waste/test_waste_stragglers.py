@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from phantomhub.waste.model import PriceSegment, RunConfig, RunInputs, analyze
-from phantomhub.waste.stragglers import order_by_step_then_arrival
+from phantomhub.waste.stragglers import AlignedRows, attribute, order_by_step_then_arrival, take_through_many
 from tests.waste.factories import MS, S, steps
 
 N_STEPS = 200
@@ -128,3 +128,47 @@ def test_the_fast_step_order_is_lexsort_order(rank_steps, data):
     if len(step) == 0:
         return
     assert np.array_equal(order_by_step_then_arrival(step, arrival), np.lexsort((arrival, step)))
+
+
+# Tails of several ranks: each a list of pieces (rising steps within a piece), some tails empty.
+TAILS = st.lists(st.lists(st.lists(st.integers(0, 30), max_size=6), max_size=3), min_size=1, max_size=6)
+
+
+@given(TAILS, st.integers(-1, 31))
+def test_taking_every_tail_at_once_equals_a_filter_of_each_tail(tails_steps, watermark):
+    # The oracle: each tail's rows in its order, those at or below the watermark taken, the
+    # others kept in order; written per tail with plain lists.
+    tails, expected_taken, expected_kept = [], [], []
+    for i, pieces in enumerate(tails_steps):
+        tail = AlignedRows()
+        rows = []
+        for piece in pieces:
+            s = np.array(sorted(set(piece)), dtype=np.int64)
+            tail.add(s, s * 10 + i, s * 100 + i)
+            rows += s.tolist()
+        tails.append(tail)
+        expected_taken += [(i, s, s * 10 + i, s * 100 + i) for s in rows if s <= watermark]
+        expected_kept.append([s for s in rows if s > watermark])
+
+    who, step, arrival, comm = take_through_many(tails, watermark)
+
+    assert list(zip(who.tolist(), step.tolist(), arrival.tolist(), comm.tolist(), strict=True)) == expected_taken
+    for i, tail in enumerate(tails):
+        kept_step, kept_arrival, kept_comm = tail.arrays()
+        assert kept_step.tolist() == expected_kept[i]
+        assert kept_arrival.tolist() == [s * 10 + i for s in expected_kept[i]]
+        assert kept_comm.tolist() == [s * 100 + i for s in expected_kept[i]]
+
+
+def test_straggler_sums_stay_exact_past_two_to_the_53():
+    # Two ranks over 3 steps, rank 1 arriving last, rank 0 waiting 4e15 + 1 ns each time: its waits
+    # add up to 12e15 + 3 ns, past 2**53, where a float sum rounds to an even number.
+    wait = 4 * 10**15 + 1
+    counters: dict = {}
+    step = np.array([0, 1, 2, 0, 1, 2], dtype=np.int64)
+    arrival = np.array([1, 1, 1, wait + 1, wait + 1, wait + 1], dtype=np.int64)
+    comm = np.array([wait + 7] * 3 + [0] * 3, dtype=np.int64)
+    attribute([0, 1], np.array([0, 0, 0, 1, 1, 1]), step, arrival, comm, counters)
+    assert counters[0].waited_ns == 3 * wait == 12_000_000_000_000_003
+    assert counters[1].caused_wait_ns == 3 * wait
+    assert (counters[1].blamed_steps, counters[0].blamed_steps) == (3, 0)
