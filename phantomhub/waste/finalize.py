@@ -150,17 +150,9 @@ def build_analysis(
 
     # -- per rank ------------------------------------------------------------------------------
     ranks = []
-    label_cat: dict[str, str] = {}
-    for slot, rs in enumerate(rank_slots):
+    for rs, ns_row, usd_row in zip(rank_slots, book.rank_ns, book.rank_usd, strict=True):
         if rs is None:
             continue
-        by_cat_ns = dict.fromkeys(CATEGORIES, 0)
-        by_cat_usd = dict.fromkeys(CATEGORIES, 0.0)
-        rank_usd = book.rank_usd[slot]
-        for label, ns in book.rank_ns[slot].items():
-            cat = label_cat.get(label) or label_cat.setdefault(label, cat_of(label))
-            by_cat_ns[cat] += ns
-            by_cat_usd[cat] += rank_usd[label]
         live = rs.sums["live_steps"]
         compute_ns = rs.sums["useful_ns"] + rs.sums["inefficiency_ns"]
         counters = acc.stragglers.get(rs.rank)
@@ -169,8 +161,8 @@ def build_analysis(
                 rank=rs.rank,
                 host=rs.host,
                 steps=rs.sums["rows"],
-                gpu_seconds={c: gpu_s(ns) for c, ns in by_cat_ns.items()},
-                usd=by_cat_usd,
+                gpu_seconds=dict(zip(CATEGORIES, [ns * num / den for ns in ns_row], strict=True)),
+                usd=dict(zip(CATEGORIES, usd_row, strict=True)),
                 step_ns_mean=rs.sums["nonphase_ns"] / live if live else None,
                 compute_ns_mean=compute_ns / live if live else None,
                 data_ns_mean=rs.sums["data_ns"] / live if live else None,

@@ -29,8 +29,8 @@ class Ledger:
     labels: list[str]  # step categories, then idle causes present in this run
     total_ns: dict[str, int]  # rank-nanoseconds over all ranks and pieces
     usd_exact: dict[str, Fraction]
-    rank_ns: list[dict[str, int]]  # per rank slot
-    rank_usd: list[dict[str, float]]  # per rank slot, exact shares as floats
+    rank_ns: list[list[int]]  # per rank slot, per category (CATEGORIES order; idle: every idle cause)
+    rank_usd: list[list[float]]  # the same, exact shares as floats
     cost_exact: Fraction
     unpriced_ns: int
 
@@ -91,17 +91,21 @@ def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None]
     else:
         total = m.astype(object).sum(axis=0)
     usd_per_ns = price_f * float(gpu_per_slot) / NS_PER_HOUR
-    per_rank_ns = m.sum(axis=1).tolist()
-    per_rank_usd = np.matmul(usd_per_ns, m).tolist()
-    phase_ns = {label: int(col.sum()) for label, col in phase_cols.items()}
-    phase_usd = {label: float(usd_per_ns @ col) for label, col in phase_cols.items()}
-    rank_ns: list[dict[str, int]] = [dict(zip(RANK_LABELS, row, strict=True)) for row in per_rank_ns]
-    rank_usd: list[dict[str, float]] = [dict(zip(RANK_LABELS, row, strict=True)) for row in per_rank_usd]
-    if phase_cols:  # every rank carries the run's phase figures too
-        for d in rank_ns:
-            d.update(phase_ns)
-        for u in rank_usd:
-            u.update(phase_usd)
+    per_rank_ns = m.sum(axis=1)
+    per_rank_usd = np.matmul(usd_per_ns, m)
+    phase_ns = [int(col.sum()) for col in phase_cols.values()]
+    phase_usd = [float(usd_per_ns @ col) for col in phase_cols.values()]
+    # Per rank and category, all ranks at once: a step category is its label; idle adds its
+    # causes in label order, then the run's phases (every rank carries them), as a sum over one
+    # rank's labels in that order would (the same float additions, so the same bits).
+    idle_ns: Any = per_rank_ns[:, _STARTUP : _NO_STEPS + 1].astype(object).sum(axis=1) + sum(phase_ns)
+    idle_usd = np.zeros(len(slots))
+    for j in range(_STARTUP, _NO_STEPS + 1):
+        idle_usd = idle_usd + per_rank_usd[:, j]
+    for u in phase_usd:
+        idle_usd = idle_usd + u
+    rank_ns = [[*row, int(idle)] for row, idle in zip(per_rank_ns[:, :_STARTUP].tolist(), idle_ns.tolist(), strict=True)]
+    rank_usd = np.column_stack((0.0 + per_rank_usd[:, :_STARTUP], idle_usd)).tolist()
 
     labels = [lbl for lbl, u in zip(RANK_LABELS, used, strict=True) if u]
     total_ns: dict[str, int] = {}
