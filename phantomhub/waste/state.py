@@ -102,8 +102,12 @@ def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
     host_idx: list[int] = []
     for rs in ranks:
         counters = acc.stragglers.get(rs.rank)
-        tail = rs.tail.arrays()
-        tails.append(tail)
+        if rs.tail.step:  # after an alignment most tails are empty: nothing to concatenate
+            tail = rs.tail.arrays()
+            tails.append(tail)
+            n_tail = len(tail[0])
+        else:
+            n_tail = 0
         pending = rs.pending
         flops = np.nan if pending is None or pending["flops"] is None else pending["flops"]
         sums = rs.sums
@@ -111,7 +115,7 @@ def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
             [
                 rs.rank, _opt(rs.first_s), _opt(rs.last_e), _opt(rs.max_t_start), _opt(rs.horizon), rs.mem_peak_max,
                 rs.mem_reserved_max, rs.mem_allocated_max, sum(_COLUMN_BIT[c] for c in rs.columns),
-                pending is not None, len(tail[0]), counters is not None,
+                pending is not None, n_tail, counters is not None,
                 *(no_pending if pending is None else [pending[k] for k in _PENDING_INT]),
                 *[sums[k] for k in _SUM_KEYS],
                 *(no_counters if counters is None else counters.to_json()),
@@ -156,7 +160,12 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
     hosts = r["host"].tolist()
     bounds = offsets.tolist()
     bits = list(_COLUMN_BIT.items())
+    columns_of: dict[int, frozenset[str]] = {}  # ranks mostly carry the same columns
     for i, row in enumerate(rows):
+        mask = row[8]
+        named = columns_of.get(mask)
+        if named is None:
+            named = columns_of[mask] = frozenset(c for c, bit in bits if mask & bit)
         rank = row[0]
         pending: dict[str, Any] | None = None
         if row[9]:
@@ -168,7 +177,7 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
         rs.__dict__.update(
             rank=rank,
             host=names[hosts[i]],
-            columns={c for c, bit in bits if row[8] & bit},
+            columns=set(named),
             pending=pending,
             first_s=_back(row[1]),
             last_e=_back(row[2]),
