@@ -40,18 +40,21 @@ def main() -> None:
     args = parser.parse_args()
     with psycopg.connect(args.database_url) as conn, conn.cursor() as cur:
         cur.execute(
-            "SELECT a.result::text, a.result->'ranks', s.ranks FROM waste_runanalysis a JOIN telemetry_run r ON r.id = a.run_id "
-            "JOIN waste_runanalysisstate s ON s.run_id = a.run_id WHERE r.name LIKE 'bench-%%-ranks' ORDER BY r.gpu_count DESC LIMIT 1"
+            "SELECT a.result::text, s.ranks FROM waste_runanalysis a JOIN telemetry_run r ON r.id = a.run_id "
+            "JOIN waste_runanalysisstate s ON s.run_id = a.run_id "
+            "WHERE r.name LIKE 'bench-%%-ranks' ORDER BY r.gpu_count DESC LIMIT 1"
         )
         row = cur.fetchone()
         if row is None:
             raise SystemExit("no analysed big-job run in that database: run bench/big_job.py first")
         result = row[0].encode()
         without_ranks = json.dumps({k: v for k, v in json.loads(result).items() if k != "ranks"}).encode()
-        state_ranks = bytes(row[2])
+        state_ranks = bytes(row[1])
         cur.execute("DROP TABLE IF EXISTS bench_result_write")
         cur.execute("CREATE TABLE bench_result_write (id int PRIMARY KEY, j jsonb, t json, b bytea)")
-        cur.execute("ALTER TABLE bench_result_write ALTER j SET COMPRESSION lz4, ALTER t SET COMPRESSION lz4, ALTER b SET COMPRESSION lz4")
+        cur.execute(
+            "ALTER TABLE bench_result_write ALTER j SET COMPRESSION lz4, ALTER t SET COMPRESSION lz4, ALTER b SET COMPRESSION lz4"
+        )
         cur.execute("INSERT INTO bench_result_write VALUES (1, '{}', '{}', '')")
         conn.commit()
         cases = {
@@ -73,7 +76,8 @@ def main() -> None:
         cur.execute("DROP TABLE bench_result_write")
         conn.commit()
     sizes = {"result_bytes": len(result), "result_without_ranks_bytes": len(without_ranks), "state_ranks_bytes": len(state_ranks)}
-    print(f"result {len(result):,} B ({len(result) - len(without_ranks):,} B of it per-rank figures); state ranks {len(state_ranks):,} B")
+    ranks_b = len(result) - len(without_ranks)
+    print(f"result {len(result):,} B ({ranks_b:,} B of it per-rank figures); state ranks {len(state_ranks):,} B")
     out = {}
     for name, values in times.items():
         out[name] = {"p50_ms": round(statistics.median(values), 2), "max_ms": round(max(values), 2)}
