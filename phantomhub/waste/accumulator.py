@@ -251,10 +251,8 @@ class RunAccumulator:
             raise ValueError(f"rank {twice}: one batch per rank per call")
         if len(batches) > 1:
             total = int(known.lengths.sum()) if known is not None else sum(len(cols) for cols in batches)
-            if total < GROUP_ROWS:  # fewer rows to attribute than that: one chunk (the usual pass)
-                self._add_concatenated(batches, known)
-                chunks: list[list[StepColumns]] = []
-            else:
+            chunks: list[list[StepColumns]] = [batches]  # fewer rows than a chunk: the usual pass
+            if total >= GROUP_ROWS:
                 # In chunks of about GROUP_ROWS rows to attribute (the groups _attribute_rows
                 # would make anyway): a from-scratch run's millions of rows are never all
                 # copied at once.
@@ -518,11 +516,8 @@ class RunAccumulator:
             rs.max_t_start = max(start, rs.max_t_start or -NS_MAX)
             rs.horizon = max(end, rs.horizon or -NS_MAX)
             max_seen = max(rs.max_t_start, max_seen or rs.max_t_start)
-            if all_on:  # each rank has rows here (lengths > 0): AlignedRows.add without its check
-                tail = rs.tail
-                tail.step.append(step[lo:hi])
-                tail.arrival.append(arrival[lo:hi])
-                tail.comm.append(comm[lo:hi])
+            if all_on:
+                rs.tail.add(step[lo:hi], arrival[lo:hi], comm[lo:hi])
             else:
                 keep = on[lo:hi]
                 rs.tail.add(step[lo:hi][keep], arrival[lo:hi][keep], comm[lo:hi][keep])

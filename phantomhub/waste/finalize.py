@@ -161,7 +161,7 @@ def build_analysis(
                 rank=rs.rank,
                 host=rs.host,
                 steps=rs.sums["rows"],
-                gpu_seconds=dict(zip(CATEGORIES, [ns * num / den for ns in ns_row], strict=True)),
+                gpu_seconds=dict(zip(CATEGORIES, map(gpu_s, ns_row), strict=True)),
                 usd=dict(zip(CATEGORIES, usd_row, strict=True)),
                 step_ns_mean=rs.sums["nonphase_ns"] / live if live else None,
                 compute_ns_mean=compute_ns / live if live else None,
