@@ -134,6 +134,7 @@ def model_side_by_side(ranks: int, steps: int, pairs: int = 3) -> dict[str, floa
 
 def cent_figures(x: Any, y: Any) -> list[tuple[str, Any, Any]]:
     """The figures that must agree to the cent (and the straggler findings), side by side."""
+    from phantomhub.waste.selectors import rank_figures_of
 
     def of(row: Any) -> dict[str, Any]:
         r = row.result
@@ -143,7 +144,7 @@ def cent_figures(x: Any, y: Any) -> list[tuple[str, Any, Any]]:
         for c in r["categories"]:
             out[f"{c['category']}.usd_cents"] = c["usd_cents"]
             out[f"{c['category']}.recoverable_cents"] = c["recoverable_cents"]
-        for rank in r["ranks"]:
+        for rank in rank_figures_of(row):
             out[f"rank {rank['rank']}.steps"] = rank["steps"]
         return out
 

@@ -67,7 +67,7 @@ def live_analyses(rule: AlertRule) -> list[RunAnalysis]:
     rows = list(
         RunAnalysis.objects.filter(run__status=RunStatus.RUNNING, project__in=rule_projects(rule), analysed_at__isnull=False)
         .select_related("run", "project", "team")
-        .defer("state", "rank_rows", "rank_last_step", "result", "recommendations", "profile")
+        .defer("state", "rank_rows", "rank_last_step", "result", "rank_figures", "recommendations", "profile")
     )
     if not rows:
         return rows

@@ -125,7 +125,7 @@ def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) ->
         runs_visible(principal)
         .select_related("project", "project__team", "analysis")
         .defer("config", "environment", "analysis__result", "analysis__recommendations", "analysis__state",
-               "analysis__rank_rows", "analysis__rank_last_step")
+               "analysis__rank_rows", "analysis__rank_last_step", "analysis__rank_figures")
     )  # fmt: skip
     if filters.get("team"):
         runs = runs.filter(project__team__slug=filters["team"])

@@ -142,7 +142,8 @@ class _Lookup:
 
 
 def _row(run: Run) -> RunAnalysis | None:
-    row = RunAnalysis.objects.filter(run=run).defer("state", "rank_rows", "rank_last_step", "result", "recommendations").first()
+    unread = ("state", "rank_rows", "rank_last_step", "result", "rank_figures", "recommendations")
+    row = RunAnalysis.objects.filter(run=run).defer(*unread).first()
     return row if row is not None and row.analysed_at is not None else None
 
 

@@ -97,6 +97,11 @@ class RunAnalysis(models.Model):
     mfu = models.FloatField(null=True)
     # The full analysis (categories, ranks, stragglers, series, diagnostics, explain) and its rules.
     result = FastJSONField(default=dict)
+    # The per-rank figures (a JSON list, what the API serves as the analysis's `ranks`), apart
+    # from `result`: three quarters of a 1,024-rank run's result, and PostgreSQL's jsonb parse of
+    # it was most of the pass's write (bench/pg_result_write.py). Bytes, written as serialized;
+    # None for an analysis stored before this column (its `result` holds them: rank_figures_of).
+    rank_figures = models.BinaryField(null=True)
     recommendations = FastJSONField(default=list)
     # Step signature and per-step figures (waste/evidence.py RunProfile): what later runs of the
     # project compare themselves with. None until the run has step rows.

@@ -279,7 +279,7 @@ class StateWrite:
 # An analysis rewrites these columns of its RunAnalysis row and no others.
 STORED_FIELDS = ["project", "team", "error", "failures", "failed_seq", "retry_at", "analysed_seq", "analysed_at",
                  "complete", "started_at", "gpu_key", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd",
-                 "waste_share", "mfu", "profile", "result", "recommendations"]  # fmt: skip
+                 "waste_share", "mfu", "profile", "result", "rank_figures", "recommendations"]  # fmt: skip
 _JSON_FIELDS = {"profile", "result", "recommendations"}
 RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
                  "categories_usd", "recoverable_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip

@@ -372,12 +372,13 @@ class Analysis:
         assert isinstance(out, dict)
         return out
 
-    def to_json_bytes(self) -> bytes:
+    def to_json_bytes(self, *, ranks: bool = True) -> bytes:
         """The JSON that ``to_json`` parses, serialized once: the nested dataclasses are walked
         by orjson in C, the chart windows written from their arrays. Besides the fields: the
         run's ``cost_usd``, and each category's ``recoverable_usd`` / ``_low_usd`` / ``_high_usd``
-        (after its fields, as ``to_json`` has always listed them)."""
-        top: dict[str, Any] = {name: getattr(self, name) for name in _analysis_fields()}
+        (after its fields, as ``to_json`` has always listed them). ``ranks=False`` leaves the
+        per-rank figures out (stored apart: ``ranks_json_bytes``)."""
+        top: dict[str, Any] = {name: getattr(self, name) for name in _analysis_fields() if ranks or name != "ranks"}
         top["categories"] = [
             {
                 **{name: getattr(fig, name) for name in _category_fields()},
@@ -389,6 +390,10 @@ class Analysis:
         ]
         top["cost_usd"] = self.cost_usd
         return json_bytes(top)
+
+    def ranks_json_bytes(self) -> bytes:
+        """The per-rank figures as a JSON list, as ``to_json`` lists them under ``ranks``."""
+        return json_bytes(self.ranks)
 
 
 @cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import orjson
 from django.db.models import Count, Q, Sum
 
 from phantomhub.telemetry.models import Run
@@ -74,7 +75,7 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
         },
         "dropped_rows": result.get("dropped_rows") or {"non_rising_start": 0, "reused_step": 0},
         "idle": result["idle"],
-        "ranks": result["ranks"],
+        "ranks": rank_figures_of(row),
         "stragglers": result["stragglers"],
         "memory": result["memory"],
         "host": result["host"],
@@ -87,6 +88,16 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
     if explain:
         view["explain"] = result["explain"]
     return view
+
+
+def rank_figures_of(row: RunAnalysis) -> list[dict[str, Any]]:
+    """The analysis's per-rank figures: their own column, or (an analysis stored before it) the
+    result's ``ranks``."""
+    if row.rank_figures is None:
+        return list(row.result.get("ranks", []))
+    figures = orjson.loads(row.rank_figures)
+    assert isinstance(figures, list)
+    return figures
 
 
 def analysis_series(*, run: Run, row: RunAnalysis | None = None) -> dict[str, Any] | None:

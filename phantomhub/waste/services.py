@@ -597,10 +597,12 @@ def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int, l
 
 def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: int) -> dict[str, bytes]:
     """Set the columns of STORED_FIELDS on ``row`` but the result and the recommendations, and
-    return those two as JSON, serialized once (pass_io writes them as they are). ``row.result``
+    return those two as JSON, serialized once (pass_io writes them as they are; the per-rank
+    figures go apart, as ``row.rank_figures``' bytes). ``row.result``
     and ``row.recommendations`` stay unloaded: a caller that reads them loads them as stored (the
     ~375 kB result is not parsed back into Python for a worker that never looks at it)."""
-    serialized = {"result": analysis.to_json_bytes(), "recommendations": json_bytes(recommend(analysis))}
+    serialized = {"result": analysis.to_json_bytes(ranks=False), "recommendations": json_bytes(recommend(analysis))}
+    row.rank_figures = analysis.ranks_json_bytes()
     row.project_id, row.team_id = run.project_id, team_id
     row.error, row.failures, row.failed_seq, row.retry_at = "", 0, -1, None
     row.analysed_seq = seq

@@ -226,6 +226,26 @@ def test_the_analysis_api_answers_the_documented_shape(owner: Tenant, outsider: 
     assert owner.client.get(f"/api/v1/runs/{run_id}/series").json()["t_start_ns"]
 
 
+def test_the_per_rank_figures_are_stored_apart_and_served_with_the_analysis(owner: Tenant, price_36: None) -> None:
+    run_id = make_run(owner, gpu_count=2, world_size=2)
+    owner.post_steps(run_id, known_steps(100))
+    owner.post_steps(run_id, {**known_steps(50, data_s=0.3), "rank": 1})
+    finish(owner, run_id, T0_NS + 105 * S)
+    services.run_analyze(run_id=uuid.UUID(run_id))
+    row = RunAnalysis.objects.get(run_id=run_id)
+    assert "ranks" not in row.result and row.rank_figures is not None
+    url = f"/api/v1/runs/{run_id}/analysis"
+    ranks = owner.client.get(url).json()["ranks"]
+    # Each rank's figures from its own steps: 0.2 s (rank 1: 0.3 s) of each 1 s step waits on data.
+    assert [(r["rank"], r["steps"]) for r in ranks] == [(0, 100), (1, 50)]
+    assert ranks[0]["gpu_seconds"]["data_stall"] == pytest.approx(100 * 0.2, rel=1e-9)
+    assert ranks[1]["gpu_seconds"]["data_stall"] == pytest.approx(50 * 0.3, rel=1e-9)
+    assert ranks[0]["data_ns_mean"] == 0.2 * S and ranks[1]["data_ns_mean"] == 0.3 * S
+    # An analysis stored before the column (the figures inside `result`) is served as it was.
+    RunAnalysis.objects.filter(run_id=run_id).update(result={**row.result, "ranks": ranks[:1]}, rank_figures=None)
+    assert owner.client.get(url).json()["ranks"] == ranks[:1]
+
+
 def test_a_finished_peer_run_is_the_evidence_and_savings_recur_with_the_project(owner: Tenant, price_36: None) -> None:
     peer = make_run(owner, name="peer")
     owner.post_steps(peer, known_steps(100, data_s=0.05))

@@ -32,6 +32,7 @@ from phantomhub.waste.model import (
     analyze,
 )
 from phantomhub.waste.models import RunAnalysisState
+from phantomhub.waste.selectors import rank_figures_of
 from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 from tests.conftest import Tenant
 from tests.waste.factories import MS, S
@@ -180,7 +181,7 @@ def _figures(row: Any) -> tuple[Any, ...]:
     r = row.result
     return (row.cost_usd, row.waste_usd, row.recoverable_usd, [(c["category"], c["usd_cents"]) for c in r["categories"]],
             r["steps"], [(s["rank"], s["caused_wait_gpu_seconds"]) for s in r["stragglers"]],
-            [(x["rank"], x["steps"], x["usd"]) for x in r["ranks"]])  # fmt: skip
+            [(x["rank"], x["steps"], x["usd"]) for x in rank_figures_of(row)])  # fmt: skip
 
 
 @pytest.mark.django_db
