@@ -4,7 +4,8 @@ Python does between reading the rows and writing the result.
 A run of ``--ranks`` ranks x ``--steps`` steps is folded into an accumulator and packed, then each
 pass: unpack the state, add one step from every rank (as the analysis reads them: one set of
 columns, ``StepBatches``), pack the state, finish and build the analysis. CPU ms per part,
-p50 / p90 over ``--passes``, with the garbage collector off as in a worker's pass, and the
+p50 / p90 over ``--passes`` (and the whole pass's p99), the minor page faults of a pass (p50),
+with the garbage collector off as in a worker's pass, and the
 SHA-256 of the last analysis's JSON: run in a worktree of older code (copy this file there) to
 compare the speed and to check that the analysis bytes are the same.
 
