@@ -205,6 +205,11 @@ def batch_counters_from_run(answer: Any) -> bool:
     return _wire_says(answer, "batch_counters")
 
 
+def node_batches_from_run(answer: Any) -> bool:
+    """Whether that server takes a node's rank batches in one ``POST /api/v1/runs/{id}/batches``."""
+    return _wire_says(answer, "node_batches")
+
+
 def _wire_says(answer: Any, name: str) -> bool:
     wire = answer.get("wire") if isinstance(answer, dict) else None
     return isinstance(wire, dict) and wire.get(name) is True

@@ -63,6 +63,9 @@ class Settings:
     # this rank; "separate": one request per kind (/steps, /samples, /events), for servers older
     # than the batch endpoint.
     wire: str = "batch"
+    # On a node of several local ranks (LOCAL_RANK and LOCAL_WORLD_SIZE set, as torchrun does),
+    # local rank 0 sends the node's batches in one request (``_node``); False: each rank its own.
+    node_batches: bool = True
     gzip_min_bytes: int = 1024
     timing: str = "auto"
     # Allocator stats are read at most this often (they cost tens of microseconds).
@@ -83,6 +86,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "system_interval_s": ("PHANTOMHUB_SYSTEM_INTERVAL", float),
     "timing": ("PHANTOMHUB_TIMING", str),
     "wire": ("PHANTOMHUB_WIRE", str),
+    "node_batches": ("PHANTOMHUB_NODE_BATCHES", lambda v: _parse_bool(v)),
 }
 
 

@@ -46,6 +46,9 @@ class Identity:
     world_size: int = 1
     local_rank: int = 0
     local_world_size: int = 1
+    # The launcher said both LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun does): the node's local
+    # ranks are known, not guessed, and local rank 0 may send for them (``_node``).
+    node_local: bool = False
     nodes: int = 1
     host: str = ""
     distributed: bool = False
@@ -95,6 +98,7 @@ def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
         nodes = ident.world_size // local_world if local_world else 1
     ident.nodes = max(1, nodes)
     ident.local_world_size = max(1, local_world or ident.world_size // ident.nodes)
+    ident.node_local = local_rank is not None and local_world is not None
     return ident
 
 

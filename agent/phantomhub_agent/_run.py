@@ -229,6 +229,8 @@ class Run:
                 token_fp=token_fingerprint(settings.token),
                 clock_offset_ns=self._clock_offset_ns,
                 gpu_devices=devices,
+                local_rank=self.identity.local_rank if self.identity.node_local else 0,
+                local_world_size=self.identity.local_world_size if self.identity.node_local else 1,
             ),
             cuda_resolver=_CudaResolver(self._cuda_pool) if self._cuda else None,
             extra_counters=self._hot_counters,

@@ -1,7 +1,8 @@
 """The on-disk spool: requests that could not be delivered, kept until they can be.
 
 Layout: ``<root>/<run_id>/<time_ns>-<k>-r<rank>-p<pid>-<seq>.phk``, one request per file, where
-``k`` is ``a`` for the run's metadata, ``c`` for a checkpoint and ``b`` for everything else. A
+``k`` is ``a`` for the run's metadata, ``c`` for a checkpoint, ``h`` for a batch handed to the
+node's sender and ``b`` for everything else. A
 file is a one-line JSON header followed by the request body exactly as it would have been sent (usually gzip). Files are
 written to a temporary name, fsynced and renamed, so a file either exists whole or not at all,
 even after SIGKILL or power loss.
@@ -18,6 +19,12 @@ They are not backlog while their writer lives: ``own`` and ``has_own`` skip them
 deletes them once those rows were delivered or spooled. If it dies first, they are orphans like any
 other file and go out with the orphan replay or ``sync``; a row sent twice is a duplicate the server
 ignores (steps by (run, rank, step) and start, samples by (run, rank, device, t_ns), events by id).
+
+Handed batches (``h``): on a node of several local ranks, a rank other than local rank 0 writes
+its interval's batch here instead of sending it, and local rank 0 sends the node's batches in one
+request (``_node``). They are not the writer's backlog; local rank 0 claims them as below, and
+deletes them once delivered. One its writer sees still here after the hand-off timeout, it claims
+and sends itself; one whose writer died is an orphan like any other file.
 
 Ownership: a process replays its own files in order (FIFO, so a run's metadata always precedes
 its steps). Files of processes that are no longer alive are adopted by whoever finds them, claimed
@@ -50,6 +57,7 @@ TMP_PREFIX = ".tmp-"
 KIND_RUN = "a"
 KIND_DATA = "b"
 KIND_CHECKPOINT = "c"
+KIND_HANDED = "h"
 HEADER_VERSION = 1
 
 
@@ -161,6 +169,12 @@ def decode_file(data: bytes) -> SpooledRequest:
     )
 
 
+def written_ns(name: str) -> int:
+    """When a spool file was written (epoch ns, from its name); 0 if the name has no time."""
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 def writer_of(name: str) -> tuple[int, int] | None:
     """(pid, rank) of the process that wrote a spool file, from its name."""
     parts = _base_name(name).split("-")
@@ -220,18 +234,18 @@ class Spool:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def write(self, request: SpooledRequest, *, checkpoint: bool = False) -> Path | None:
+    def write(self, request: SpooledRequest, *, checkpoint: bool = False, handed: bool = False) -> Path | None:
         """Stores ``request`` durably; drops the oldest files first if the cap would be passed.
 
         Returns the file, or None when the request itself cannot fit (it is then counted as
-        dropped, unless it is a ``checkpoint``: its rows are still in memory, on their way).
+        dropped, unless it is a ``checkpoint`` or ``handed``: the caller still holds it).
         """
         data = encode_file(request)
         with self._lock:
             if self.written_batches % 64 == 0:
                 self._known_bytes = None  # other processes write here too: recount now and then
             if not self._make_room(len(data)) and request.kind != "run":
-                if not checkpoint:
+                if not (checkpoint or handed):
                     self.dropped_batches += 1
                     self.dropped_rows += request.rows if request.kind in ("steps", "batch") else 0
                 return None
@@ -240,7 +254,7 @@ class Spool:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 _fsync_dir(run_dir.parent)
             self._seq += 1
-            kind = KIND_RUN if request.kind == "run" else KIND_CHECKPOINT if checkpoint else KIND_DATA
+            kind = KIND_RUN if request.kind == "run" else KIND_CHECKPOINT if checkpoint else KIND_HANDED if handed else KIND_DATA
             name = f"{time.time_ns():020d}-{kind}-r{self.rank}-p{self.pid}-{self._seq:08d}{SUFFIX}"
             final = run_dir / name
             _write_atomic(final, data)
@@ -350,7 +364,18 @@ class Spool:
         return any(self._is_own_backlog(p.name) for p in _list_files(self.root / run_id))
 
     def _is_own_backlog(self, name: str) -> bool:
-        return f"-p{self.pid}-" in name and CLAIM_MARK not in name and _kind_of(name) != KIND_CHECKPOINT
+        return f"-p{self.pid}-" in name and CLAIM_MARK not in name and _kind_of(name) not in (KIND_CHECKPOINT, KIND_HANDED)
+
+    def handed(self, run_id: str) -> list[SpoolEntry]:
+        """The batches of ``run_id`` handed to the node's sender and not claimed yet, oldest first
+        (any writer: the node's local ranks are other processes, or this one)."""
+        entries = [
+            SpoolEntry(path=p, run_id=run_id, name=p.name, owner_pid=_owner_of(p.name))
+            for p in _list_files(self.root / run_id)
+            if CLAIM_MARK not in p.name and _kind_of(p.name) == KIND_HANDED
+        ]
+        entries.sort(key=lambda e: e.name)
+        return entries
 
     def discard(self, path: Path) -> None:
         """Deletes one of this process's checkpoints (gone already, e.g. taken by ``sync``: fine)."""

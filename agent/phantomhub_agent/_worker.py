@@ -46,13 +46,15 @@ import threading
 import time
 import traceback
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
 from . import _batcher as b
+from . import _node as node
 from ._config import Settings
 from ._log import OnceLogger, logger
-from ._spool import Spool, SpooledRequest, read_entry, writer_of
+from ._spool import CLAIM_MARK, Spool, SpooledRequest, SpoolEntry, read_entry, writer_of, written_ns
 from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Response, Transport, backoff_delay, classify
 from ._transport import parse_retry_after as _parse_retry_after
 
@@ -84,6 +86,11 @@ class Counters:
     sent_batches: int = 0
     # Checkpoint files written (what is recorded but not sent yet, on disk against a SIGKILL).
     checkpoints_written: int = 0
+    # A peer's batches handed to local rank 0 (``_node``); local rank 0's node batches sent, and
+    # the peers' batches they carried.
+    handed_batches: int = 0
+    node_batches: int = 0
+    node_peer_batches: int = 0
     internal_errors: int = 0
     # CPU time of the sender thread itself: the agent reports its own overhead.
     sender_cpu_us: int = 0
@@ -100,6 +107,9 @@ class WorkerContext:
     token_fp: str
     clock_offset_ns: int
     gpu_devices: list[int] = dataclasses.field(default_factory=list)
+    # Given by the launcher (LOCAL_RANK, LOCAL_WORLD_SIZE); 1: alone on its node, or not known.
+    local_rank: int = 0
+    local_world_size: int = 1
 
 
 class Worker:
@@ -134,6 +144,9 @@ class Worker:
         self._packed_nulls = False
         # ... and the rank's counters as the batch's `counters` field (else a counters event).
         self._batch_counters = False
+        # ... and a node's rank batches in one request (``_node``); this rank's part in it.
+        self._node_batches = False
+        self._node_role = node.node_role(ctx.local_rank, ctx.local_world_size) if settings.node_batches else None
         self._fail_streak = 0
         self._next_probe = 0.0
         self._skip_runs: set[str] = set()
@@ -188,6 +201,10 @@ class Worker:
         self._pushed = 0
         self._emitted = 0
         self._steps_held = False
+        # A peer's handed files not seen taken yet, with when they were written (monotonic).
+        self._handed: list[tuple[Path, float]] = []
+        self._node_off_until = 0.0  # a peer sends for itself until then (local rank 0 was silent)
+        self._next_cut_ns: int | None = None  # the next wall-clock cut, while cuts are aligned
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -237,12 +254,13 @@ class Worker:
         if self._base_pending:  # the parent awaits the answer; the child will never see it
             self._base_pending = False
         self._sampler_failed = True  # the parent samples the node; a forked child would only repeat it
+        self._node_role = None  # the parent is the node's rank; a forked child sends for itself
 
     def _loop(self) -> None:
         first = True
         while True:
             if not first:  # the first pass runs at once: metadata out, and an old spool replayed early
-                self._wake.wait(self.poll_s)
+                self._wake.wait(self._wait_s())
             first = False
             self._wake.clear()
             if self._final_requested.is_set():
@@ -261,6 +279,14 @@ class Worker:
             if flush:
                 self._flush_requested.clear()
                 self._flush_done.set()
+
+    def _wait_s(self) -> float:
+        """Until the next pass: the poll interval, or less when a wall-clock cut comes sooner (the
+        node's ranks cut within milliseconds of it, not within a poll)."""
+        cut = self._next_cut_ns
+        if cut is None:
+            return self.poll_s
+        return min(self.poll_s, max(0.001, (cut - time.time_ns()) / 1e9 + 0.001))
 
     def wake(self) -> None:
         self._wake.set()
@@ -288,6 +314,8 @@ class Worker:
             with self._buf_lock:
                 self._cut(force=final or flush)
             self._deliver_outbox()
+        if self._node_role is not None:
+            self._node_pass(final=final)
         if not final or self._deadline is None or time.monotonic() < self._deadline:
             self._replay(final=final)
 
@@ -397,8 +425,17 @@ class Worker:
         s = self.settings
         max_age = self._max_age_ns()
         counters = self._counters_field is not None
+        pending = bool(len(self._step_cols) or len(self._sample_cols) or self._events or counters)
         if force:
-            return bool(len(self._step_cols) or len(self._sample_cols) or self._events or counters)
+            return pending
+        if self._cuts_aligned():
+            # The node's ranks cut on the same wall-clock boundaries (``_node``); size limits still cut early.
+            if self._next_cut_ns is None:
+                self._next_cut_ns = self._boundary_after(time.time_ns())
+            full = len(self._step_cols) >= s.batch_max_rows or len(self._sample_cols) >= s.batch_max_rows
+            if time.time_ns() >= self._next_cut_ns or full or len(self._events) >= EVENTS_PER_REQUEST:
+                return pending
+            return False
         if self._step_cols.due(now_ns, s.batch_max_rows, max_age) or self._sample_cols.due(now_ns, s.batch_max_rows, max_age):
             return True
         if counters and self._counters_oldest is not None and now_ns - self._counters_oldest >= max_age:
@@ -441,6 +478,17 @@ class Worker:
             batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed, nulls=self._packed_nulls)
             for body, rows, part_rebase in batches:
                 self._outbox.append(self._request("batch", path, body, rows, rebase=part_rebase))
+            if self._next_cut_ns is not None:
+                self._next_cut_ns = self._boundary_after(time.time_ns())
+
+    def _cuts_aligned(self) -> bool:
+        return self._node_role is not None and self._node_batches and self.settings.mode == "online"
+
+    def _boundary_after(self, now_ns: int) -> int:
+        # Local rank 0 cuts a little after the peers' boundary (the first after now, as theirs).
+        interval = self.settings.flush_interval_s
+        offset = node.gather_s(interval) if self._node_role == node.LEADER else 0.0
+        return node.boundary_after(now_ns, interval) + int(offset * 1e9)
 
     def _request(self, kind: str, path: str, body: bytes, rows: int, *, rebase: bool = False) -> SpooledRequest:
         gzipped = len(body) >= self.settings.gzip_min_bytes
@@ -476,10 +524,15 @@ class Worker:
         if self._is_registration(request):
             self._step_base = base
             self._base_pending = False
-            self._packed = b.packed_from_run(answer)
-            self._packed_nulls = b.packed_nulls_from_run(answer)
-            self._batch_counters = b.batch_counters_from_run(answer)
+            self._wire_from(answer)
             self._notify_registered(response)
+
+    def _wire_from(self, answer: Any) -> None:
+        """What the server said it takes, in its answer to this process's registration."""
+        self._packed = b.packed_from_run(answer)
+        self._packed_nulls = b.packed_nulls_from_run(answer)
+        self._batch_counters = b.batch_counters_from_run(answer)
+        self._node_batches = b.node_batches_from_run(answer)
 
     def _notify_registered(self, response: Response | None) -> None:
         if self.on_registered is None or response is None:
@@ -646,7 +699,12 @@ class Worker:
             taken = self._marks_taken()  # every row taken so far is in the outbox, or left it
             while self._outbox and not self._is_abandoned():
                 request = self._outbox[0]
-                self._deliver(request)
+                if self._node_part(request) and self._node_role == node.PEER:
+                    self._hand(request)
+                elif self._node_part(request):
+                    self._deliver_node(request, min_age_s=0.0)
+                else:
+                    self._deliver(request)
                 if self._base_pending and self._is_registration(request):
                     self._base_pending = False  # spooled, or refused: the base stays unknown
                 if self._is_abandoned():
@@ -654,6 +712,152 @@ class Worker:
                 self._outbox.popleft()
             if self._checkpoints:
                 self._checkpoints_release(taken)
+
+    # -- one request per node (``_node``) ---------------------------------------------------------
+
+    def _direct(self) -> bool:
+        """finish() or flush() is under way: every rank sends for itself."""
+        return self._deadline is not None or self._flush_requested.is_set() or self._final_requested.is_set()
+
+    def _node_part(self, request: SpooledRequest) -> bool:
+        """A batch of this rank's that goes through the node's sender (handed, or sent with the peers')."""
+        if self._node_role is None or not self._node_batches or request.kind != "batch" or request.rebase:
+            return False
+        if request.run_id != self.ctx.run_id or self.settings.mode != "online" or self.halted:
+            return False
+        if self._own_backlog or not self.healthy:
+            return False  # FIFO behind the spooled ones, or the server is down: the usual path
+        if self._node_role == node.PEER:
+            return not self._direct() and time.monotonic() >= self._node_off_until
+        return True
+
+    def _hand(self, request: SpooledRequest) -> None:
+        """A peer's batch, to the spool for local rank 0 to send with the node's."""
+        try:
+            written = self.spool.write(request, handed=True)
+        except OSError as exc:
+            self.once.warning("hand-write", "phantomhub: cannot hand a batch to local rank 0 (%s); sending it", exc)
+            written = None
+        if written is None:
+            self._deliver(request)
+            return
+        self.counters.handed_batches += 1
+        self._handed.append((written, time.monotonic()))
+
+    def _deliver_node(self, own: SpooledRequest | None, *, min_age_s: float) -> None:
+        """Local rank 0: its own batch (if any) and the peers' handed ones, in one request."""
+        taken = self._handed_take(min_age_s, own_rank=own is not None)
+        if not taken:
+            if own is not None:
+                self._deliver(own)
+            return
+        bodies = ([node.raw_body(own)] if own is not None else []) + [raw for _, raw, _ in taken]
+        rows = (own.rows if own is not None else 0) + sum(rows for _, _, rows in taken)
+        request = node.node_request(bodies, run_id=self.ctx.run_id, token_fp=self.ctx.token_fp, server=self.settings.server,
+                                    rows=rows, gzip_min_bytes=self.settings.gzip_min_bytes)  # fmt: skip
+        remaining = self._remaining()
+        timeout = self.settings.request_timeout_s if remaining is None else min(self.settings.request_timeout_s, remaining)
+        outcome, response = self._send(request, timeout)
+        if outcome == OK:
+            self._mark_healthy()
+            self.counters.sent_batches += 1
+            self.counters.node_batches += 1
+            self.counters.node_peer_batches += len(taken)
+            for entry, _, _ in taken:
+                self.spool.remove(entry)
+            return
+        if outcome == RETRY:  # the peers' batches wait for the next attempt; this rank's retries as usual
+            for entry, _, _ in taken:
+                self.spool.release(entry)
+            if own is not None:
+                self._deliver(own)
+            else:
+                self._mark_unhealthy(_retry_after(response))
+            return
+        # Refused whole (a server without the endpoint, 413, one bad part): every part on its own.
+        if outcome == HALT and batch_endpoint_missing(response):
+            self._node_batches = False
+            logger.info("phantomhub: server %s has no node batch endpoint; each rank sends its own", self.settings.server)
+        if own is not None:
+            self._deliver(own)
+        for k, (entry, _, _) in enumerate(taken):
+            if not self._replay_one(entry, own=False):
+                for rest, _, _ in taken[k + 1 :]:
+                    self.spool.release(rest)
+                return
+
+    def _handed_take(self, min_age_s: float, *, own_rank: bool) -> list[tuple[SpoolEntry, bytes, int]]:
+        """Claims the run's handed batches at least ``min_age_s`` old that fit one node batch, one
+        per rank (a rank's next one waits for the next node batch): (file, JSON body, step rows)."""
+        now_ns = time.time_ns()
+        taken: list[tuple[SpoolEntry, bytes, int]] = []
+        ranks = {self.ctx.rank} if own_rank else set()
+        size = 0
+        for entry in self.spool.handed(self.ctx.run_id):
+            if len(taken) + len(ranks) >= node.MAX_ENTRIES or now_ns - written_ns(entry.name) < min_age_s * 1e9:
+                break  # oldest first: the rest are younger
+            writer = writer_of(entry.name)
+            if writer is None or writer[1] in ranks:
+                continue
+            claimed = self.spool.claim(entry)
+            if claimed is None:
+                continue  # its writer took it back meanwhile
+            try:
+                request = read_entry(claimed)
+                raw = node.raw_body(request)
+            except (OSError, ValueError, KeyError, EOFError, zlib.error) as exc:
+                self.once.warning("corrupt-spool", "phantomhub: unreadable spool file %s (%s); removed", claimed.path, exc)
+                self.spool.remove(claimed)
+                continue
+            ours = node.handed_is_ours(request, run_id=self.ctx.run_id, token_fp=self.ctx.token_fp, server=self.settings.server)
+            if not ours or (taken and size + len(raw) > node.MAX_RAW_BYTES):
+                self.spool.release(claimed)  # its writer sends it after the hand-off timeout
+                continue
+            ranks.add(writer[1])
+            size += len(raw)
+            taken.append((claimed, raw, request.rows))
+        return taken
+
+    def _node_pass(self, *, final: bool) -> None:
+        if self._node_role == node.PEER:
+            self._handed_check(final=final)
+        elif self._node_batches and self.healthy and self.settings.mode == "online" and not self.halted:
+            with self._io_lock:  # late handed batches; at finish every one left
+                late = node.late_s(self.settings.flush_interval_s)
+                self._deliver_node(None, min_age_s=0.0 if final or self._direct() else late)
+
+    def _handed_check(self, *, final: bool) -> None:
+        """A peer forgets the handed batches local rank 0 delivered, and sends itself those it left
+        longer than the hand-off timeout (at finish, all of them: nobody may be left to take them)."""
+        if not self._handed:
+            return
+        now, timeout = time.monotonic(), node.handoff_timeout_s(self.settings.flush_interval_s)
+        try:
+            names = os.listdir(self.spool.root / self.ctx.run_id)
+        except OSError:
+            names = []
+        present = set(names)
+        with self._io_lock:
+            keep: list[tuple[Path, float]] = []
+            for k, (path, at) in enumerate(self._handed):
+                if path.name not in present:
+                    if any(name.startswith(path.name + CLAIM_MARK) for name in names):
+                        keep.append((path, at))  # local rank 0 is sending it (or gave it back: still ours to watch)
+                    continue
+                if not final and now - at < timeout:
+                    keep.append((path, at))
+                    continue
+                if not final and now >= self._node_off_until:
+                    self._node_off_until = now + node.SILENT_BACKOFF_S
+                    self.once.warning("node-silent", "phantomhub: local rank 0 left this rank's batches unsent; sending them")
+                entry = self.spool.claim(SpoolEntry(path=path, run_id=self.ctx.run_id, name=path.name, owner_pid=self.spool.pid))
+                if entry is None:
+                    keep.append((path, at))  # local rank 0 took it just now
+                    continue
+                if not self._replay_one(entry, own=False):  # given back: the server is down, try later
+                    keep.extend(self._handed[k:])
+                    break
+            self._handed = keep
 
     def _is_abandoned(self) -> bool:
         return self._abandoned
@@ -899,9 +1103,7 @@ class Worker:
         self.spool.rebase_after(entry, base)
         if self._is_registration(request):
             self._step_base = base
-            self._packed = b.packed_from_run(answer)
-            self._packed_nulls = b.packed_nulls_from_run(answer)
-            self._batch_counters = b.batch_counters_from_run(answer)
+            self._wire_from(answer)
             self._notify_registered(response)
 
     def _out_of_time(self, started: float, budget: float) -> bool:

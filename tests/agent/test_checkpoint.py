@@ -129,7 +129,8 @@ def test_each_checkpoint_holds_exactly_the_rows_recorded_since_the_previous_one(
     assert len(sample_times) == len(set(sample_times))
     assert all(p["rank"] == 0 for p in payloads)
     assert [r.path for r in fake_server.requests] == ["/api/v1/runs"]  # nothing sent but the registration
-    assert run.counters["checkpoints_written"] == len(files)
+    # The counter moves just after its file appears: read it once the two agree, or fail on timeout.
+    wait_for(lambda: run.counters["checkpoints_written"] == len(files))
     run.finish()
     assert checkpoint_files(spool_dir) == []  # their rows went out: deleted
     assert sorted(s for r in fake_server.of("/steps") for s in r.body["steps"]["step"]) == list(range(25))
