@@ -16,7 +16,8 @@ time) and needs no socket, port or shared memory:
   older server without the endpoint, 413, any other 4xx) each part goes on its own, as a spooled
   file would.
 - The ranks cut their intervals on the same wall-clock boundaries (multiples of the flush
-  interval; local rank 0 ``gather_s`` after them), so the peers' files are there when local rank 0
+  interval, shifted by a phase drawn from the run id so that a fleet's nodes do not all send in
+  the same second; local rank 0 ``gather_s`` after them), so the peers' files are there when local rank 0
   cuts, and one request a node and interval is the usual case. A handed file that arrives late
   goes out once it is ``late_s`` old, in a node batch of its own.
 - A peer that finds one of its handed files still there ``handoff_timeout_s`` after writing it
@@ -30,6 +31,7 @@ time) and needs no socket, port or shared memory:
 from __future__ import annotations
 
 import gzip
+import hashlib
 import time
 
 from ._batcher import gzip_bytes
@@ -72,10 +74,17 @@ def handoff_timeout_s(interval_s: float) -> float:
     return min(HANDOFF_TIMEOUT_S, max(2.0, 3 * interval_s))
 
 
-def boundary_after(now_ns: int, interval_s: float) -> int:
-    """The first wall-clock cut after ``now_ns``: the next multiple of the interval."""
+def run_phase_s(run_id: str, interval_s: float) -> float:
+    """Where in the interval a run's ranks cut: the same for all of them (it depends on the run
+    alone), spread evenly over a fleet's runs so that their nodes do not all send at once."""
+    return int(hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:8], 16) / 2**32 * interval_s
+
+
+def boundary_after(now_ns: int, interval_s: float, phase_s: float = 0.0) -> int:
+    """The first wall-clock cut after ``now_ns``: the next multiple of the interval, plus the phase."""
     interval = max(1, int(interval_s * 1e9))
-    return now_ns // interval * interval + interval
+    phase = int(phase_s * 1e9) % interval
+    return (now_ns - phase) // interval * interval + interval + phase
 
 
 def raw_body(request: SpooledRequest) -> bytes:

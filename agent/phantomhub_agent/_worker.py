@@ -488,7 +488,7 @@ class Worker:
         # Local rank 0 cuts a little after the peers' boundary (the first after now, as theirs).
         interval = self.settings.flush_interval_s
         offset = node.gather_s(interval) if self._node_role == node.LEADER else 0.0
-        return node.boundary_after(now_ns, interval) + int(offset * 1e9)
+        return node.boundary_after(now_ns, interval, node.run_phase_s(self.ctx.run_id, interval)) + int(offset * 1e9)
 
     def _request(self, kind: str, path: str, body: bytes, rows: int, *, rebase: bool = False) -> SpooledRequest:
         gzipped = len(body) >= self.settings.gzip_min_bytes

@@ -118,6 +118,15 @@ def test_the_node_cut_is_aligned_on_wall_clock_boundaries() -> None:
     assert cut % int(60e9) == 0 and now < cut <= now + int(60e9)
     assert node.boundary_after(cut, 60.0) == cut + int(60e9)  # a cut on the boundary waits for the next
     assert node.gather_s(60.0) == 2.0 and node.gather_s(0.5) == 0.125  # local rank 0 cuts this long after
+    shifted = node.boundary_after(now, 60.0, phase_s=7.5)
+    assert shifted % int(60e9) == int(7.5e9) and now < shifted <= now + int(60e9)
+
+
+def test_a_fleets_runs_cut_at_phases_spread_over_the_interval() -> None:
+    phases = [node.run_phase_s(str(uuid.UUID(int=k)), 60.0) for k in range(2000)]
+    assert phases[7] == node.run_phase_s(str(uuid.UUID(int=7)), 60.0)  # every rank of a run: the same
+    counts = [sum(1 for p in phases if lo <= p < lo + 6) for lo in range(0, 60, 6)]  # ten 6 s bins
+    assert all(0 <= p < 60 for p in phases) and min(counts) > 150 and max(counts) < 250  # 200 each, evenly
 
 
 def test_a_peer_whose_local_rank_0_is_silent_sends_its_batches_itself(fake_server: FakeServer, spool_dir: Path) -> None:
