@@ -15,13 +15,17 @@ workers and of the Celery worker and its children is read before and after a ste
 - p50 / p99 request latency as the senders saw it.
 
 Profiles are agent settings and the server's analysis debounce: ``defaults`` (what the agent and
-the server ship: 60 s flushes, checkpoints to disk every 10 s), ``v1`` (what they shipped before
+the server ship: 60 s flushes, checkpoints to disk every 10 s, a node's 8 local ranks in one
+request sent by local rank 0, the ranks launched with LOCAL_RANK / LOCAL_WORLD_SIZE as torchrun
+does; a run's ranks live in different processes here, so the hand-off crosses processes through
+the shared spool as on a node), ``per_rank`` (the same, but each rank its own request: what the
+agent sent before, and still sends without LOCAL_WORLD_SIZE), ``v1`` (what they shipped before
 the combined batch: 2 s flushes, counters every 10 s, one request per kind, analysis at most every
 5 s), ``flush10`` (the previous default: 10 s flushes, no checkpoints), ``flush30`` (30 s flushes,
 to show the slope), ``flush60`` (60 s flushes and analysis at most once a minute) and ``flush120``
 (120 s flushes, the next step of the lever: PHANTOMHUB_FLUSH_INTERVAL=120 in the agent).
 
-    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 defaults flush30 flush60 flush120]
+    .venv/bin/python bench/fleet.py [--ranks 64 256] [--profiles v1 flush10 per_rank defaults flush30 flush60 flush120]
         [--window 120] [--warmup S] [--idle 120] [--profile DIR]
 
 Writes bench/results/fleet.json.
@@ -57,6 +61,9 @@ RANKS_PER_RUN = 8
 # Agent settings per profile; "defaults" is whatever the agent ships.
 PROFILES: dict[str, dict[str, Any]] = {
     "defaults": {},
+    # Each rank its own request, as the agent sent before one request per node (and still does
+    # where the launcher gives no LOCAL_RANK / LOCAL_WORLD_SIZE).
+    "per_rank": {"node_batches": False},
     "v1": {"flush_interval_s": 2.0, "system_interval_s": 1.0, "counters_interval_s": 10.0, "wire": "separate"},
     "flush10": {"flush_interval_s": 10.0, "checkpoint_interval_s": 0},
     "flush30": {"flush_interval_s": 30.0},
@@ -64,7 +71,15 @@ PROFILES: dict[str, dict[str, Any]] = {
     "flush120": {"flush_interval_s": 120.0},
 }
 # The server's analysis debounce (OrgSettings.analysis_debounce_s) per profile; None: its default.
-DEBOUNCE_S: dict[str, int | None] = {"defaults": None, "v1": 5, "flush10": None, "flush30": None, "flush60": 60, "flush120": None}
+DEBOUNCE_S: dict[str, int | None] = {
+    "defaults": None,
+    "per_rank": None,
+    "v1": 5,
+    "flush10": None,
+    "flush30": None,
+    "flush60": 60,
+    "flush120": None,
+}
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -160,8 +175,11 @@ def ranks_run(
             environ={},
         )
         clock = time.time_ns() - time.perf_counter_ns()
+        # As torchrun launches them: LOCAL_RANK and LOCAL_WORLD_SIZE known, so a node's local rank 0
+        # sends the node's batches (the agent's default; the per_rank profile turns it off).
         ctx = WorkerContext(run_id=run_id, rank=rank, host=f"node-{rank // ranks_per_host}",
-                            token_fp=token_fingerprint(spec["token"]), clock_offset_ns=clock, gpu_devices=[0])  # fmt: skip
+                            token_fp=token_fingerprint(spec["token"]), clock_offset_ns=clock, gpu_devices=[0],
+                            local_rank=rank % ranks_per_host, local_world_size=ranks_per_host)  # fmt: skip
         worker = Worker(settings, ctx)
         worker.transport = TimedTransport(worker.transport, log)  # type: ignore[assignment]
         worker._sampler = FakeSampler(rng.randrange(2**31))
@@ -444,7 +462,8 @@ def one_case(args: argparse.Namespace, server: Server, token: str, profile: str,
         "bytes_per_step_row": step_row_bytes(server.env, args.database_url, runs, Path(args.spool)),
         "samples": {"stored": samples_stored, "dropped": counters.get("dropped_samples", 0)},
         "agent_counters": {k: counters.get(k, 0) for k in ("dropped_steps", "rejected_batches", "send_failures",
-                                                            "spooled_batches", "replayed_batches", "sent_batches")},
+                                                            "spooled_batches", "replayed_batches", "sent_batches",
+                                                            "handed_batches", "node_batches", "node_peer_batches")},
     }  # fmt: skip
     c = case
     print(

@@ -1,10 +1,12 @@
 """A fleet simulation: how many concurrently live 8-rank runs one machine keeps up with.
 
 Every rank is simulated cheaply (a coroutine; a few driver processes hold thousands of them) but
-speaks the agent's real wire: one gzip'd columnar ``POST /api/v1/runs/{id}/batch`` (packed
-columns, as the agent sends them to this server) per flush
-interval (the agent's default unless ``--flush``) with the interval's steps (1-10 steps/s per
-rank, drawn once), a host and a GPU sample row a second and, once a minute, the counters event;
+speaks the agent's real wire: a run's 8 ranks (one 8-GPU node) send one gzip'd
+``POST /api/v1/runs/{id}/batches`` with every rank's columnar batch (packed columns, as the agent
+sends them to this server; ``--per-rank``: each rank its own ``POST .../batch``) per flush
+interval (the agent's default unless ``--flush``), at a phase of the interval drawn per run,
+with the interval's steps (1-10 steps/s per rank, drawn once), a host and a GPU sample row a
+second and, once a minute, the counters event;
 runs are registered through ``POST /api/v1/runs``, spread over several projects. The server is
 the real one: gunicorn (W sync workers) + a Celery worker (concurrency C, the real analysis,
 the server's analysis debounce) + beat (the periodic sweep) + PostgreSQL + Redis, ingest rate
@@ -113,8 +115,18 @@ class RankSim:
         self.sent_steps = 0
         self.counters_field = True  # False: the counters travel as an event (what older agents send)
 
+    @property
+    def path(self) -> str:
+        return f"/api/v1/runs/{self.run_id}/batch"
+
     def body(self, now_ns: int) -> bytes:
-        from phantomhub_agent._batcher import REQUIRED_SAMPLE_COLUMNS, compact_columns, gzip_bytes, pack_columns
+        from phantomhub_agent._batcher import gzip_bytes
+
+        return gzip_bytes(self.payload(now_ns))
+
+    def payload(self, now_ns: int) -> bytes:
+        """The rank's batch as JSON, before gzip."""
+        from phantomhub_agent._batcher import REQUIRED_SAMPLE_COLUMNS, compact_columns, pack_columns
 
         n = max(0, (now_ns - self.next_start_ns) // self.period_ns)
         p = self.period_ns
@@ -179,10 +191,34 @@ class RankSim:
             else:
                 event = {"id": uuid.uuid4().hex, "kind": "counters", "t_ns": now_ns // 1000 * 1000, "data": counters}
                 payload["events"] = [event]
-        return gzip_bytes(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY))
+        return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-async def _rank_loop(sim: RankSim, port: int, flush_s: float, stop_at: float, gate: asyncio.Semaphore, log: list[Any]) -> None:
+class NodeSim:
+    """A node's ranks of one run, sent as the agent sends them by default (LOCAL_WORLD_SIZE known):
+    local rank 0 puts every local rank's batch in one ``POST /api/v1/runs/{id}/batches``."""
+
+    def __init__(self, ranks: list[RankSim]) -> None:
+        self.ranks = ranks
+        self.run_id, self.token = ranks[0].run_id, ranks[0].token
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/runs/{self.run_id}/batches"
+
+    @property
+    def sent_steps(self) -> int:
+        return sum(r.sent_steps for r in self.ranks)
+
+    def body(self, now_ns: int) -> bytes:
+        from phantomhub_agent._batcher import gzip_bytes
+
+        return gzip_bytes(b'{"batches":[' + b",".join(r.payload(now_ns) for r in self.ranks) + b"]}")
+
+
+async def _rank_loop(
+    sim: RankSim | NodeSim, port: int, flush_s: float, stop_at: float, gate: asyncio.Semaphore, log: list[Any]
+) -> None:
     due = time.time() + random.uniform(0, flush_s)
     headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
     while due <= stop_at:
@@ -195,8 +231,7 @@ async def _rank_loop(sim: RankSim, port: int, flush_s: float, stop_at: float, ga
                 continue
             body = sim.body(time.time_ns())
             try:
-                path = f"/api/v1/runs/{sim.run_id}/batch"
-                request = http_request(port, "POST", path, {**headers, "Authorization": f"Bearer {sim.token}"}, body)
+                request = http_request(port, "POST", sim.path, {**headers, "Authorization": f"Bearer {sim.token}"}, body)
                 status, _ = await asyncio.wait_for(request, REQUEST_TIMEOUT_S)
             except (TimeoutError, OSError):
                 status = 0
@@ -205,7 +240,13 @@ async def _rank_loop(sim: RankSim, port: int, flush_s: float, stop_at: float, ga
 
 
 def driver_main(spec: dict[str, Any], out: Any) -> None:
-    sims = [RankSim(run_id, rank, token, rate, seed) for run_id, rank, token, rate, seed in spec["ranks"]]
+    ranks = [RankSim(run_id, rank, token, rate, seed) for run_id, rank, token, rate, seed in spec["ranks"]]
+    sims: list[RankSim | NodeSim] = list(ranks)
+    if spec["node_batches"]:  # one sender per run's node (a run's ranks all go to one driver)
+        by_run: dict[str, list[RankSim]] = {}
+        for rank in ranks:
+            by_run.setdefault(rank.run_id, []).append(rank)
+        sims = [NodeSim(node_ranks) for node_ranks in by_run.values()]
     log: list[Any] = []
     cpu0 = time.process_time()
 
@@ -386,14 +427,16 @@ def trial(
     ranks = [
         (run_id, r, token, rng.uniform(1.0, 10.0), rng.randrange(2**31)) for run_id, token in runs for r in range(RANKS_PER_RUN)
     ]
+    runs_index = {run_id: i for i, (run_id, _) in enumerate(runs)}
     t_start = time.time()
     w0_at, stop_at = t_start + args.warmup, t_start + args.warmup + args.window
     ctx = mp.get_context("fork")
     queue: Any = ctx.Queue()
     drivers = []
     for k in range(args.drivers):
-        spec = {"ranks": ranks[k :: args.drivers], "port": server.port, "flush_s": args.flush, "stop_at": stop_at,
-                "in_flight": args.in_flight}  # fmt: skip
+        mine = [rank for rank in ranks if runs_index[rank[0]] % args.drivers == k]  # a run's ranks in one driver
+        spec = {"ranks": mine, "port": server.port, "flush_s": args.flush, "stop_at": stop_at,
+                "in_flight": args.in_flight, "node_batches": not args.per_rank}  # fmt: skip
         drivers.append(ctx.Process(target=driver_main, args=(spec, queue), daemon=True))
     rqueue: Any = ctx.Queue()
     reader_spec = {"port": portal_server.port if portal_server else server.port, "token": reader_token, "readers": args.readers,
@@ -526,6 +569,11 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=90.0, help="s to wait after the load for analysis to catch up")
     parser.add_argument("--flush", type=float, default=Settings().flush_interval_s, help="s between a rank's batches")
     parser.add_argument("--drivers", type=int, default=2, help="processes the simulated ranks are spread over")
+    parser.add_argument(
+        "--per-rank", action="store_true",
+        help="each rank its own POST .../batch (the agent without LOCAL_WORLD_SIZE, or before node batches); "
+        "default: a run's 8 ranks in one POST .../batches, as the agent sends them from an 8-GPU node",
+    )  # fmt: skip
     parser.add_argument("--in-flight", type=int, default=32, help="requests in flight per driver at most")
     parser.add_argument("--readers", type=int, default=4)
     parser.add_argument(
@@ -559,7 +607,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     settings_out: list[dict[str, Any]] = []
     for web, conc in grid:
-        print(f"[{web} web workers x {conc} analysis workers] flush {args.flush:g} s, debounce {debounce} s", flush=True)
+        wire = "a request per rank" if args.per_rank else "a request per node"
+        print(f"[{web} web workers x {conc} analysis workers] flush {args.flush:g} s, {wire}, debounce {debounce} s", flush=True)
         server = Server(env, web, work, concurrency=conc, beat=True)
         portal = Portal(env, args.portal_workers, work) if args.portal_workers else None
         entry: dict[str, Any] = {"web_workers": web, "celery_concurrency": conc, "portal_workers": args.portal_workers,
@@ -597,6 +646,7 @@ def write_result(args: argparse.Namespace, debounce: int, settings_out: list[dic
         "command": " ".join(["bench/fleet_sim.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "flush_interval_s": args.flush,
+        "wire": "one POST .../batch per rank" if args.per_rank else "one POST .../batches per run's node of 8 ranks",
         "analysis_debounce_s": debounce,
         "ranks_per_run": RANKS_PER_RUN,
         "steps_per_s_per_rank": "uniform 1-10, drawn once per rank",
