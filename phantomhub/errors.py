@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django import db
@@ -32,6 +34,25 @@ class ApiError(exceptions.APIException):
 
 def invalid(field: str, message: str, code: str = "invalid") -> ApiError:
     return ApiError(code, f"{field}: {message}", fields={field: message})
+
+
+@contextmanager
+def fields_within(prefix: str | None) -> Iterator[None]:
+    """The 400s raised inside name their fields under `prefix`, the place of one part of a larger
+    body (`batches[2]`: `steps.dur_ns` becomes `batches[2].steps.dur_ns`); None leaves them as raised."""
+    if prefix is None:
+        yield
+        return
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status_code != status.HTTP_400_BAD_REQUEST:
+            raise
+        fields = {f"{prefix}.{name}": message for name, message in exc.fields.items()} or {prefix: exc.message}
+        message = "; ".join(f"{name}: {text}" for name, text in fields.items())
+        raise ApiError(exc.code, message, fields=fields, status_code=exc.status_code) from None
+    except exceptions.ValidationError as exc:
+        raise exceptions.ValidationError({prefix: exc.detail}) from None
 
 
 _CODES = {

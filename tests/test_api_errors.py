@@ -61,6 +61,8 @@ def test_rate_limited_operations_document_429(schema: dict[str, Any]) -> None:
         ("/api/v1/runs/{run_id}/steps", "post"),
         ("/api/v1/runs/{run_id}/samples", "post"),
         ("/api/v1/runs/{run_id}/events", "post"),
+        ("/api/v1/runs/{run_id}/batch", "post"),
+        ("/api/v1/runs/{run_id}/batches", "post"),
         ("/api/v1/portal/session", "post"),
     }
     for path, method in limited:

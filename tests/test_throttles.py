@@ -97,6 +97,17 @@ def test_the_count_lives_in_redis_and_refused_requests_write_nothing(
     assert RunRank.objects.get(run_id=run_id).step_rows == 5
 
 
+def test_a_node_batch_counts_as_one_ingest_request(
+    owner: Tenant, redis_cache: str, clock: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _rate(monkeypatch, "2/min"):
+        run_id = owner.create_run()  # 1
+        body = {"batches": [steps_body(5, rank=k) for k in range(8)]}
+        assert owner.client.post(f"/api/v1/runs/{run_id}/batches", body, format="json").status_code == 200  # 2
+        assert owner.client.post(f"/api/v1/runs/{run_id}/batches", body, format="json").status_code == 429
+    assert RunRank.objects.filter(run_id=run_id).count() == 8
+
+
 def test_an_unreachable_cache_lets_ingest_through(owner: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
     down = cache_from_url("PHANTOMHUB_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens on port 1
     with override_settings(CACHES=down), _rate(monkeypatch, "1/min"):

@@ -33,6 +33,7 @@ PROJECT_TOKEN_ENDPOINTS = frozenset(
         "run-samples",
         "run-events",
         "run-batch",
+        "run-batches",
         "run-analysis",
         "run-series",
         "portal-runs",

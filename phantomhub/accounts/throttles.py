@@ -27,7 +27,7 @@ from rest_framework.throttling import BaseThrottle
 log = logging.getLogger(__name__)
 
 # URL names (phantomhub/telemetry/urls.py) of the endpoints the agent writes telemetry to.
-INGEST_URL_NAMES = frozenset({"run-create", "run-steps", "run-samples", "run-events", "run-batch"})
+INGEST_URL_NAMES = frozenset({"run-create", "run-steps", "run-samples", "run-events", "run-batch", "run-batches"})
 
 _CACHE_ERROR_LOG_INTERVAL_S = 60.0
 _last_cache_error_log = 0.0

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.errors import ApiError, invalid, query_int
+from phantomhub.errors import ApiError, fields_within, invalid, query_int
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry import selectors, services
 from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
@@ -240,13 +240,16 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
                 "packed_nulls": serializers.BooleanField(
                     help_text='a packed column may carry nulls: {"i8" | "f8": ..., "null": base64 of one byte per row, 1 = null}'
                 ),
+                "node_batches": serializers.BooleanField(
+                    help_text='POST /api/v1/runs/{id}/batches takes every local rank\'s batch in one request: {"batches": [...]}'
+                ),
             },
         )
     )
     def get_wire(self, run: Run) -> dict[str, bool]:
         # What this server's ingest understands beyond plain arrays: the agent packs only after
         # the server said so, so an older server keeps getting arrays.
-        return {"packed_columns": True, "batch_counters": True, "packed_nulls": True}
+        return {"packed_columns": True, "batch_counters": True, "packed_nulls": True, "node_batches": True}
 
     @extend_schema_field(
         serializers.UUIDField(help_text="the id the run was registered by (its `id`, unless another project had it)")
@@ -475,6 +478,33 @@ RankBatchResultSerializer = inline_serializer(
 BATCH_PARTS = ("steps", "samples", "events", "counters")
 
 
+def _rank_batch(data: Any) -> services.RankBatch:
+    """One rank's batch as POST .../batch takes it, checked but for its columns (the service's)."""
+    body = _object(data, {"rank", "host", *BATCH_PARTS}, {"rank"})
+    rank = _int_field(body, "rank", 0, 1_000_000)
+    if not any(part in body for part in BATCH_PARTS):
+        raise invalid("steps", "a batch needs at least one of steps, samples, events, counters")
+    counters = body.get("counters")
+    if "counters" in body:
+        if not isinstance(counters, dict):
+            raise invalid("counters", "an object of counter names to integers")
+        try:
+            counters_check(counters)
+        except BoundsError as exc:
+            raise invalid(_field("counters", exc.path), exc.message) from None
+    events = None
+    if "events" in body:
+        raw = body["events"]
+        if isinstance(raw, list):
+            raw = [{"rank": rank, **event} if isinstance(event, dict) else event for event in raw]
+        serializer = EventBatchSerializer(data={"events": raw})
+        serializer.is_valid(raise_exception=True)
+        events = serializer.validated_data["events"]
+    return services.RankBatch(
+        rank=rank, host=_host(body), steps=body.get("steps"), samples=body.get("samples"), events=events, counters=counters
+    )
+
+
 class RunBatchApi(IngestApiView):
     @extend_schema(
         request=RankBatchSerializer,
@@ -483,33 +513,58 @@ class RunBatchApi(IngestApiView):
     )
     def post(self, request: Request, run_id: uuid.UUID) -> Response:
         run = _run_for_write(request, run_id)
-        body = _object(request.data, {"rank", "host", *BATCH_PARTS}, {"rank"})
-        rank = _int_field(body, "rank", 0, 1_000_000)
-        if not any(part in body for part in BATCH_PARTS):
-            raise invalid("steps", "a batch needs at least one of steps, samples, events, counters")
-        counters = body.get("counters")
-        if "counters" in body:
-            if not isinstance(counters, dict):
-                raise invalid("counters", "an object of counter names to integers")
-            try:
-                counters_check(counters)
-            except BoundsError as exc:
-                raise invalid(_field("counters", exc.path), exc.message) from None
-        events = None
-        if "events" in body:
-            raw = body["events"]
-            if isinstance(raw, list):
-                raw = [{"rank": rank, **event} if isinstance(event, dict) else event for event in raw]
-            serializer = EventBatchSerializer(data={"events": raw})
-            serializer.is_valid(raise_exception=True)
-            events = serializer.validated_data["events"]
+        sent = _rank_batch(request.data)
         result = services.batch_ingest(
             run=run,
-            rank=rank,
-            host=_host(body),
-            steps=body.get("steps"),
-            samples=body.get("samples"),
-            events=events,
-            counters=counters,
+            rank=sent.rank,
+            host=sent.host,
+            steps=sent.steps,
+            samples=sent.samples,
+            events=sent.events,
+            counters=sent.counters,
         )
         return Response(result.as_dict())
+
+
+# The node batch's entries and answers are the combined batch's own components (same classes).
+NodeBatchSerializer = inline_serializer(
+    "NodeBatch",
+    {
+        "batches": serializers.ListField(
+            child=type(RankBatchSerializer)(),
+            min_length=1,
+            max_length=services.MAX_NODE_BATCHES,
+            help_text="one batch per rank, ranks distinct, each exactly the body of POST /api/v1/runs/{id}/batch",
+        )
+    },
+)
+NodeBatchResultSerializer = inline_serializer(
+    "NodeBatchResult",
+    {
+        "batches": type(RankBatchResultSerializer)(
+            many=True, help_text="what POST /api/v1/runs/{id}/batch answers, for each batch in the request's order"
+        )
+    },
+)
+
+
+class RunNodeBatchApi(IngestApiView):
+    @extend_schema(
+        request=NodeBatchSerializer,
+        responses={200: NodeBatchResultSerializer, **_ERRORS},
+        summary="Store every local rank's batch of one node's interval in one request (all or nothing)",
+    )
+    def post(self, request: Request, run_id: uuid.UUID) -> Response:
+        run = _run_for_write(request, run_id)
+        raw = _object(request.data, {"batches"}, {"batches"})["batches"]
+        if not isinstance(raw, list) or not 1 <= len(raw) <= services.MAX_NODE_BATCHES:
+            raise invalid("batches", f"must be an array of 1 to {services.MAX_NODE_BATCHES} rank batches")
+        batches = []
+        for i, data in enumerate(raw):
+            where = f"batches[{i}]"
+            if not isinstance(data, dict):
+                raise invalid(where, "must be a JSON object (one rank's batch, as POST .../batch takes it)")
+            with fields_within(where):
+                batches.append(_rank_batch(data))
+        results = services.node_batch_ingest(run=run, batches=batches)
+        return Response({"batches": [result.as_dict() for result in results]})

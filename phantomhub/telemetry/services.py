@@ -17,12 +17,20 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from phantomhub.accounts.models import Project
-from phantomhub.errors import ApiError
+from phantomhub.errors import ApiError, fields_within, invalid
 from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
-from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE, InsertResult, RowsExist, Table, batch_insert
+from phantomhub.telemetry.storage import (
+    SAMPLE_TABLE,
+    STEP_TABLE,
+    InsertResult,
+    RowsExist,
+    Table,
+    batch_insert,
+    batches_insert,
+)
 
 _T = TypeVar("_T")
 
@@ -132,16 +140,20 @@ def _run_reopen_if_marked_crashed(run: Run) -> bool:
     return bool(reopened)
 
 
+# One row per rank (VALUES of several rows for a node's ranks: distinct ranks, as ON CONFLICT
+# needs). A batch without counters sends {} and keeps the stored ones (merging {} would too, but
+# for a rank that has none, where PostgreSQL's merge of nothing is NULL).
 _RANK_UPSERT = (
     "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s) "
+    "VALUES {rows} "
     "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
     "last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
     "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
     "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
     "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END, "
-    "counters = CASE WHEN %s = 1 THEN {counters} ELSE telemetry_runrank.counters END"
+    "counters = CASE WHEN excluded.counters = {empty} THEN telemetry_runrank.counters ELSE {counters} END"
 )
+_RANK_ROW = "(%s, %s, %s, %s, %s, %s, %s)"
 # PostgreSQL merges the batch's counters into the stored ones in the upsert itself (each keeps its
 # highest value, as _counters_merged does), so the rank's row is never read first; counters are
 # integers in [0, 2**63 - 1], exact as numeric.
@@ -152,55 +164,66 @@ _PG_COUNTERS_MERGED = (
 )
 
 
-def _after_ingest(
-    run: Run,
-    rank: int,
-    host: str | None,
-    result: InsertResult,
-    last_step: int | None,
-    changed: bool | None = None,
-    counters: dict[str, Any] | None = None,
-) -> None:
-    # Same transaction as the rows: the rank's host, its stored step count and last step
+@dataclass(frozen=True)
+class _RankRows:
+    """What one rank's batch changes of the rank's row (telemetry_runrank)."""
+
+    rank: int
+    host: str | None
+    steps: InsertResult | None  # None: the batch had no steps
+    last_step: int | None
+    counters: dict[str, Any] | None = None
+    counters_field: str = "counters"  # the field a 400 for too many counters names
+
+
+def _after_ingest(run: Run, ranks: list[_RankRows], changed: bool) -> None:
+    # Same transaction as the rows: each rank's host, its stored step count and last step
     # (exact), the rows refused for a reused step number and, when given, the batch's counters
-    # merged into the rank's (one upsert); then the run's last_seen_at and, when rows were
-    # stored, its ingest_seq. On PostgreSQL both are one statement (a data-modifying WITH runs
-    # whether or not its result is read): one round trip, which also says how many counters the
-    # rank keeps now (over the limit: raised here, so the transaction keeps nothing).
-    counts_steps = last_step is not None
-    bump = 1 if (result.accepted if changed is None else changed) else 0
+    # merged into the rank's (one upsert for all the ranks); then the run's last_seen_at and, when
+    # anything was stored (`changed`), its ingest_seq. On PostgreSQL both are one statement (a
+    # data-modifying WITH runs whether or not its result is read): one round trip, which also
+    # says which rank keeps more counters than allowed now (raised here: the transaction keeps
+    # nothing).
     now = timezone.now()
     pg = connection.vendor == "postgresql"
-    if counters is not None and not pg:
-        counters = _counters_merged(_rank_counters(run.pk, rank), counters, rank, "counters")
-    rank_params: list[Any] = [
-        rank,
-        host or "",
-        "{}" if counters is None else json.dumps(counters),
-        result.accepted if counts_steps else 0,
-        last_step,
-        result.reused if counts_steps else 0,
-        0 if counters is None else 1,
-    ]
+    run_key = run_param(run.pk)
+    params: list[Any] = []
+    for rows in sorted(ranks, key=lambda rows: rows.rank):  # rank rows locked in one order by every writer
+        counters = rows.counters
+        if counters is not None and not pg:
+            counters = _counters_merged(_rank_counters(run.pk, rows.rank), counters, rows.rank, rows.counters_field)
+        steps = rows.steps or InsertResult(0, 0, 0)
+        params += [
+            run_key,
+            rows.rank,
+            rows.host or "",
+            "{}" if counters is None else json.dumps(counters),
+            steps.accepted,
+            rows.last_step,
+            steps.reused,
+        ]
+    values = ", ".join([_RANK_ROW] * len(ranks))
     if pg:
-        upsert = _RANK_UPSERT.format(greatest="GREATEST", counters=_PG_COUNTERS_MERGED)
+        upsert = _RANK_UPSERT.format(rows=values, greatest="GREATEST", empty="'{}'::jsonb", counters=_PG_COUNTERS_MERGED)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"WITH rank_upsert AS ({upsert} RETURNING (SELECT count(*) FROM jsonb_object_keys(counters)) AS kept) "
+                f"WITH rank_upsert AS ({upsert} RETURNING telemetry_runrank.rank AS rank, "
+                "(SELECT count(*) FROM jsonb_object_keys(counters)) AS kept) "
                 "UPDATE telemetry_run SET last_seen_at = %s, ingest_seq = ingest_seq + %s WHERE id = %s "
-                "RETURNING (SELECT kept FROM rank_upsert)",
-                [run.pk, *rank_params, now, bump, run.pk],
+                "RETURNING (SELECT min(rank) FROM rank_upsert WHERE kept > %s)",
+                [*params, now, 1 if changed else 0, run.pk, MAX_RANK_COUNTERS],
             )
             row = cursor.fetchone()
         if row is None:  # the run is gone (raw rows have no foreign key: this is their check)
             raise run_not_found()
-        if row[0] > MAX_RANK_COUNTERS:
-            raise _too_many_counters(rank, "counters")
+        if row[0] is not None:
+            over = next(rows for rows in ranks if rows.rank == row[0])
+            raise _too_many_counters(over.rank, over.counters_field)
         return
     with connection.cursor() as cursor:
-        cursor.execute(_RANK_UPSERT.format(greatest="MAX", counters="excluded.counters"), [run.pk.hex, *rank_params])
+        cursor.execute(_RANK_UPSERT.format(rows=values, greatest="MAX", empty="'{}'", counters="excluded.counters"), params)
     updates: dict[str, Any] = {"last_seen_at": now}
-    if bump:
+    if changed:
         updates["ingest_seq"] = F("ingest_seq") + 1
     if not Run.objects.filter(pk=run.pk).update(**updates):
         raise run_not_found()
@@ -245,10 +268,11 @@ def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table:
     def write(optimistic: bool) -> InsertResult:
         result = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch, optimistic=optimistic)
         # The batch is sorted by step, and every step in it is stored now (new, or refused as stored).
-        last_step = int(batch.values["step"][-1]) if table is STEP_TABLE else None
+        steps = table is STEP_TABLE
+        last_step = int(batch.values["step"][-1]) if steps else None
         if result.accepted and run.status == RunStatus.CRASHED:
             _run_reopen_if_marked_crashed(run)
-        _after_ingest(run, rank, host, result, last_step)
+        _after_ingest(run, [_RankRows(rank, host, result if steps else None, last_step)], changed=bool(result.accepted))
         if result.accepted:
             _analysis_soon(run)
         return result
@@ -439,6 +463,85 @@ def _samples_checked(run: Run, samples: Any) -> Batch:
     return batch
 
 
+MAX_NODE_BATCHES = 256  # ranks in one node batch: far above the GPUs of any node
+
+
+@dataclass(frozen=True)
+class RankBatch:
+    """One rank's batch of one flush interval as the API parsed it: its rank, host, events and
+    counters checked there, its steps and samples the columns as sent (checked here)."""
+
+    rank: int
+    host: str | None = None
+    steps: Any = None
+    samples: Any = None
+    events: list[dict[str, Any]] | None = None
+    counters: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _CheckedBatch:
+    sent: RankBatch
+    steps: Batch | None
+    samples: Batch | None
+    where: str | None  # its place in the request ("batches[2]"), which its 400s name; None: the body
+
+
+def _rank_batch_checked(run: Run, sent: RankBatch, where: str | None) -> _CheckedBatch:
+    with fields_within(where):
+        steps = _steps_checked(run, sent.steps) if sent.steps is not None else None
+        samples = _samples_checked(run, sent.samples) if sent.samples is not None else None
+    return _CheckedBatch(sent, steps, samples, where)
+
+
+def _rows_insert(table: Table, run: Run, parts: list[tuple[int, Batch | None]], optimistic: bool) -> list[InsertResult | None]:
+    """The batches of `parts` (rank, rows or None) in one batches_insert; results in their order."""
+    sent = [(i, rank, batch) for i, (rank, batch) in enumerate(parts) if batch is not None]
+    results: list[InsertResult | None] = [None] * len(parts)
+    if sent:
+        batches = [(rank, batch) for _, rank, batch in sent]
+        for (i, _, _), result in zip(sent, batches_insert(table=table, run_id=run.pk, batches=batches, optimistic=optimistic)):
+            results[i] = result
+    return results
+
+
+def _rank_batches_write(run: Run, entries: list[_CheckedBatch], optimistic: bool) -> list[BatchIngestResult]:
+    """Checked batches of distinct ranks, inside the transaction: every part of every rank, then
+    one rank upsert for all of them and one run update, one analysis request."""
+    events: list[IngestResult | None] = []
+    for entry in entries:
+        with fields_within(entry.where):
+            events.append(events_ingest(run=run, events=entry.sent.events, touch=False) if entry.sent.events else None)
+    steps = _rows_insert(STEP_TABLE, run, [(entry.sent.rank, entry.steps) for entry in entries], optimistic)
+    samples = _rows_insert(SAMPLE_TABLE, run, [(entry.sent.rank, entry.samples) for entry in entries], optimistic)
+    accepted = sum(rows.accepted for rows in (*steps, *samples) if rows is not None)
+    if accepted and run.status == RunStatus.CRASHED:
+        _run_reopen_if_marked_crashed(run)
+    changed = bool(accepted) or any(result is not None and result.accepted for result in events)
+    ranks = [
+        _RankRows(
+            entry.sent.rank,
+            entry.sent.host,
+            step_rows,
+            int(entry.steps.values["step"][-1]) if entry.steps is not None else None,  # every step of it is stored now
+            entry.sent.counters or None,
+            f"{entry.where}.counters" if entry.where else "counters",
+        )
+        for entry, step_rows in zip(entries, steps)
+    ]
+    _after_ingest(run, ranks, changed)
+    if changed:
+        _analysis_soon(run)
+    return [
+        BatchIngestResult(
+            steps=StepIngestResult(step_rows.accepted, step_rows.duplicates, step_rows.reused) if step_rows else None,
+            samples=IngestResult(sample_rows.accepted, sample_rows.duplicates + sample_rows.reused) if sample_rows else None,
+            events=event_result,
+        )
+        for event_result, step_rows, sample_rows in zip(events, steps, samples)
+    ]
+
+
 def batch_ingest(
     *,
     run: Run,
@@ -459,29 +562,27 @@ def batch_ingest(
     upsert and one run update for the rows, one analysis request: that is what makes one combined
     request cheaper than three.
     """
-    step_batch = _steps_checked(run, steps) if steps is not None else None
-    sample_batch = _samples_checked(run, samples) if samples is not None else None
+    sent = RankBatch(rank=rank, host=host, steps=steps, samples=samples, events=events, counters=counters)
+    entry = _rank_batch_checked(run, sent, None)
+    return _redone_on_conflict(lambda optimistic: _rank_batches_write(run, [entry], optimistic))[0]
 
-    def write(optimistic: bool) -> tuple[IngestResult | None, InsertResult | None, InsertResult | None]:
-        event_result = events_ingest(run=run, events=events, touch=False) if events else None
-        step_rows = sample_rows = None
-        if step_batch:
-            step_rows = batch_insert(table=STEP_TABLE, run_id=run.pk, rank=rank, batch=step_batch, optimistic=optimistic)
-        if sample_batch:
-            sample_rows = batch_insert(table=SAMPLE_TABLE, run_id=run.pk, rank=rank, batch=sample_batch, optimistic=optimistic)
-        accepted = (step_rows.accepted if step_rows else 0) + (sample_rows.accepted if sample_rows else 0)
-        if accepted and run.status == RunStatus.CRASHED:
-            _run_reopen_if_marked_crashed(run)
-        last_step = int(step_batch.values["step"][-1]) if step_batch else None
-        changed = bool(accepted) or bool(event_result and event_result.accepted)
-        _after_ingest(run, rank, host, step_rows or InsertResult(0, 0, 0), last_step, changed=changed, counters=counters or None)
-        if changed:
-            _analysis_soon(run)
-        return event_result, step_rows, sample_rows
 
-    event_result, step_rows, sample_rows = _redone_on_conflict(write)
-    return BatchIngestResult(
-        steps=StepIngestResult(step_rows.accepted, step_rows.duplicates, step_rows.reused) if step_rows else None,
-        samples=IngestResult(sample_rows.accepted, sample_rows.duplicates + sample_rows.reused) if sample_rows else None,
-        events=event_result,
-    )
+def node_batch_ingest(*, run: Run, batches: list[RankBatch]) -> list[BatchIngestResult]:
+    """Every local rank's batch of one node's flush interval (1 to MAX_NODE_BATCHES, distinct
+    ranks), in one transaction: what batch_ingest does for each, at a fraction of the cost
+    (one request, one run lookup, one COPY a table; bench/request_cost.py --node-batches).
+
+    All or nothing: every batch is checked before anything is written, and one that fails
+    refuses them all; a 400 names the field under the batch's place (`batches[2].steps.dur_ns`).
+    Idempotent per rank and part as batch_ingest. When every row is new (a live node) each table
+    takes all ranks' rows in one COPY, and the ranks' rows and the run one statement; when some
+    are stored already (a replay) the transaction is redone rank by rank for exact counts.
+    Results in the order of `batches`.
+    """
+    first: dict[int, int] = {}
+    for i, sent in enumerate(batches):
+        j = first.setdefault(sent.rank, i)
+        if j != i:
+            raise invalid(f"batches[{i}].rank", f"rank {sent.rank} is batches[{j}]'s too; one batch per rank")
+    entries = [_rank_batch_checked(run, sent, f"batches[{i}]") for i, sent in enumerate(batches)]
+    return _redone_on_conflict(lambda optimistic: _rank_batches_write(run, entries, optimistic))

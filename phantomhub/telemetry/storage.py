@@ -8,7 +8,8 @@ count tells accepted from refused rows. A caller that can redo its whole transac
 ``optimistic=True``: no savepoint (two round trips fewer), and a conflict raises RowsExist, which
 leaves the transaction aborted; the caller rolls it back and redoes it without ``optimistic``.
 SQLite: batched INSERT OR IGNORE, counted by total_changes. Both give the same counts for the
-same input.
+same input. Several ranks' batches of one run (a node's, batches_insert) go in as one COPY, each
+row's rank from a column, when all their rows are new; else rank by rank as above.
 
 A refused step row is either a true duplicate (a replay: same step, same start) or a reused step
 number (a restarted process numbering from 0 again: same step, another start). Only when some rows
@@ -22,10 +23,12 @@ partition it lands in; the week is looked up once per run and process, never per
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import psycopg
 from django.db import connection
 
@@ -90,6 +93,10 @@ _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00
 _PG_COPY_TRAILER = b"\xff\xff"
 
 
+# A row's rank: one for the whole COPY, or one per row (several ranks' batches in one COPY).
+Ranks = int | npt.NDArray[np.int32]
+
+
 class RowsExist(Exception):
     """An optimistic COPY met stored rows; the transaction is aborted and must be redone."""
 
@@ -108,9 +115,63 @@ def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch, op
     return InsertResult(accepted, batch.n - accepted - reused, reused)
 
 
-def pg_copy_payload(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch, week: int | None = None) -> bytes:
+def batches_insert(
+    *, table: Table, run_id: uuid.UUID, batches: Sequence[tuple[int, Batch]], optimistic: bool = False
+) -> list[InsertResult]:
+    """batch_insert for several ranks' batches of one run (distinct ranks), results in their order.
+
+    On PostgreSQL, ``optimistic`` (all rows expected new): every row in one binary COPY, whose
+    rank field comes from a column, so a node's ranks cost one COPY, not one each; RowsExist when
+    any is stored already. Otherwise rank by rank through batch_insert, for exact counts per rank.
+    Either way in the order of the ranks: two writers of the same rows take their locks in one order.
+    """
+    order = sorted(range(len(batches)), key=lambda i: batches[i][0])
+    if optimistic and len(batches) > 1 and connection.vendor == "postgresql":
+        names, ranks, joined = _joined(table, [batches[i] for i in order])
+        connection.ensure_connection()
+        raw = connection.connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            try:
+                _pg_copy(cur, table.name, table, names, run_id, ranks, joined, run_week(run_id))
+            except psycopg.errors.UniqueViolation:
+                raise RowsExist(table.name) from None
+        return [InsertResult(batch.n, 0, 0) for _, batch in batches]
+    results: dict[int, InsertResult] = {}
+    for i in order:
+        rank, batch = batches[i]
+        results[i] = batch_insert(table=table, run_id=run_id, rank=rank, batch=batch, optimistic=optimistic)
+    return [results[i] for i in range(len(batches))]
+
+
+def _joined(table: Table, batches: Sequence[tuple[int, Batch]]) -> tuple[list[str], npt.NDArray[np.int32], Batch]:
+    """Several ranks' batches as one: (the columns any of them sent, each row's rank, the rows).
+    A column a batch did not send is null in its rows, as the table stores a column left out."""
+    names = [name for name in table.pg_types if any(name in batch.values for _, batch in batches)]
+    ranks = np.repeat(np.array([rank for rank, _ in batches], dtype=np.int32), [batch.n for _, batch in batches])
+    values: dict[str, npt.NDArray[Any]] = {}
+    nulls: dict[str, npt.NDArray[np.bool_]] = {}
+    for name in names:
+        dtype = next(batch.values[name].dtype for _, batch in batches if name in batch.values)
+        values[name] = np.concatenate(
+            [batch.values[name] if name in batch.values else np.zeros(batch.n, dtype) for _, batch in batches]
+        )
+        if any(name not in batch.values or name in batch.nulls for _, batch in batches):
+            nulls[name] = np.concatenate(
+                [
+                    batch.nulls.get(name, np.zeros(batch.n, np.bool_)) if name in batch.values else np.ones(batch.n, np.bool_)
+                    for _, batch in batches
+                ]
+            )
+    return names, ranks, Batch(n=len(ranks), values=values, nulls=nulls)
+
+
+def pg_copy_payload(
+    table: Table, names: list[str], run_id: uuid.UUID, rank: Ranks, batch: Batch, week: int | None = None
+) -> bytes:
     """Binary COPY rows built in numpy passes: a fixed-width record per row, for the columns
     (run_id, rank, [run_week,] *names); without `week` the rows take run_week's default (0).
+    `rank` is every row's, or an array of one per row.
 
     A null field is its length (-1) without a value, so rows with nulls are written a group per
     pattern of nulls (system samples have two: host rows and GPU rows), each group fixed-width.
@@ -138,7 +199,7 @@ def _pg_records(
     table: Table,
     names: list[str],
     run_id: uuid.UUID,
-    rank: int,
+    rank: Ranks,
     batch: Batch,
     week: int | None,
     rows: Any,
@@ -163,7 +224,7 @@ def _pg_records(
     out["l_run"] = 16
     out["run"] = np.frombuffer(run_id.bytes, dtype="V16")[0]
     out["l_rank"] = 4
-    out["rank"] = rank
+    out["rank"] = rank[rows] if isinstance(rank, np.ndarray) and rows is not None else rank
     if week is not None:
         out["l_week"] = 4
         out["week"] = week
@@ -193,7 +254,7 @@ def _pg_copy(
     table: Table,
     names: list[str],
     run_id: uuid.UUID,
-    rank: int,
+    rank: Ranks,
     batch: Batch,
     week: int,
 ) -> None:

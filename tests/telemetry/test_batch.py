@@ -178,7 +178,7 @@ def test_batch_counters_beyond_the_ranks_limit_refuse_the_batch(owner: Tenant) -
 def test_the_registration_answer_says_batches_may_carry_counters(owner: Tenant) -> None:
     run_id = owner.create_run()
     answer = owner.client.get(f"/api/v1/runs/{run_id}").json()
-    assert answer["wire"] == {"packed_columns": True, "batch_counters": True, "packed_nulls": True}
+    assert answer["wire"] == {"packed_columns": True, "batch_counters": True, "packed_nulls": True, "node_batches": True}
 
 
 @pytest.mark.backends

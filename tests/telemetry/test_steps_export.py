@@ -98,11 +98,12 @@ def test_steps_parquet_of_a_real_agent_run_is_what_the_agent_sent(live_server: A
 
     from phantomhub.accounts.services import project_token_for_slugs
     from phantomhub.telemetry import services as ingest
+    from phantomhub.telemetry import storage
     from phantomhub.telemetry.models import Run
     from phantomhub.telemetry.storage import STEP_TABLE
 
     sent: dict[int, list[dict[str, Any]]] = {}
-    store = ingest.batch_insert
+    store = storage.batch_insert
 
     def recording(*, table: Any, run_id: Any, rank: int, batch: Any, optimistic: bool = False) -> Any:
         result = store(table=table, run_id=run_id, rank=rank, batch=batch, optimistic=optimistic)  # raises before recording
@@ -112,7 +113,9 @@ def test_steps_parquet_of_a_real_agent_run_is_what_the_agent_sent(live_server: A
             sent.setdefault(rank, []).append(cols)
         return result
 
+    # The separate endpoints store through services' name, a rank's combined batch (one or a node's) through storage's.
     monkeypatch.setattr(ingest, "batch_insert", recording)
+    monkeypatch.setattr(storage, "batch_insert", recording)
     token = project_token_for_slugs(team_slug="ml", project_slug="export").raw
     run = agent.init(project="export", team="ml", name="exported", gpu_model="L4", gpu_count=1, dtype="fp32",
                      server=live_server.url, token=token, debug=True, spool_dir=str(tmp_path / "spool"),
