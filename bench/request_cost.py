@@ -140,15 +140,19 @@ def one_case(args: argparse.Namespace, client: Any, token: str, run_ids: list[st
         flush=True,
     )
     if prof:
-        out = io.StringIO()
-        stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
-        stats.print_stats(45)
-        if os.environ.get("BENCH_TOTTIME"):
-            stats.sort_stats("tottime").print_stats(40)
-        if os.environ.get("BENCH_CALLEES"):
-            stats.print_callees(os.environ["BENCH_CALLEES"])
-        print(out.getvalue())
+        profile_print(prof)
     return case
+
+
+def profile_print(prof: cProfile.Profile) -> None:
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out).sort_stats("cumulative")
+    stats.print_stats(45)
+    if os.environ.get("BENCH_TOTTIME"):
+        stats.sort_stats("tottime").print_stats(40)
+    if os.environ.get("BENCH_CALLEES"):
+        stats.print_callees(os.environ["BENCH_CALLEES"])
+    print(out.getvalue())
 
 
 def node_case(args: argparse.Namespace, client: Any, token: str, flush_s: float, report: bool = True) -> dict[str, Any]:
@@ -161,6 +165,7 @@ def node_case(args: argparse.Namespace, client: Any, token: str, flush_s: float,
     backend = postgres_backend(client, token)
     cpu: dict[str, list[float]] = {"batch": [], "batches": []}
     pg_cpu: dict[str, list[float]] = {"batch": [], "batches": []}
+    prof = cProfile.Profile(time.process_time) if args.profile else None  # the node batches' side
     for node in range(nodes):  # interleaved: a drift in the machine's load reaches both sides alike
         group = work[node * RANKS : (node + 1) * RANKS]  # one run's 8 ranks: bodies() goes rank by rank, run by run
         timed = [post_timed(client, token, path, body, backend) for path, body in group]
@@ -168,7 +173,7 @@ def node_case(args: argparse.Namespace, client: Any, token: str, flush_s: float,
         pg_cpu["batch"].append(sum(p for _, p in timed))
         run = node % len(one_by_one)
         path = group[0][0].replace(one_by_one[run], together[run]) + "es"
-        c, p = post_timed(client, token, path, node_body([body for _, body in group]), backend)
+        c, p = post_timed(client, token, path, node_body([body for _, body in group]), backend, prof)
         cpu["batches"].append(c)
         pg_cpu["batches"].append(p)
     case: dict[str, Any] = {"flush_s": flush_s, "ranks_per_node": RANKS, "node_intervals": nodes}
@@ -181,6 +186,8 @@ def node_case(args: argparse.Namespace, client: Any, token: str, flush_s: float,
         }
     if not report:
         return case
+    if prof:
+        profile_print(prof)
     print(
         f"flush {flush_s:>4} s, {nodes} node intervals of {RANKS} ranks: CPU per rank "
         f"{RANKS} x /batch p50 {case['batch']['cpu_ms_per_rank']['p50']} ms (mean {case['batch']['cpu_ms_per_rank']['mean']}), "

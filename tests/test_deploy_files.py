@@ -107,6 +107,9 @@ def test_worker_and_beat_have_healthchecks_of_their_own_role() -> None:
     assert _healthcheck().BEAT_SCHEDULE == "celerybeat-schedule"
     # the worker's node name is the one its check pings
     assert '--hostname "celery@${HOSTNAME:-%h}"' in _entrypoint_role("worker")
+    # What bench/fleet.py measures is the worker production runs: the same flags.
+    for flag in ("--without-gossip", "--without-mingle", "--without-heartbeat"):
+        assert flag in _entrypoint_role("worker")
     assert "PHANTOMHUB_VAR_DIR=/app/var" in _stages()["runtime"]  # the image's ENV
 
 
