@@ -119,13 +119,15 @@ class RankSim:
     def path(self) -> str:
         return f"/api/v1/runs/{self.run_id}/batch"
 
-    def body(self, now_ns: int) -> bytes:
+    def body(self, now_ns: int) -> bytes | None:
         from phantomhub_agent._batcher import gzip_bytes
 
-        return gzip_bytes(self.payload(now_ns))
+        payload = self.payload(now_ns)
+        return None if payload is None else gzip_bytes(payload)
 
-    def payload(self, now_ns: int) -> bytes:
-        """The rank's batch as JSON, before gzip."""
+    def payload(self, now_ns: int) -> bytes | None:
+        """The rank's batch as JSON, before gzip; None when it has nothing yet (within a second of
+        its start: the agent sends no empty batch, and the server refuses one)."""
         from phantomhub_agent._batcher import REQUIRED_SAMPLE_COLUMNS, compact_columns, pack_columns
 
         n = max(0, (now_ns - self.next_start_ns) // self.period_ns)
@@ -191,6 +193,8 @@ class RankSim:
             else:
                 event = {"id": uuid.uuid4().hex, "kind": "counters", "t_ns": now_ns // 1000 * 1000, "data": counters}
                 payload["events"] = [event]
+        if not any(part in payload for part in ("steps", "samples", "counters", "events")):
+            return None
         return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -210,10 +214,11 @@ class NodeSim:
     def sent_steps(self) -> int:
         return sum(r.sent_steps for r in self.ranks)
 
-    def body(self, now_ns: int) -> bytes:
+    def body(self, now_ns: int) -> bytes | None:
         from phantomhub_agent._batcher import gzip_bytes
 
-        return gzip_bytes(b'{"batches":[' + b",".join(r.payload(now_ns) for r in self.ranks) + b"]}")
+        payloads = [p for p in (r.payload(now_ns) for r in self.ranks) if p is not None]
+        return gzip_bytes(b'{"batches":[' + b",".join(payloads) + b"]}") if payloads else None
 
 
 async def _rank_loop(
@@ -230,6 +235,9 @@ async def _rank_loop(
                 due += flush_s
                 continue
             body = sim.body(time.time_ns())
+            if body is None:  # nothing recorded yet
+                due += flush_s
+                continue
             try:
                 request = http_request(port, "POST", sim.path, {**headers, "Authorization": f"Bearer {sim.token}"}, body)
                 status, _ = await asyncio.wait_for(request, REQUEST_TIMEOUT_S)
