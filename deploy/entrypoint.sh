@@ -18,7 +18,7 @@ case "$role" in
   worker)
     # Named after the container (Docker sets HOSTNAME), as deploy/healthcheck.py worker pings it.
     # No gossip, mingle or event heartbeats: nothing here reads them, and they made an idle worker
-    # cost 3.0 ms of CPU a second instead of 1.25 (docs/performance.md); ping still answers.
+    # cost twice the CPU (bench/worker_idle.py: 1.5 ms a second instead of 0.75); ping still answers.
     exec celery -A phantomhub worker --hostname "celery@${HOSTNAME:-%h}" --loglevel INFO \
       --without-gossip --without-mingle --without-heartbeat \
       --concurrency "${PHANTOMHUB_WORKER_CONCURRENCY:-2}"

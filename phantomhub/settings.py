@@ -251,8 +251,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "phantomhub"
 # How long a worker's BRPOP on the Redis queue waits before it asks again. A task still arrives at
 # once (the BRPOP returns with it); an idle worker wakes this often, which is most of what it
-# costs: 1.25 ms of CPU a second at kombu's 1 s, 0.75 at 5 s, for 1.5 s more on a warm shutdown
-# (docs/performance.md, "Fleet: server cost per GPU").
+# costs: 1.25 ms of CPU a second at kombu's 1 s, 0.75 at 5 s, for about a second more on a warm
+# shutdown (bench/worker_idle.py; docs/performance.md, "Fleet: server cost per GPU").
 BROKER_POLL_S = env_float("PHANTOMHUB_BROKER_POLL_S", 5.0, minimum=0.1, maximum=60)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": BROKER_POLL_S}
 # Celery's Django fixup closes a worker's database connections every this many tasks; so large
