@@ -20,24 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.common import server_setup  # noqa: E402
+from bench.fleet import _cpu_s, _tree  # noqa: E402
 
 QUIET = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-
-
-def tree_cpu_s(proc: psutil.Process) -> float:
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def one(env: dict[str, str], poll: float, quiet: bool, seconds: float) -> dict[str, Any]:
@@ -47,10 +35,10 @@ def one(env: dict[str, str], poll: float, quiet: bool, seconds: float) -> dict[s
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         time.sleep(15)  # boot, connect, fork the pool
-        proc = psutil.Process(worker.pid)
-        c0, t0 = tree_cpu_s(proc), time.monotonic()
+        procs = _tree(worker.pid)
+        c0, t0 = _cpu_s(procs), time.monotonic()
         time.sleep(seconds)
-        c1, t1 = tree_cpu_s(proc), time.monotonic()
+        c1, t1 = _cpu_s(procs), time.monotonic()
         stop0 = time.monotonic()
         worker.terminate()
         worker.wait(120)

@@ -284,7 +284,7 @@ class Worker:
         """Until the next pass: the poll interval, or less when a wall-clock cut comes sooner (the
         node's ranks cut within milliseconds of it, not within a poll)."""
         cut = self._next_cut_ns
-        if cut is None:
+        if cut is None or not self._cuts_aligned():
             return self.poll_s
         return min(self.poll_s, max(0.001, (cut - time.time_ns()) / 1e9 + 0.001))
 
@@ -430,12 +430,16 @@ class Worker:
             return pending
         if self._cuts_aligned():
             # The node's ranks cut on the same wall-clock boundaries (``_node``); size limits still cut early.
+            wall_ns = time.time_ns()
             if self._next_cut_ns is None:
-                self._next_cut_ns = self._boundary_after(time.time_ns())
+                self._next_cut_ns = self._boundary_after(wall_ns)
             full = len(self._step_cols) >= s.batch_max_rows or len(self._sample_cols) >= s.batch_max_rows
-            if time.time_ns() >= self._next_cut_ns or full or len(self._events) >= EVENTS_PER_REQUEST:
+            if full or len(self._events) >= EVENTS_PER_REQUEST:
                 return pending
-            return False
+            if wall_ns < self._next_cut_ns:
+                return False
+            self._next_cut_ns = self._boundary_after(wall_ns)  # this boundary is taken, whatever is pending
+            return pending
         if self._step_cols.due(now_ns, s.batch_max_rows, max_age) or self._sample_cols.due(now_ns, s.batch_max_rows, max_age):
             return True
         if counters and self._counters_oldest is not None and now_ns - self._counters_oldest >= max_age:
@@ -478,8 +482,6 @@ class Worker:
             batches = b.fit_batch(parts, extra, s.batch_max_bytes, rebase=rebase, packed=self._packed, nulls=self._packed_nulls)
             for body, rows, part_rebase in batches:
                 self._outbox.append(self._request("batch", path, body, rows, rebase=part_rebase))
-            if self._next_cut_ns is not None:
-                self._next_cut_ns = self._boundary_after(time.time_ns())
 
     def _cuts_aligned(self) -> bool:
         return self._node_role is not None and self._node_batches and self.settings.mode == "online"

@@ -209,6 +209,26 @@ def test_node_batches_off_makes_every_rank_send_for_itself(fake_server: FakeServ
     assert sum(w.counters_snapshot()["handed_batches"] for w in workers) == 0
 
 
+def test_a_sender_with_nothing_to_send_waits_for_the_next_boundary(
+    fake_server: FakeServer, spool_dir: Path, monkeypatch: Any
+) -> None:
+    """Nothing pending at a boundary (no steps, no samples): the boundary is taken all the same,
+    and the sender sleeps until the next one instead of waking every millisecond."""
+    fake_server.script = lambda req, i: _answer(req, WIRE)
+    passes = {"n": 0}
+    real_tick = Worker.tick
+
+    def counted(self: Worker, **kwargs: Any) -> None:
+        passes["n"] += 1
+        real_tick(self, **kwargs)
+
+    monkeypatch.setattr(Worker, "tick", counted)
+    workers = _workers(fake_server, spool_dir, [0, 1])
+    time.sleep(2.0)  # four boundaries of 0.5 s, nothing recorded
+    assert passes["n"] < 60  # two senders, a pass every 0.25 s or at a boundary: ~25; spinning: thousands
+    _finish(workers)
+
+
 def test_only_a_node_of_several_local_ranks_has_a_sender() -> None:
     assert node.node_role(0, 1) is None  # alone on its node (or the launcher did not say)
     assert node.node_role(0, 8) == node.LEADER
