@@ -181,7 +181,12 @@ def node_case(args: argparse.Namespace, client: Any, token: str, flush_s: float,
         per_rank = [c / RANKS for c in cpu[side]]
         case[side] = {
             "requests_per_node": RANKS if side == "batch" else 1,
-            "cpu_ms_per_rank": {"p50": round(pct(per_rank, 50), 3), "mean": round(sum(per_rank) / nodes, 3)},
+            "cpu_ms_per_rank": {
+                "first": round(per_rank[0], 3),
+                "p50": round(pct(per_rank, 50), 3),
+                "p99": round(pct(per_rank, 99), 3),
+                "mean": round(sum(per_rank) / nodes, 3),
+            },
             "postgres_cpu_ms_per_rank_mean": round(sum(pg_cpu[side]) / nodes / RANKS, 3),
         }
     if not report:
@@ -190,8 +195,10 @@ def node_case(args: argparse.Namespace, client: Any, token: str, flush_s: float,
         profile_print(prof)
     print(
         f"flush {flush_s:>4} s, {nodes} node intervals of {RANKS} ranks: CPU per rank "
-        f"{RANKS} x /batch p50 {case['batch']['cpu_ms_per_rank']['p50']} ms (mean {case['batch']['cpu_ms_per_rank']['mean']}), "
-        f"1 x /batches p50 {case['batches']['cpu_ms_per_rank']['p50']} ms (mean {case['batches']['cpu_ms_per_rank']['mean']}); "
+        f"{RANKS} x /batch p50 {case['batch']['cpu_ms_per_rank']['p50']} ms p99 {case['batch']['cpu_ms_per_rank']['p99']} ms "
+        f"first {case['batch']['cpu_ms_per_rank']['first']} ms, "
+        f"1 x /batches p50 {case['batches']['cpu_ms_per_rank']['p50']} ms p99 {case['batches']['cpu_ms_per_rank']['p99']} ms "
+        f"first {case['batches']['cpu_ms_per_rank']['first']} ms; "
         f"PostgreSQL's backend per rank {case['batch']['postgres_cpu_ms_per_rank_mean']} vs "
         f"{case['batches']['postgres_cpu_ms_per_rank_mean']} ms (mean)",
         flush=True,

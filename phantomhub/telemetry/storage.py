@@ -128,14 +128,7 @@ def batches_insert(
     order = sorted(range(len(batches)), key=lambda i: batches[i][0])
     if optimistic and len(batches) > 1 and connection.vendor == "postgresql":
         names, ranks, joined = _joined(table, [batches[i] for i in order])
-        connection.ensure_connection()
-        raw = connection.connection
-        assert raw is not None
-        with raw.cursor() as cur:
-            try:
-                _pg_copy(cur, table.name, table, names, run_id, ranks, joined, run_week(run_id))
-            except psycopg.errors.UniqueViolation:
-                raise RowsExist(table.name) from None
+        _pg_insert(table, names, run_id, ranks, joined, optimistic=True)  # all new, or RowsExist
         return [InsertResult(batch.n, 0, 0) for _, batch in batches]
     results: dict[int, InsertResult] = {}
     for i in order:
@@ -263,8 +256,8 @@ def _pg_copy(
         copy.write(pg_copy_payload(table, names, run_id, rank, batch, week))
 
 
-def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch, optimistic: bool) -> tuple[int, int]:
-    """(accepted, reused) rows."""
+def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: Ranks, batch: Batch, optimistic: bool) -> tuple[int, int]:
+    """(accepted, reused) rows; `rank` an array of one per row only with ``optimistic``."""
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
