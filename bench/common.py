@@ -121,6 +121,20 @@ def postgres_cpu_s() -> float:
     return total
 
 
+# The server settings that decide what a write-heavy load costs PostgreSQL (docs/deployment.md,
+# "PostgreSQL settings"): a benchmark that reads PostgreSQL's CPU records them with its figures.
+PG_WRITE_SETTINGS = ("shared_buffers", "max_wal_size", "checkpoint_timeout", "wal_compression", "wal_buffers",
+                     "synchronous_commit", "autovacuum", "default_toast_compression")  # fmt: skip
+
+
+def postgres_settings(database_url: str) -> dict[str, str]:
+    """PG_WRITE_SETTINGS as the server in use reports them (``SHOW``, with units)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        return {name: str(conn.execute(f"SHOW {name}").fetchone()[0]) for name in PG_WRITE_SETTINGS}  # type: ignore[index]
+
+
 def backend_cpu_s(pid: int) -> float:
     """CPU seconds of one PostgreSQL backend (by pid, on this machine), from /proc: clock ticks
     of 10 ms, so a figure is meaningful over many statements."""

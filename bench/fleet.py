@@ -55,7 +55,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import free_port, manage, postgres_cpu_s, server_setup, wait_healthy  # noqa: E402
+from bench.common import free_port, manage, postgres_cpu_s, postgres_settings, server_setup, wait_healthy  # noqa: E402
 
 RANKS_PER_RUN = 8
 # Agent settings per profile; "defaults" is whatever the agent ships.
@@ -236,22 +236,26 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 class Server:
-    def __init__(self, env: dict[str, str], web_workers: int, log_dir: Path, concurrency: int = 1, beat: bool = False) -> None:
+    def __init__(
+        self, env: dict[str, str], web_workers: int, log_dir: Path, concurrency: int = 1, beat: bool = False, nice: int = 0
+    ) -> None:
+        """``nice``: the processes' nice value (their CPU weight against others on this machine)."""
         self.env = env
         self.port = free_port()
+        niced = {"preexec_fn": (lambda: os.nice(nice))} if nice else {}
         self.web = subprocess.Popen(
             # The production config (deploy/gunicorn.py: its access log, the workers' warm-up at
             # boot); the port, worker count and log level given here win over it.
             [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--config", "deploy/gunicorn.py", "--bind",
              f"127.0.0.1:{self.port}", "--workers", str(web_workers), "--log-level", "warning"],
-            cwd=ROOT, env=env, stdout=(log_dir / "web.log").open("ab"), stderr=subprocess.STDOUT,
+            cwd=ROOT, env=env, stdout=(log_dir / "web.log").open("ab"), stderr=subprocess.STDOUT, **niced,
         )  # fmt: skip
         worker_log = log_dir / "worker.log"
         worker_log.write_bytes(b"")
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "phantomhub", "worker", "--concurrency", str(concurrency),
              "--loglevel", "INFO", "-Q", "phantomhub", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT,
+            cwd=ROOT, env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT, **niced,
         )  # fmt: skip
         self.worker_log = worker_log
         self.beat = None
@@ -259,7 +263,7 @@ class Server:
             self.beat = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "phantomhub", "beat", "--loglevel", "WARNING",
                  "--schedule", str(log_dir / "beat-schedule")],
-                cwd=ROOT, env=env, stdout=(log_dir / "beat.log").open("ab"), stderr=subprocess.STDOUT,
+                cwd=ROOT, env=env, stdout=(log_dir / "beat.log").open("ab"), stderr=subprocess.STDOUT, **niced,
             )  # fmt: skip
         try:
             wait_healthy(self.port)
@@ -558,6 +562,7 @@ def write_result(args: argparse.Namespace, cases: list[dict[str, Any]], idle: di
         "ranks_per_run": RANKS_PER_RUN,
         "steps_per_s_per_rank": "uniform 1-10, drawn once per rank",
         "target_cpu_ms_per_gpu_min": 10,
+        "postgres": postgres_settings(args.database_url),
         "idle": idle,
         "cases": cases,
     }

@@ -65,7 +65,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import free_port, manage, postgres_cpu_s, server_setup, wait_healthy  # noqa: E402
+from bench.common import free_port, manage, postgres_cpu_s, postgres_settings, server_setup, wait_healthy  # noqa: E402
 from bench.fleet import RANKS_PER_RUN, Server, _cpu_s, _tree, debounce_set, pct  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -248,6 +248,8 @@ async def _rank_loop(
 
 
 def driver_main(spec: dict[str, Any], out: Any) -> None:
+    if spec["nice"]:  # the load generator stands for machines elsewhere: it yields to the server
+        os.nice(spec["nice"])
     ranks = [RankSim(run_id, rank, token, rate, seed) for run_id, rank, token, rate, seed in spec["ranks"]]
     sims: list[RankSim | NodeSim] = list(ranks)
     if spec["node_batches"]:  # one sender per run's node (a run's ranks all go to one driver)
@@ -444,7 +446,7 @@ def trial(
     for k in range(args.drivers):
         mine = [rank for rank in ranks if runs_index[rank[0]] % args.drivers == k]  # a run's ranks in one driver
         spec = {"ranks": mine, "port": server.port, "flush_s": args.flush, "stop_at": stop_at,
-                "in_flight": args.in_flight, "node_batches": not args.per_rank}  # fmt: skip
+                "in_flight": args.in_flight, "node_batches": not args.per_rank, "nice": args.nice}  # fmt: skip
         drivers.append(ctx.Process(target=driver_main, args=(spec, queue), daemon=True))
     rqueue: Any = ctx.Queue()
     reader_spec = {"port": portal_server.port if portal_server else server.port, "token": reader_token, "readers": args.readers,
@@ -588,6 +590,11 @@ def main() -> None:
         "--portal-workers", type=int, default=0,
         help="a separate gunicorn with this many workers serves the portal's readers (0: they share ingest's)",
     )  # fmt: skip
+    parser.add_argument(
+        "--nice", type=int, default=0,
+        help="nice value of the ingest gunicorn, the Celery worker and beat and the load generator; the portal's "
+        "gunicorn and readers stay at 0 (docs/deployment.md, \"CPU priority\": readers first on shared cores)",
+    )  # fmt: skip
     parser.add_argument("--poll", type=float, default=3.0)
     parser.add_argument("--keep-going", action="store_true", help="try every size even after a failure")
     parser.add_argument(
@@ -616,8 +623,9 @@ def main() -> None:
     settings_out: list[dict[str, Any]] = []
     for web, conc in grid:
         wire = "a request per rank" if args.per_rank else "a request per node"
-        print(f"[{web} web workers x {conc} analysis workers] flush {args.flush:g} s, {wire}, debounce {debounce} s", flush=True)
-        server = Server(env, web, work, concurrency=conc, beat=True)
+        print(f"[{web} web workers x {conc} analysis workers] flush {args.flush:g} s, {wire}, debounce {debounce} s"
+              + (f", all but the portal at nice {args.nice}" if args.nice else ""), flush=True)  # fmt: skip
+        server = Server(env, web, work, concurrency=conc, beat=True, nice=args.nice)
         portal = Portal(env, args.portal_workers, work) if args.portal_workers else None
         entry: dict[str, Any] = {"web_workers": web, "celery_concurrency": conc, "portal_workers": args.portal_workers,
                                  "trials": []}  # fmt: skip
@@ -656,11 +664,13 @@ def write_result(args: argparse.Namespace, debounce: int, settings_out: list[dic
         "flush_interval_s": args.flush,
         "wire": "one POST .../batch per rank" if args.per_rank else "one POST .../batches per run's node of 8 ranks",
         "analysis_debounce_s": debounce,
+        "nice": {"ingest web, worker, beat, load generator": args.nice, "portal web, readers": 0},
         "ranks_per_run": RANKS_PER_RUN,
         "steps_per_s_per_rank": "uniform 1-10, drawn once per rank",
         "window_s": args.window,
         "warmup_s": args.warmup,
         "targets": TARGETS,
+        "postgres": postgres_settings(args.database_url),
         "settings": settings_out,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

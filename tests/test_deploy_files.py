@@ -240,3 +240,53 @@ def test_deployment_docs_list_every_setting() -> None:
     in_code = _settings_env_names() - {"PHANTOMHUB_TEST_BACKEND", "PHANTOMHUB_TEST_DATABASE_URL", "PHANTOMHUB_TEST_REDIS_URL"}
     assert in_code - documented == set(), "undocumented settings"
     assert documented - in_code - {"PHANTOMHUB_TEST_DATABASE_URL", "PHANTOMHUB_TEST_REDIS_URL"} == set(), "documented but unused"
+
+
+NGINX = (ROOT / "deploy" / "nginx.conf").read_text()
+
+
+def _nginx_pool(method: str, uri: str) -> str:
+    """The upstream deploy/nginx.conf's map sends a request to, as nginx matches it: the regex
+    entries in order (nginx's ``~`` is a case-sensitive PCRE search), else the default."""
+    block = re.search(r'^map "\$request_method \$uri" \$phantomhub_pool \{$(.*?)^\}$', NGINX, re.M | re.S)
+    assert block is not None, "deploy/nginx.conf has no map of $request_method $uri to $phantomhub_pool"
+    default = None
+    for key, pool in re.findall(r'^\s+("[^"]*"|\S+)\s+(\S+);$', block.group(1), re.M):
+        key = key.strip('"')
+        if key == "default":
+            default = pool
+        elif re.search(key.removeprefix("~"), f"{method} {uri}"):
+            return pool
+    assert default is not None
+    return default
+
+
+def _paths_in(root: Path, suffixes: tuple[str, ...]) -> set[str]:
+    """Every /api/v1/... path written in the sources under root, placeholders filled in."""
+    found: set[str] = set()
+    for path in root.rglob("*"):
+        if path.suffix in suffixes and "node_modules" not in path.parts:
+            for raw in re.findall(r"/api/v1/[A-Za-z0-9_/{}.$-]*[A-Za-z0-9_}]", path.read_text()):
+                found.add(re.sub(r"\$?\{[^}]*\}", "0b7e4a52-4c1e-4a3f-9d55-1f2a3b4c5d6e", raw))
+    return found
+
+
+def test_nginx_sends_every_agent_write_to_the_ingest_pool_and_every_read_to_the_readers() -> None:
+    agent = {p for p in _paths_in(ROOT / "agent" / "phantomhub_agent", (".py",)) if not p.startswith("/api/v1/portal")}
+    assert {"/api/v1/runs", "/api/v1/nodes/samples"} <= agent and any(p.endswith("/batches") for p in agent)
+    for path in sorted(agent):
+        assert _nginx_pool("POST", path) == "phantomhub_ingest", path
+        assert _nginx_pool("GET", path) == "phantomhub_readers", path
+    ui = _paths_in(ROOT / "frontend" / "src", (".ts", ".tsx"))
+    assert any(p.startswith("/api/v1/portal/") for p in ui)
+    for path in sorted(ui | {"/", "/runs/1", "/admin/", "/api/v1/runsx", "/api/v1/nodesamples"}):
+        for method in ("GET", "POST", "PUT", "DELETE"):
+            assert _nginx_pool(method, path) == "phantomhub_readers", (method, path)
+    upstreams = dict(re.findall(r"^upstream (\S+) \{.*\n\s+server (\S+);", NGINX, re.M))
+    assert set(upstreams) == {"phantomhub_ingest", "phantomhub_readers"}
+    assert len(set(upstreams.values())) == 2, "the two pools must be two gunicorns"
+    body_limit = re.search(r"client_max_body_size (\d+)m;", NGINX)
+    assert body_limit is not None
+    from django.conf import settings
+
+    assert int(body_limit.group(1)) * 2**20 >= settings.MAX_BODY_BYTES
