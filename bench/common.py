@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -133,6 +134,36 @@ def postgres_settings(database_url: str) -> dict[str, str]:
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         return {name: str(conn.execute(f"SHOW {name}").fetchone()[0]) for name in PG_WRITE_SETTINGS}  # type: ignore[index]
+
+
+def statements_reset(database_url: str) -> None:
+    """Zero pg_stat_statements (it must be in shared_preload_libraries; created here if need be)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
+        except psycopg.Error as exc:
+            raise SystemExit(
+                f"--statements needs pg_stat_statements: add it to shared_preload_libraries and restart PostgreSQL ({exc})"
+            ) from None
+
+
+def statements_top(database_url: str, top: int = 12) -> list[dict[str, Any]]:
+    """This database's statements since statements_reset, by total execution time (wall time in
+    the server, waits included), each with its share of all of them."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT s.total_exec_time, s.calls, s.rows, regexp_replace(s.query, '\\s+', ' ', 'g') "
+            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+            "ORDER BY s.total_exec_time DESC"
+        ).fetchall()
+    total = sum(r[0] for r in rows) or 1.0
+    return [{"share": round(ms / total, 3), "total_ms": round(ms), "calls": calls, "rows": n, "query": q[:160]}
+            for ms, calls, n, q in rows[:top]]  # fmt: skip
 
 
 def backend_cpu_s(pid: int) -> float:

@@ -36,6 +36,9 @@ web-workers x concurrency settings:
 
 ``--portal-workers P`` serves the readers from a gunicorn of their own (P sync workers), as a
 deployment that routes ingest and the portal to separate pools does; its CPU is reported apart.
+``--nice N`` starts everything but the portal's gunicorn and readers at nice N (readers first,
+docs/deployment.md); ``--statements`` records PostgreSQL's statements over the window
+(pg_stat_statements, preloaded).
 
 Writes bench/results/fleet_sim.json (after every trial).
 """
@@ -65,7 +68,16 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
-from bench.common import free_port, manage, postgres_cpu_s, postgres_settings, server_setup, wait_healthy  # noqa: E402
+from bench.common import (  # noqa: E402
+    free_port,
+    manage,
+    postgres_cpu_s,
+    postgres_settings,
+    server_setup,
+    statements_reset,
+    statements_top,
+    wait_healthy,
+)
 from bench.fleet import RANKS_PER_RUN, Server, _cpu_s, _tree, debounce_set, pct  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -458,11 +470,14 @@ def trial(
     lag = LagWatch(args.database_url, [r for r, _ in runs], args.poll)
     lag.thread.start()
     time.sleep(max(0.0, w0_at - time.time()))
+    if args.statements:
+        statements_reset(args.database_url)
     cpu0, pg0, load0, w0 = server.cpu(), postgres_cpu_s(), os.getloadavg(), time.time()
     portal_cpu0 = portal_server.cpu() if portal_server else 0.0
     sys_cpu0 = psutil.cpu_times()
     time.sleep(max(0.0, stop_at - time.time()))
     cpu1, pg1, w1 = server.cpu(), postgres_cpu_s(), time.time()
+    statements = statements_top(args.database_url) if args.statements else None
     portal_cpu = (portal_server.cpu() - portal_cpu0) if portal_server else 0.0
     sys_cpu1 = psutil.cpu_times()
     driver_cpu = 0.0
@@ -547,6 +562,8 @@ def trial(
     case["analysis_kept_up"] = bool(lags and case["analysis_lag_s"]["p95"] <= TARGETS["lag_p95_s"])
     case["portal_ok"] = bool(portal_errors == 0 and portal_ms and case["portal_ms"]["p95"] <= TARGETS["portal_p95_ms"])
     case["kept_up"] = case["ingest_kept_up"] and case["analysis_kept_up"] and case["portal_ok"]
+    if statements is not None:
+        case["postgres_statements"] = statements
     c = case
     print(
         f"  {n_runs:>5} runs ({gpus} ranks): {c['batches_per_s']} batches/s, errors {errors}, delay p95 "
@@ -559,6 +576,9 @@ def trial(
         f"{c['analysis_kept_up']}, portal {c['portal_ok']})",
         flush=True,
     )
+    for st in statements or []:
+        print(f"    {st['share']:6.1%} of PostgreSQL's statement time, {st['calls']} calls, {st['rows']} rows: "
+              f"{st['query'][:90]}")  # fmt: skip
     return case
 
 
@@ -594,6 +614,11 @@ def main() -> None:
         "--nice", type=int, default=0,
         help="nice value of the ingest gunicorn, the Celery worker and beat and the load generator; the portal's "
         "gunicorn and readers stay at 0 (docs/deployment.md, \"CPU priority\": readers first on shared cores)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--statements", action="store_true",
+        help="record PostgreSQL's statements over the window (pg_stat_statements, which must be preloaded): "
+        "each one's share of the time the server spent executing them",
     )  # fmt: skip
     parser.add_argument("--poll", type=float, default=3.0)
     parser.add_argument("--keep-going", action="store_true", help="try every size even after a failure")
