@@ -613,7 +613,7 @@ def main() -> None:
     parser.add_argument(
         "--nice", type=int, default=0,
         help="nice value of the ingest gunicorn, the Celery worker and beat and the load generator; the portal's "
-        "gunicorn and readers stay at 0 (docs/deployment.md, \"CPU priority\": readers first on shared cores)",
+        "gunicorn and readers stay at 0 (docs/deployment.md, \"Shared cores: readers first\")",
     )  # fmt: skip
     parser.add_argument(
         "--statements", action="store_true",
