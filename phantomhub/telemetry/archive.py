@@ -35,6 +35,8 @@ from phantomhub.errors import ApiError
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
 from phantomhub.telemetry.models import Run, RunArchive, RunRank
 from phantomhub.telemetry.selectors import ANALYSIS_COLUMNS, SAMPLE_READ_COLUMNS, hot_rows, merge_rows
+from phantomhub.telemetry.storage import SAMPLES as RAW_SAMPLES
+from phantomhub.telemetry.storage import STEPS as RAW_STEPS
 
 FORMAT_VERSION = "1"
 # Rows per row group (and per read from PostgreSQL while archiving): bounds the memory one run takes.
@@ -53,7 +55,7 @@ class Kind:
 
 STEPS = Kind(
     "steps",
-    "telemetry_step",
+    "telemetry_stepchunk",
     ["rank", *ANALYSIS_COLUMNS],
     ["rank", "step"],
     frozenset({"rank", "step", "t_start_ns"}),
@@ -61,13 +63,14 @@ STEPS = Kind(
 )
 SAMPLES = Kind(
     "samples",
-    "telemetry_systemsample",
+    "telemetry_samplechunk",
     SAMPLE_READ_COLUMNS,
     ["rank", "device", "t_ns"],
     frozenset({"rank", "device", "t_ns"}),
     frozenset({"t_ns", "gpu_mem_used_bytes", "rss_bytes"}),
 )
 KINDS = {k.name: k for k in (STEPS, SAMPLES)}
+RAW_KINDS = {k.name: k for k in (RAW_STEPS, RAW_SAMPLES)}  # how each is stored while hot
 _FLOATS = {"flops", *(c.name for c in SAMPLE_COLUMNS if c.kind == "float")}
 assert {c.name for c in STEP_COLUMNS} <= set(STEPS.columns)
 
@@ -157,31 +160,14 @@ def _rank_chunks(run: Run) -> list[list[int]]:
 
 
 def _hot_chunks(run: Run, kind: Kind) -> Iterator[dict[str, npt.NDArray[Any]]]:
-    from django.db import connection
-
-    in_ranks = "rank = ANY(%s)" if connection.vendor == "postgresql" else None
-    params: list[Any]
     for ranks in _rank_chunks(run):
-        if in_ranks:
-            where, params = in_ranks, [ranks]
-        else:
-            where, params = f"rank IN ({', '.join(['%s'] * len(ranks))})", list(ranks)
-        yield hot_rows(table=kind.table, run_id=run.pk, names=kind.columns, where=where, params=params, order=", ".join(kind.key))
+        yield hot_rows(kind=RAW_KINDS[kind.name], run_id=run.pk, names=kind.columns, ranks=ranks)
 
 
 def _ranks_without_runrank(run: Run, kind: Kind) -> dict[str, npt.NDArray[Any]]:
-    """Rows of ranks that RunRank does not list (rows written by a bulk COPY, fixtures)."""
+    """Rows of ranks that RunRank does not list (rows written by a bulk load, fixtures)."""
     known = list(RunRank.objects.filter(run=run).values_list("rank", flat=True))
-    from django.db import connection
-
-    params: list[Any]
-    if connection.vendor == "postgresql":
-        where, params = "NOT (rank = ANY(%s))", [known]
-    elif known:
-        where, params = f"rank NOT IN ({', '.join(['%s'] * len(known))})", list(known)
-    else:
-        where, params = "", []
-    return hot_rows(table=kind.table, run_id=run.pk, names=kind.columns, where=where, params=params, order=", ".join(kind.key))
+    return hot_rows(kind=RAW_KINDS[kind.name], run_id=run.pk, names=kind.columns, except_ranks=known)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""Runs and their raw telemetry: step rows, system samples, events.
+"""Runs and their raw telemetry: steps, system samples (packed a chunk per rank and batch), events.
 
-Raw tables are append-only and keyed by what makes a row unique on the wire, so a replayed batch
-is recognised by the primary key alone: steps by (run, rank, step), samples by
-(run, rank, device, t_ns), events by (run, event_id).
+Raw rows are append-only and unique by what identifies them on the wire: steps by
+(run, rank, step), samples by (run, rank, device, t_ns), events by (run, event_id). Steps and
+samples are stored as chunks (storage.py says how a replayed batch is recognised).
 """
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ class RunRank(models.Model):
     # Step rows refused because their step number was already stored with another start (a
     # process that restarted its numbering): counted in the batch's transaction, never stored.
     reused_step_rows = models.BigIntegerField(default=0)
+    # The largest sample time stored for this rank (null: none yet): with last_step, the mark a
+    # batch must pass to be stored without looking at the stored chunks (storage.py).
+    last_sample_ns = models.BigIntegerField(null=True, blank=True)
+    # Chunk sequence numbers handed out so far (storage.ranks_lock): two a batch, one a kind.
+    chunk_seq = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "rank"], name="runrank_run_rank_unique")]
@@ -103,55 +108,40 @@ class RunRank(models.Model):
         return f"{self.run_id} rank {self.rank}"
 
 
-class Step(models.Model):
-    """One training step of one rank. Durations in ns; memory in bytes.
+class _Chunk(models.Model):
+    """One rank's batch of raw rows, packed (storage.py): the key range it covers, its row count
+    and every row as a fixed-width record. On PostgreSQL the table is partitioned by week on a
+    column the model does not know, run_week (partitions.py)."""
 
-    On PostgreSQL the table is partitioned by week on a column the model does not know, run_week
-    (partitions.py); no index on run alone: the primary key leads with it."""
-
-    pk = models.CompositePrimaryKey("run_id", "rank", "step")
     # No database constraint: ingest checks the run once per batch (migration 0008 says why).
     run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+")
     rank = models.IntegerField()
-    step = models.BigIntegerField()
-    t_start_ns = models.BigIntegerField()
-    dur_ns = models.BigIntegerField(null=True)
-    data_ns = models.BigIntegerField(null=True)
-    forward_ns = models.BigIntegerField(null=True)
-    backward_ns = models.BigIntegerField(null=True)
-    optimizer_ns = models.BigIntegerField(null=True)
-    comm_ns = models.BigIntegerField(null=True)
-    flops = models.FloatField(null=True)  # can pass 2**63 for big models and batches
-    tokens = models.BigIntegerField(null=True)
-    samples = models.BigIntegerField(null=True)
-    mem_allocated = models.BigIntegerField(null=True)
-    mem_reserved = models.BigIntegerField(null=True)
-    mem_peak = models.BigIntegerField(null=True)
-    alloc_retries = models.BigIntegerField(null=True)
+    seq = models.BigIntegerField()  # the rank's chunks in the order they were stored (RunRank.chunk_seq)
+    key_lo = models.BigIntegerField()  # smallest and largest step (samples: t_ns) in the chunk
+    key_hi = models.BigIntegerField()
+    n = models.IntegerField()
+    payload = models.BinaryField()
+
+    class Meta:
+        abstract = True
+
+
+class StepChunk(_Chunk):
+    """Steps of one rank's batch: per step its timings (ns), FLOPs, tokens, samples and memory (bytes)."""
+
+    pk = models.CompositePrimaryKey("run_id", "rank", "key_hi", "seq")
 
     def __str__(self) -> str:
-        return f"{self.run_id} rank {self.rank} step {self.step}"
+        return f"{self.run_id} rank {self.rank} steps {self.key_lo}-{self.key_hi}"
 
 
-class SystemSample(models.Model):
-    """About once a second per device (device = -1 for host-only readings). Partitioned as Step."""
+class SampleChunk(_Chunk):
+    """System samples of one rank's batch: about one a second per device (device -1: host-only)."""
 
-    pk = models.CompositePrimaryKey("run_id", "rank", "device", "t_ns")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+")
-    rank = models.IntegerField()
-    device = models.IntegerField()
-    t_ns = models.BigIntegerField()
-    gpu_util_pct = models.FloatField(null=True)
-    sm_clock_mhz = models.FloatField(null=True)
-    gpu_mem_used_bytes = models.BigIntegerField(null=True)
-    power_w = models.FloatField(null=True)
-    cpu_process_pct = models.FloatField(null=True)
-    cpu_other_pct = models.FloatField(null=True)
-    cpu_steal_pct = models.FloatField(null=True)
-    rss_bytes = models.BigIntegerField(null=True)
+    pk = models.CompositePrimaryKey("run_id", "rank", "key_hi", "seq")
 
     def __str__(self) -> str:
-        return f"{self.run_id} rank {self.rank} device {self.device} at {self.t_ns}"
+        return f"{self.run_id} rank {self.rank} samples {self.key_lo}-{self.key_hi}"
 
 
 class EventKind(models.TextChoices):

@@ -1,6 +1,7 @@
 """Weekly partitions of the raw tables (PostgreSQL): which week holds a run, and the DDL.
 
-`telemetry_step` and `telemetry_systemsample` are RANGE-partitioned on a hidden column,
+`telemetry_stepchunk` and `telemetry_samplechunk` (raw steps and samples, packed a chunk per
+rank and batch: storage.py) are RANGE-partitioned on a hidden column,
 `run_week`: the week the run was registered in (Run.storage_week), the same for every row of a
 run. A partition is therefore "the runs registered that week", and retention drops a whole
 partition once every run in it is archived and past its retention (retention.py), instead of
@@ -8,7 +9,7 @@ deleting rows. Run ids stay what clients chose (docs/api.md, "Run ids"), so the 
 of its own, not the run id; docs/scaling.md ("Storage") says why.
 
 Besides the weekly partitions: `<table>_legacy` holds week 0 (rows stored before partitioning,
-and rows written without a week, e.g. by a bulk COPY that names no run_week), and
+and rows written without a week, e.g. by a bulk load that names no run_week), and
 `<table>_default` catches rows of a week that has no partition (one not created ahead in time,
 or a late row of a run whose partition was already dropped). Both are pruned row by row.
 
@@ -29,11 +30,11 @@ from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
-RAW_TABLES = ("telemetry_step", "telemetry_systemsample")
+RAW_TABLES = ("telemetry_stepchunk", "telemetry_samplechunk")
 WEEK_EPOCH = date(1970, 1, 5)  # a Monday
 LEGACY_WEEK = 0
 WEEKS_AHEAD = 4
-_WEEK_NAME = re.compile(r"^(?P<table>telemetry_step|telemetry_systemsample)_w(?P<day>\d{8})$")
+_WEEK_NAME = re.compile(r"^(?P<table>telemetry_stepchunk|telemetry_samplechunk)_w(?P<day>\d{8})$")
 
 
 def week_of(moment: datetime | date) -> int:

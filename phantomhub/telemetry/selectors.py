@@ -12,18 +12,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import psycopg
-from django.db import connection
-from django.db.models import Q, QuerySet
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
-from psycopg.pq import Format
+from django.db.models import QuerySet
 
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
-from phantomhub.telemetry.models import Run, RunArchive, Step
-from phantomhub.telemetry.partitions import LEGACY_WEEK, run_week
+from phantomhub.telemetry.models import Run, RunArchive
+from phantomhub.telemetry.storage import SAMPLES, STEPS, Kind, stored_rows
 
 
 def run_find(runs: QuerySet[Run], run_id: uuid.UUID) -> Run | None:
@@ -48,32 +43,11 @@ def run_get_visible(*, principal: Any, run_id: uuid.UUID) -> Run:
 
 def steps_read(*, run: Run, rank: int | None, after_rank: int, after_step: int, limit: int) -> dict[str, Any]:
     """Up to `limit` steps ordered by (rank, step), strictly after the cursor, columnar."""
-    names = [c.name for c in STEP_COLUMNS]
-    if _pruned(run.pk) is not None:
-        return _steps_read_arrays(run, rank, after_rank, after_step, limit)
-    rows = Step.objects.filter(run=run)
-    if rank is not None:
-        rows = rows.filter(rank=rank, step__gt=after_step)
-    else:
-        rows = rows.filter(Q(rank__gt=after_rank) | Q(rank=after_rank, step__gt=after_step))
-    page = list(rows.order_by("rank", "step").values_list("rank", *names)[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    columns: dict[str, list[Any]] = {"rank": [row[0] for row in page]}
-    for i, name in enumerate(names, start=1):
-        columns[name] = [row[i] for row in page]
-    last = page[-1] if page else None
-    return {
-        "run_id": str(run.pk),
-        "count": len(page),
-        "steps": columns,
-        "next": {"after_rank": last[0], "after_step": last[1]} if more and last else None,
-        "next_after_step": last[1] if more and last else None,
-    }
+    return _steps_read_arrays(run, rank, after_rank, after_step, limit)
 
 
 def _steps_read_arrays(run: Run, rank: int | None, after_rank: int, after_step: int, limit: int) -> dict[str, Any]:
-    """steps_read for a run whose rows left PostgreSQL: the same page, from the archive."""
+    """steps_read from the ranks' arrays: hot chunks, and the archive once pruned."""
     from phantomhub.telemetry.models import RunRank
 
     ranks = (
@@ -81,32 +55,38 @@ def _steps_read_arrays(run: Run, rank: int | None, after_rank: int, after_step: 
         if rank is not None
         else sorted(RunRank.objects.filter(run=run, rank__gte=after_rank).values_list("rank", flat=True))
     )
-    fetched = steps_arrays_after(run_id=run.pk, after={r: (after_step if r in (rank, after_rank) else -1) for r in ranks})
     columns: dict[str, list[Any]] = {"rank": []}
     names = [c.name for c in STEP_COLUMNS]
     for name in names:
         columns[name] = []
     left, more, last = limit, False, None
-    for r in ranks:
-        arrays = fetched.get(r)
-        if arrays is None or not len(arrays["step"]):
-            continue
-        if left == 0:
-            more = True
-            break
-        take = min(left, len(arrays["step"]))
-        more = more or take < len(arrays["step"])
-        columns["rank"] += [r] * take
-        for name in names:
-            values = arrays[name][:take].tolist()
-            if name == "flops":
-                columns[name] += [None if v != v else v for v in values]
-            elif name in ("step", "t_start_ns"):
-                columns[name] += values
-            else:
-                columns[name] += [None if v < 0 else v for v in values]
-        left -= take
-        last = (r, columns["step"][-1])
+    pruned = None if _pruned(run.pk) is not None else False
+    # A few ranks a read, so a page of a 1,024-rank run reads the ranks it returns, not the run.
+    for group in (ranks[i : i + 8] for i in range(0, len(ranks), 8)):
+        after = {r: (after_step if r in (rank, after_rank) else -1) for r in group}
+        fetched = steps_arrays_after(run_id=run.pk, after=after, pruned=pruned)
+        for r in group:
+            arrays = fetched.get(r)
+            if arrays is None or not len(arrays["step"]):
+                continue
+            if left == 0:
+                more = True
+                break
+            take = min(left, len(arrays["step"]))
+            more = more or take < len(arrays["step"])
+            columns["rank"] += [r] * take
+            for name in names:
+                values = arrays[name][:take].tolist()
+                if name == "flops":
+                    columns[name] += [None if v != v else v for v in values]
+                elif name in ("step", "t_start_ns"):
+                    columns[name] += values
+                else:
+                    columns[name] += [None if v < 0 else v for v in values]
+            left -= take
+            last = (r, columns["step"][-1])
+            if more:
+                break
         if more:
             break
     return {
@@ -118,13 +98,11 @@ def _steps_read_arrays(run: Run, rank: int | None, after_rank: int, after_step: 
     }
 
 
-# Columns read for analysis, in order. Nulls are read as -1 (ints) / NaN (floats) so the binary
-# COPY rows have a fixed width and numpy can view the whole result without a Python loop. Every
-# stored value is non-negative (columns.py), so -1 stands for null without ambiguity.
+# Columns read for analysis, in order. Nulls are read as -1 (ints) / NaN (floats), as the
+# chunks store them (storage.py): every stored value is non-negative (columns.py), so -1 stands
+# for null without ambiguity.
 ANALYSIS_COLUMNS = [c.name for c in STEP_COLUMNS]
 SAMPLE_READ_COLUMNS = ["rank", "device", *(c.name for c in SAMPLE_COLUMNS if c.name != "device")]
-_FLOAT_COLUMNS = {"flops", *(c.name for c in SAMPLE_COLUMNS if c.kind == "float")}
-_INT4_COLUMNS = {"rank", "device"}
 
 
 def _pruned(run_id: uuid.UUID) -> RunArchive | None:
@@ -132,120 +110,32 @@ def _pruned(run_id: uuid.UUID) -> RunArchive | None:
     return RunArchive.objects.filter(run_id=run_id, pruned_at__isnull=False).first()
 
 
-def _select_exprs(names: list[str], vendor: str) -> list[str]:
-    nan = "'NaN'::float8" if vendor == "postgresql" else "NULL"
-    return [
-        f"COALESCE({c}, {nan})" if c in _FLOAT_COLUMNS else (c if c in _INT4_COLUMNS else f"COALESCE({c}, -1)") for c in names
-    ]
-
-
-def _select_list(names: list[str], vendor: str) -> str:
-    return ", ".join(_select_exprs(names, vendor))
-
-
-def _week_filter(run_id: uuid.UUID) -> tuple[str, list[Any]]:
-    """The partitions that may hold the run's rows: its week's (or the default partition when
-    that week has none) and the legacy one (rows written without a week)."""
-    return "run_week = ANY(%s)", [[LEGACY_WEEK, run_week(run_id)]]
-
-
-# Rows a PostgreSQL read fetches per statement (its arrays are one result row: bounded memory).
-ARRAY_FETCH_ROWS = 100_000
-_ARRAY_OIDS = (1007, 1016, 1022)  # int4[], int8[], float8[]
-
-
-class _RawArray(Loader):
-    """A binary array result left as bytes: numpy reads it (``_array_values``), not Python."""
-
-    format = Format.BINARY
-
-    def load(self, data: Buffer) -> bytes:
-        return bytes(data)
-
-
-def _array_values(raw: bytes | None, kind: str) -> npt.NDArray[Any]:
-    """The elements of a one-dimensional binary PostgreSQL array without nulls (every column is
-    COALESCEd): a 20-byte header, then a 4-byte length before each fixed-width element."""
-    native = np.float64 if kind == ">f8" else np.int64
-    if raw is None or int.from_bytes(raw[:4], "big") == 0:  # array_agg of no rows, or an empty array
-        return np.zeros(0, dtype=native)
-    n = int.from_bytes(raw[12:16], "big")
-    return np.frombuffer(raw, dtype=np.dtype([("n", ">i4"), ("v", kind)]), count=n, offset=20)["v"].astype(native)
-
-
 def hot_rows(
-    *, table: str, run_id: uuid.UUID, names: list[str], where: str = "", params: list[Any] | None = None, order: str
+    *,
+    kind: Kind,
+    run_id: uuid.UUID,
+    names: list[str],
+    ranks: list[int] | None = None,
+    except_ranks: list[int] | None = None,
+    after: int | None = None,
 ) -> dict[str, npt.NDArray[Any]]:
-    """Columns `names` of one run's rows in PostgreSQL (or SQLite) as numpy arrays, nulls as -1 / NaN.
-
-    `where` is extra SQL on the table's columns (with %s placeholders in `params`); rows come in
-    `order`, a unique key whose columns are among `names`. PostgreSQL: each column comes back as
-    one binary array (``array_agg`` over the ordered rows) that numpy views: no Python object, and
-    no Python call, per row (a binary COPY costs a few Python calls per row in psycopg, about
-    2 µs; analysis passes read thousands). Reads come in pages of ARRAY_FETCH_ROWS rows (keyset
-    on `order`), except when `where` filters with ``= ANY(...)``: PostgreSQL then cannot walk
-    the key's index in order and sorts every matching row, so each page would sort them all
-    again; such a read is one statement (one sort, as a COPY would do)."""
-    extra = f" AND {where}" if where else ""
-    if connection.vendor == "postgresql":
-        return _hot_rows_pg(table, run_id, names, extra, params or [], order)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {_select_list(names, 'sqlite')} FROM {table} WHERE run_id = %s{extra} ORDER BY {order}",
-            [run_id.hex, *(params or [])],
-        )
-        fetched = cursor.fetchall()
-    out: dict[str, npt.NDArray[Any]] = {}
-    for i, name in enumerate(names):
-        values = [row[i] for row in fetched]
-        if name in _FLOAT_COLUMNS:
-            out[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-        else:
-            out[name] = np.array(values, dtype=np.int64)
-    return out
-
-
-def _hot_rows_pg(
-    table: str, run_id: uuid.UUID, names: list[str], extra: str, params: list[Any], order: str
-) -> dict[str, npt.NDArray[Any]]:
-    key = [k.strip() for k in order.split(",")]
-    by_key = ", ".join(f"{table}.{k}" for k in key)  # the table's columns (an index order), not the aliases
-    weeks, week_params = _week_filter(run_id)
-    aliased = ", ".join(f"{expr} AS {name}" for expr, name in zip(_select_exprs(names, "postgresql"), names, strict=True))
-    aggregates = ", ".join(f"array_agg({name})" for name in names)
-    kinds = [">f8" if n in _FLOAT_COLUMNS else (">i4" if n in _INT4_COLUMNS else ">i8") for n in names]
-    connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
-    # A server-side-binding cursor of Django's connection (its own are client-side, text-only).
-    cursor = psycopg.Cursor(raw)
-    for oid in _ARRAY_OIDS:
-        cursor.adapters.register_loader(oid, _RawArray)
-    paged = "ANY(" not in extra.upper().replace(" ", "")
-    limit = f" LIMIT {ARRAY_FETCH_ROWS}" if paged else ""
-    chunks: list[dict[str, npt.NDArray[Any]]] = []
-    after = ""
-    after_params: list[Any] = []
-    with cursor:
-        while True:
-            # array_agg keeps its input's order in practice, not by contract: checked below.
-            cursor.execute(
-                f"SELECT {aggregates} FROM (SELECT {aliased} FROM {table} WHERE run_id = %s AND {weeks}{extra}{after} "
-                f"ORDER BY {by_key}{limit}) AS rows",
-                [run_id, *week_params, *params, *after_params],
-                binary=True,
-            )
-            row = cursor.fetchone()
-            assert row is not None
-            chunk = {name: _array_values(value, kind) for name, value, kind in zip(names, row, kinds)}
-            chunks.append(chunk)
-            n = len(chunk[names[0]])
-            if not paged or n < ARRAY_FETCH_ROWS:
-                break
-            after = f" AND ({by_key}) > ({', '.join(['%s'] * len(key))})"
-            after_params = [int(chunk[k][-1]) for k in key]
-    rows = chunks[0] if len(chunks) == 1 else {name: np.concatenate([c[name] for c in chunks]) for name in names}
-    return _in_key_order(rows, key)
+    """Columns `names` ("rank" among them when wanted) of one run's rows still in the database
+    (of `ranks`, or every rank but `except_ranks`; with the kind's span column above `after`),
+    ordered by rank and the kind's key, as numpy arrays, nulls as -1 / NaN. Only chunks that
+    reach past `after` are read (an index range per rank), then one ``frombuffer`` over them."""
+    fields = [name for name in names if name != "rank"]
+    wanted = fields if after is None or kind.span in fields else [*fields, kind.span]
+    rows = stored_rows(
+        kind, run_id, ranks, names=[*wanted, *(k for k in kind.key if k not in wanted)], except_ranks=except_ranks,
+        key_hi_min=None if after is None else after + 1, with_rank=True,
+    )  # fmt: skip
+    if after is not None:
+        keep = rows[kind.span] > after
+        if not keep.all():
+            rows = {name: values[keep] for name, values in rows.items()}
+    key = ["rank", *kind.key]
+    rows = _in_key_order(rows, key)
+    return {name: rows[name] for name in names}
 
 
 def _in_key_order(rows: dict[str, npt.NDArray[Any]], key: list[str]) -> dict[str, npt.NDArray[Any]]:
@@ -265,18 +155,7 @@ def _in_key_order(rows: dict[str, npt.NDArray[Any]], key: list[str]) -> dict[str
 
 
 def _hot_steps(run_id: uuid.UUID, ranks: list[int], floor: int) -> dict[str, npt.NDArray[Any]]:
-    params: list[Any]
-    if connection.vendor == "postgresql" and floor < 0 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-        # Every row of a range of ranks (a full analysis): read in the key's index order, in pages.
-        where, params = "rank BETWEEN %s AND %s", [ranks[0], ranks[-1]]
-    elif connection.vendor == "postgresql":
-        # A few ranks or only their newest rows: one descent of the index per rank (then sorted).
-        where, params = "rank = ANY(%s) AND step > %s", [ranks, floor]
-    else:
-        where, params = f"rank IN ({', '.join(['%s'] * len(ranks))}) AND step > %s", [*ranks, floor]
-    return hot_rows(
-        table="telemetry_step", run_id=run_id, names=["rank", *ANALYSIS_COLUMNS], where=where, params=params, order="rank, step"
-    )
+    return hot_rows(kind=STEPS, run_id=run_id, names=["rank", *ANALYSIS_COLUMNS], ranks=ranks, after=floor)
 
 
 def merge_rows(
@@ -349,14 +228,7 @@ def samples_arrays(*, run_id: uuid.UUID, since_ns: int = 0, pruned: bool | None 
     """A run's system samples after `since_ns`, ordered by (rank, device, t_ns), as numpy columns
     (nulls: -1 / NaN), from PostgreSQL or, once pruned, from the archive (``pruned`` as for
     steps_arrays_after)."""
-    rows = hot_rows(
-        table="telemetry_systemsample",
-        run_id=run_id,
-        names=SAMPLE_READ_COLUMNS,
-        where="t_ns > %s",
-        params=[since_ns],
-        order="rank, device, t_ns",
-    )
+    rows = hot_rows(kind=SAMPLES, run_id=run_id, names=SAMPLE_READ_COLUMNS, after=since_ns)
     archive = None if pruned is False else _pruned(run_id)
     if archive is not None:
         from phantomhub.telemetry.archive import archive_read

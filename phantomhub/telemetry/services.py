@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,17 +21,7 @@ from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
-from phantomhub.telemetry.storage import (
-    SAMPLE_TABLE,
-    STEP_TABLE,
-    InsertResult,
-    RowsExist,
-    Table,
-    batch_insert,
-    batches_insert,
-)
-
-_T = TypeVar("_T")
+from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, batches_insert, ranks_lock
 
 RUN_FIELDS = (
     "name",
@@ -144,20 +133,24 @@ def _run_reopen_if_marked_crashed(run: Run) -> bool:
 # needs). A batch without counters sends {} and keeps the stored ones (merging {} would too, but
 # for a rank that has none, where PostgreSQL's merge of nothing is NULL).
 _RANK_UPSERT = (
-    "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows) "
+    "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows, last_sample_ns) "
     "{rows} "
     "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
     "last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
     "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
+    "last_sample_ns = {greatest}(COALESCE(telemetry_runrank.last_sample_ns, excluded.last_sample_ns), "
+    "COALESCE(excluded.last_sample_ns, telemetry_runrank.last_sample_ns)), "
     "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
     "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END, "
     "counters = CASE WHEN excluded.counters = {empty} THEN telemetry_runrank.counters ELSE {counters} END"
 )
-_RANK_ROW = "(%s, %s, %s, %s, %s, %s, %s)"
-# On PostgreSQL the ranks come as one array per column: the statement's text and its 7 parameters
+_RANK_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+# On PostgreSQL the ranks come as one array per column: the statement's text and its 8 parameters
 # are the same for one rank or 256, so psycopg parses it once (a VALUES list of 8 ranks has 56
 # parameters, past psycopg's cache of 50: it was parsed again on every node batch, 5-10 ms of CPU).
-_PG_RANK_ROWS = "SELECT %s::uuid, * FROM unnest(%s::int4[], %s::text[], %s::text[]::jsonb[], %s::int8[], %s::int8[], %s::int8[])"
+_PG_RANK_ROWS = (
+    "SELECT %s::uuid, * FROM unnest(%s::int4[], %s::text[], %s::text[]::jsonb[], %s::int8[], %s::int8[], %s::int8[], %s::int8[])"
+)
 # PostgreSQL merges the batch's counters into the stored ones in the upsert itself (each keeps its
 # highest value, as _counters_merged does), so the rank's row is never read first; counters are
 # integers in [0, 2**63 - 1], exact as numeric.
@@ -176,28 +169,30 @@ class _RankRows:
     host: str | None
     steps: InsertResult | None  # None: the batch had no steps
     last_step: int | None
+    last_sample_ns: int | None = None
     counters: dict[str, Any] | None = None
     counters_field: str = "counters"  # the field a 400 for too many counters names
 
 
 def _after_ingest(run: Run, ranks: list[_RankRows], changed: bool) -> None:
-    # Same transaction as the rows: each rank's host, its stored step count and last step
-    # (exact), the rows refused for a reused step number and, when given, the batch's counters
-    # merged into the rank's (one upsert for all the ranks); then the run's last_seen_at and, when
+    # Same transaction as the rows: each rank's host, its stored step count, last step and last
+    # sample time (exact: the marks storage.py checks a batch against), the rows refused for a
+    # reused step number and, when given, the batch's counters merged into the rank's (one
+    # upsert for all the ranks); then the run's last_seen_at and, when
     # anything was stored (`changed`), its ingest_seq. On PostgreSQL both are one statement (a
     # data-modifying WITH runs whether or not its result is read): one round trip, which also
     # says which rank keeps more counters than allowed now (raised here: the transaction keeps
     # nothing).
     now = timezone.now()
     pg = connection.vendor == "postgresql"
-    columns: list[list[Any]] = [[] for _ in range(6)]
+    columns: list[list[Any]] = [[] for _ in range(7)]
     for rows in sorted(ranks, key=lambda rows: rows.rank):  # rank rows locked in one order by every writer
         counters = rows.counters
         if counters is not None and not pg:
             counters = _counters_merged(_rank_counters(run.pk, rows.rank), counters, rows.rank, rows.counters_field)
         steps = rows.steps or InsertResult(0, 0, 0)
         row = (rows.rank, rows.host or "", "{}" if counters is None else json.dumps(counters), steps.accepted,
-               rows.last_step, steps.reused)  # fmt: skip
+               rows.last_step, steps.reused, rows.last_sample_ns)  # fmt: skip
         for column, value in zip(columns, row):
             column.append(value)
     if pg:
@@ -250,33 +245,19 @@ def _analysis_soon(run: Run) -> None:
     transaction.on_commit(lambda: analysis_request(run_id))
 
 
-def _redone_on_conflict(write: Callable[[bool], _T]) -> _T:
-    """``write(optimistic)`` in a transaction of its own, first with optimistic COPYs (no
-    savepoints: a live rank's rows are new); when some of them are stored already (a replay),
-    that transaction is rolled back whole and redone the careful way."""
-    try:
-        with transaction.atomic():
-            return write(True)
-    except RowsExist:
-        pass
+def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, kind: Kind) -> InsertResult:
     with transaction.atomic():
-        return write(False)
-
-
-def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, table: Table) -> InsertResult:
-    def write(optimistic: bool) -> InsertResult:
-        result = batch_insert(table=table, run_id=run.pk, rank=rank, batch=batch, optimistic=optimistic)
-        # The batch is sorted by step, and every step in it is stored now (new, or refused as stored).
-        steps = table is STEP_TABLE
-        last_step = int(batch.values["step"][-1]) if steps else None
+        (result,) = batches_insert(kind=kind, run_id=run.pk, batches=[(rank, batch)], marks=ranks_lock(run.pk, [rank]))
+        # Every key of the batch is stored now (new, or refused as stored).
+        last = int(batch.values[kind.span].max())
         if result.accepted and run.status == RunStatus.CRASHED:
             _run_reopen_if_marked_crashed(run)
-        _after_ingest(run, [_RankRows(rank, host, result if steps else None, last_step)], changed=bool(result.accepted))
+        steps = kind is STEPS
+        rows = _RankRows(rank, host, result if steps else None, last if steps else None, None if steps else last)
+        _after_ingest(run, [rows], changed=bool(result.accepted))
         if result.accepted:
             _analysis_soon(run)
         return result
-
-    return _redone_on_conflict(write)
 
 
 def _too_late(run: Run, field: str, what: str) -> ApiError:
@@ -294,13 +275,13 @@ def _span_check(run: Run, batch: Batch, field: str, key: str, ends: npt.NDArray[
 
 def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> StepIngestResult:
     batch = _steps_checked(run, steps)
-    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=STEP_TABLE)
+    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, kind=STEPS)
     return StepIngestResult(result.accepted, result.duplicates, result.reused)
 
 
 def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> IngestResult:
     batch = _samples_checked(run, samples)
-    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, table=SAMPLE_TABLE)
+    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, kind=SAMPLES)
     return IngestResult(result.accepted, result.duplicates + result.reused)
 
 
@@ -493,44 +474,52 @@ def _rank_batch_checked(run: Run, sent: RankBatch, where: str | None) -> _Checke
     return _CheckedBatch(sent, steps, samples, where)
 
 
-def _rows_insert(table: Table, run: Run, parts: list[tuple[int, Batch | None]], optimistic: bool) -> list[InsertResult | None]:
+def _rows_insert(
+    kind: Kind, run: Run, parts: list[tuple[int, Batch | None]], marks: dict[int, Any]
+) -> list[InsertResult | None]:
     """The batches of `parts` (rank, rows or None) in one batches_insert; results in their order."""
     sent = [(i, rank, batch) for i, (rank, batch) in enumerate(parts) if batch is not None]
     results: list[InsertResult | None] = [None] * len(parts)
     if sent:
         batches = [(rank, batch) for _, rank, batch in sent]
-        for (i, _, _), result in zip(sent, batches_insert(table=table, run_id=run.pk, batches=batches, optimistic=optimistic)):
+        for (i, _, _), result in zip(sent, batches_insert(kind=kind, run_id=run.pk, batches=batches, marks=marks)):
             results[i] = result
     return results
 
 
-def _rank_batches_write(run: Run, entries: list[_CheckedBatch], optimistic: bool) -> list[BatchIngestResult]:
-    """Checked batches of distinct ranks, inside the transaction: every part of every rank, then
-    one rank upsert for all of them and one run update, one analysis request."""
-    events: list[IngestResult | None] = []
-    for entry in entries:
-        with fields_within(entry.where):
-            events.append(events_ingest(run=run, events=entry.sent.events, touch=False) if entry.sent.events else None)
-    steps = _rows_insert(STEP_TABLE, run, [(entry.sent.rank, entry.steps) for entry in entries], optimistic)
-    samples = _rows_insert(SAMPLE_TABLE, run, [(entry.sent.rank, entry.samples) for entry in entries], optimistic)
-    accepted = sum(rows.accepted for rows in (*steps, *samples) if rows is not None)
-    if accepted and run.status == RunStatus.CRASHED:
-        _run_reopen_if_marked_crashed(run)
-    changed = bool(accepted) or any(result is not None and result.accepted for result in events)
-    ranks = [
-        _RankRows(
-            entry.sent.rank,
-            entry.sent.host,
-            step_rows,
-            int(entry.steps.values["step"][-1]) if entry.steps is not None else None,  # every step of it is stored now
-            entry.sent.counters or None,
-            f"{entry.where}.counters" if entry.where else "counters",
-        )
-        for entry, step_rows in zip(entries, steps)
-    ]
-    _after_ingest(run, ranks, changed)
-    if changed:
-        _analysis_soon(run)
+def _rank_batches_write(run: Run, entries: list[_CheckedBatch]) -> list[BatchIngestResult]:
+    """Checked batches of distinct ranks, in one transaction: every part of every rank (the
+    ranks taken first, storage.ranks_lock), then one rank upsert for all of them and one run
+    update, one analysis request."""
+    with transaction.atomic():
+        events: list[IngestResult | None] = []
+        for entry in entries:
+            with fields_within(entry.where):
+                events.append(events_ingest(run=run, events=entry.sent.events, touch=False) if entry.sent.events else None)
+        with_rows = [entry.sent.rank for entry in entries if entry.steps is not None or entry.samples is not None]
+        marks = ranks_lock(run.pk, with_rows) if with_rows else {}
+        steps = _rows_insert(STEPS, run, [(entry.sent.rank, entry.steps) for entry in entries], marks)
+        samples = _rows_insert(SAMPLES, run, [(entry.sent.rank, entry.samples) for entry in entries], marks)
+        accepted = sum(rows.accepted for rows in (*steps, *samples) if rows is not None)
+        if accepted and run.status == RunStatus.CRASHED:
+            _run_reopen_if_marked_crashed(run)
+        changed = bool(accepted) or any(result is not None and result.accepted for result in events)
+        ranks = [
+            _RankRows(
+                entry.sent.rank,
+                entry.sent.host,
+                step_rows,
+                # every key of the batch is stored now (new, or refused as stored)
+                int(entry.steps.values["step"].max()) if entry.steps is not None else None,
+                int(entry.samples.values["t_ns"].max()) if entry.samples is not None else None,
+                entry.sent.counters or None,
+                f"{entry.where}.counters" if entry.where else "counters",
+            )
+            for entry, step_rows in zip(entries, steps)
+        ]
+        _after_ingest(run, ranks, changed)
+        if changed:
+            _analysis_soon(run)
     return [
         BatchIngestResult(
             steps=StepIngestResult(step_rows.accepted, step_rows.duplicates, step_rows.reused) if step_rows else None,
@@ -563,19 +552,18 @@ def batch_ingest(
     """
     sent = RankBatch(rank=rank, host=host, steps=steps, samples=samples, events=events, counters=counters)
     entry = _rank_batch_checked(run, sent, None)
-    return _redone_on_conflict(lambda optimistic: _rank_batches_write(run, [entry], optimistic))[0]
+    return _rank_batches_write(run, [entry])[0]
 
 
 def node_batch_ingest(*, run: Run, batches: list[RankBatch]) -> list[BatchIngestResult]:
     """Every local rank's batch of one node's flush interval (1 to MAX_NODE_BATCHES, distinct
     ranks), in one transaction: what batch_ingest does for each, at a fraction of the cost
-    (one request, one run lookup, one COPY a table; bench/request_cost.py --node-batches).
+    (one request, one run lookup, one insert a table; bench/request_cost.py --node-batches).
 
     All or nothing: every batch is checked before anything is written, and one that fails
     refuses them all; a 400 names the field under the batch's place (`batches[2].steps.dur_ns`).
-    Idempotent per rank and part as batch_ingest. When every row is new (a live node) each table
-    takes all ranks' rows in one COPY, and the ranks' rows and the run one statement; when some
-    are stored already (a replay) the transaction is redone rank by rank for exact counts.
+    Idempotent per rank and part as batch_ingest. Each table takes all ranks' chunks in one
+    statement, and the ranks' rows and the run one statement each (storage.py).
     Results in the order of `batches`.
     """
     first: dict[int, int] = {}
@@ -584,4 +572,4 @@ def node_batch_ingest(*, run: Run, batches: list[RankBatch]) -> list[BatchIngest
         if j != i:
             raise invalid(f"batches[{i}].rank", f"rank {sent.rank} is batches[{j}]'s too; one batch per rank")
     entries = [_rank_batch_checked(run, sent, f"batches[{i}]") for i, sent in enumerate(batches)]
-    return _redone_on_conflict(lambda optimistic: _rank_batches_write(run, entries, optimistic))
+    return _rank_batches_write(run, entries)

@@ -1,47 +1,76 @@
-"""Bulk writes of validated columnar batches into the raw tables, idempotently.
+"""Raw steps and samples stored as packed chunks: one row per rank and batch, idempotently.
 
-PostgreSQL: the batch goes in by binary COPY straight into the table inside a savepoint — the
-common case of all-new rows costs exactly one COPY. If any row already exists (a replay, or the
-same batch arriving twice at once) the COPY fails on the primary key; we roll back to the
-savepoint and go through a temp staging table with INSERT … ON CONFLICT DO NOTHING, whose row
-count tells accepted from refused rows. A caller that can redo its whole transaction passes
-``optimistic=True``: no savepoint (two round trips fewer), and a conflict raises RowsExist, which
-leaves the transaction aborted; the caller rolls it back and redoes it without ``optimistic``.
-SQLite: batched INSERT OR IGNORE, counted by total_changes. Both give the same counts for the
-same input. Several ranks' batches of one run (a node's, batches_insert) go in as one COPY, each
-row's rank from a column, when all their rows are new; else rank by rank as above.
+A rank's batch of steps (or samples) is one row of `telemetry_stepchunk` (`telemetry_samplechunk`):
+the run, the rank, a sequence number, the smallest and largest key in it (step; t_ns for samples),
+the row count and `payload`, every row as a fixed-width big-endian record of the kind's columns
+(`Kind.columns`, nulls as -1 / NaN: every stored value is non-negative, columns.py). A node's
+60-second batch of 8 ranks is 16 database rows, however many steps it carries: the database's
+cost is per batch, not per step, and a read is one ``frombuffer`` over the joined payloads.
+docs/scaling.md ("Storage") measures it against a row per step.
 
-A refused step row is either a true duplicate (a replay: same step, same start) or a reused step
-number (a restarted process numbering from 0 again: same step, another start). Only when some rows
-were refused do we look at the stored starts to tell the two apart, so the common all-new batch
-pays nothing for it.
+Exactly-once per key, as a primary key per row gave: every writer first takes its ranks' rows in
+`telemetry_runrank` (one upsert, in rank order, that also hands out the chunks' sequence numbers
+and returns each rank's high-water marks: the largest step and sample time stored). A batch
+whose smallest key is above its rank's mark is all new (a live rank: the common case costs no
+read). Otherwise the stored chunks that overlap the batch's keys are read and its rows split into
+new ones (stored as a chunk), replays (same key, same start) and, for steps, reused step numbers
+(same step, another start: a restarted process numbering from 0 again). The marks move in the
+same transaction (services._after_ingest), so a second writer of the same rank waits for the
+first and then sees its rows.
 
-On PostgreSQL every row also carries its run's week (partitions.py), the key of the weekly
-partition it lands in; the week is looked up once per run and process, never per batch.
+On PostgreSQL every chunk also carries its run's week (partitions.py), the key of the weekly
+partition it lands in. SQLite stores the same rows in plain tables.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import psycopg
 from django.db import connection
 
-from phantomhub.telemetry.columns import Batch
+from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch
 from phantomhub.telemetry.partitions import run_week
 
 
 @dataclass(frozen=True)
-class Table:
-    name: str
-    pg_types: dict[str, str]  # every column but run_id and rank: "int4" | "int8" | "float8"
-    # (key, value): a refused row whose stored value differs was a reused key, not a replay.
-    reuse_check: tuple[str, str] | None = None
+class Kind:
+    name: str  # "steps" | "samples"
+    table: str
+    columns: tuple[str, ...]  # the payload's record, in order
+    floats: frozenset[str]
+    key: tuple[str, ...]  # unique within a rank, the rows' order within a chunk
+    span: str  # the key column whose range a chunk records (key_lo, key_hi)
+    reuse_check: str | None = None  # a refused row whose stored value here differs was a reused key
+
+    @property
+    def record(self) -> np.dtype[Any]:
+        return np.dtype([(name, ">f8" if name in self.floats else ">i8") for name in self.columns])
+
+
+STEPS = Kind(
+    "steps",
+    "telemetry_stepchunk",
+    tuple(c.name for c in STEP_COLUMNS),
+    frozenset(c.name for c in STEP_COLUMNS if c.kind == "float"),
+    ("step",),
+    "step",
+    reuse_check="t_start_ns",
+)
+SAMPLES = Kind(
+    "samples",
+    "telemetry_samplechunk",
+    ("device", *(c.name for c in SAMPLE_COLUMNS if c.name != "device")),
+    frozenset(c.name for c in SAMPLE_COLUMNS if c.kind == "float"),
+    ("device", "t_ns"),
+    "t_ns",
+)
+KINDS = (STEPS, SAMPLES)
+CHUNK_COLUMNS = ("run_id", "rank", "seq", "key_lo", "key_hi", "n", "payload")
 
 
 @dataclass(frozen=True)
@@ -51,274 +80,199 @@ class InsertResult:
     reused: int  # refused rows whose key was stored with another value
 
 
-_I8, _F8, _I4 = "int8", "float8", "int4"
-STEP_TABLE = Table(
-    "telemetry_step",
-    {
-        "step": _I8,
-        "t_start_ns": _I8,
-        "dur_ns": _I8,
-        "data_ns": _I8,
-        "forward_ns": _I8,
-        "backward_ns": _I8,
-        "optimizer_ns": _I8,
-        "comm_ns": _I8,
-        "flops": _F8,
-        "tokens": _I8,
-        "samples": _I8,
-        "mem_allocated": _I8,
-        "mem_reserved": _I8,
-        "mem_peak": _I8,
-        "alloc_retries": _I8,
-    },
-    reuse_check=("step", "t_start_ns"),
-)
-SAMPLE_TABLE = Table(
-    "telemetry_systemsample",
-    {
-        "device": _I4,
-        "t_ns": _I8,
-        "gpu_util_pct": _F8,
-        "sm_clock_mhz": _F8,
-        "gpu_mem_used_bytes": _I8,
-        "power_w": _F8,
-        "cpu_process_pct": _F8,
-        "cpu_other_pct": _F8,
-        "cpu_steal_pct": _F8,
-        "rss_bytes": _I8,
-    },
-)
-_NP = {_I8: ">i8", _F8: ">f8", _I4: ">i4"}
-_PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
-_PG_COPY_TRAILER = b"\xff\xff"
+@dataclass(frozen=True)
+class RankMarks:
+    """A rank's state when its writer took it: the first free chunk sequence numbers and the
+    largest key stored of each kind (None: none yet)."""
+
+    seq: int
+    last_step: int | None
+    last_sample_ns: int | None
+
+    def last(self, kind: Kind) -> int | None:
+        return self.last_step if kind is STEPS else self.last_sample_ns
 
 
-# A row's rank: one for the whole COPY, or one per row (several ranks' batches in one COPY).
-Ranks = int | npt.NDArray[np.int32]
-
-
-class RowsExist(Exception):
-    """An optimistic COPY met stored rows; the transaction is aborted and must be redone."""
-
-
-def batch_insert(*, table: Table, run_id: uuid.UUID, rank: int, batch: Batch, optimistic: bool = False) -> InsertResult:
-    """Store the rows that are new and count the refused ones. Call inside a transaction.
-
-    ``optimistic``: all rows are expected new (a live rank's batch); see the module's docstring.
-    """
-    names = [name for name in table.pg_types if name in batch.values]
-    if connection.vendor == "postgresql":
-        accepted, reused = _pg_insert(table, names, run_id, rank, batch, optimistic)
-    else:
-        accepted = _sqlite_insert(table, names, run_id, rank, batch)
-        reused = _sqlite_reused(table, run_id, rank, batch) if accepted < batch.n else 0
-    return InsertResult(accepted, batch.n - accepted - reused, reused)
-
-
-def batches_insert(
-    *, table: Table, run_id: uuid.UUID, batches: Sequence[tuple[int, Batch]], optimistic: bool = False
-) -> list[InsertResult]:
-    """batch_insert for several ranks' batches of one run (distinct ranks), results in their order.
-
-    On PostgreSQL, ``optimistic`` (all rows expected new): every row in one binary COPY, whose
-    rank field comes from a column, so a node's ranks cost one COPY, not one each; RowsExist when
-    any is stored already. Otherwise rank by rank through batch_insert, for exact counts per rank.
-    Either way in the order of the ranks: two writers of the same rows take their locks in one order.
-    """
-    order = sorted(range(len(batches)), key=lambda i: batches[i][0])
-    if optimistic and len(batches) > 1 and connection.vendor == "postgresql":
-        names, ranks, joined = _joined(table, [batches[i] for i in order])
-        _pg_insert(table, names, run_id, ranks, joined, optimistic=True)  # all new, or RowsExist
-        return [InsertResult(batch.n, 0, 0) for _, batch in batches]
-    results: dict[int, InsertResult] = {}
-    for i in order:
-        rank, batch = batches[i]
-        results[i] = batch_insert(table=table, run_id=run_id, rank=rank, batch=batch, optimistic=optimistic)
-    return [results[i] for i in range(len(batches))]
-
-
-def _joined(table: Table, batches: Sequence[tuple[int, Batch]]) -> tuple[list[str], npt.NDArray[np.int32], Batch]:
-    """Several ranks' batches as one: (the columns any of them sent, each row's rank, the rows).
-    A column a batch did not send is null in its rows, as the table stores a column left out."""
-    names = [name for name in table.pg_types if any(name in batch.values for _, batch in batches)]
-    ranks = np.repeat(np.array([rank for rank, _ in batches], dtype=np.int32), [batch.n for _, batch in batches])
-    values: dict[str, npt.NDArray[Any]] = {}
-    nulls: dict[str, npt.NDArray[np.bool_]] = {}
-    for name in names:
-        dtype = next(batch.values[name].dtype for _, batch in batches if name in batch.values)
-        values[name] = np.concatenate(
-            [batch.values[name] if name in batch.values else np.zeros(batch.n, dtype) for _, batch in batches]
-        )
-        if any(name not in batch.values or name in batch.nulls for _, batch in batches):
-            nulls[name] = np.concatenate(
-                [
-                    batch.nulls.get(name, np.zeros(batch.n, np.bool_)) if name in batch.values else np.ones(batch.n, np.bool_)
-                    for _, batch in batches
-                ]
-            )
-    return names, ranks, Batch(n=len(ranks), values=values, nulls=nulls)
-
-
-def pg_copy_payload(
-    table: Table, names: list[str], run_id: uuid.UUID, rank: Ranks, batch: Batch, week: int | None = None
-) -> bytes:
-    """Binary COPY rows built in numpy passes: a fixed-width record per row, for the columns
-    (run_id, rank, [run_week,] *names); without `week` the rows take run_week's default (0).
-    `rank` is every row's, or an array of one per row.
-
-    A null field is its length (-1) without a value, so rows with nulls are written a group per
-    pattern of nulls (system samples have two: host rows and GPU rows), each group fixed-width.
-    The groups go in the order of their patterns and each keeps the batch's order: two writers of
-    the same rows take their index locks in the same order, as with one sorted group.
-    """
-    masks = [batch.nulls.get(name) for name in names]
-    if not any(mask is not None and mask.any() for mask in masks):
-        return _PG_COPY_HEADER + _pg_records(table, names, run_id, rank, batch, week, None, None) + _PG_COPY_TRAILER
-    # A row's pattern as one integer (bit k: names[k] is null); np.unique on it is a 1-D sort.
-    code = np.zeros(batch.n, dtype=np.int64)
-    for k, mask in enumerate(masks):
-        if mask is not None:
-            code |= mask.astype(np.int64) << k
-    parts = [_PG_COPY_HEADER]
-    for pattern in np.unique(code):
-        rows = np.flatnonzero(code == pattern)
-        null = [bool(int(pattern) >> k & 1) for k in range(len(names))]
-        parts.append(_pg_records(table, names, run_id, rank, batch, week, rows, null))
-    parts.append(_PG_COPY_TRAILER)
-    return b"".join(parts)
-
-
-def _pg_records(
-    table: Table,
-    names: list[str],
-    run_id: uuid.UUID,
-    rank: Ranks,
-    batch: Batch,
-    week: int | None,
-    rows: Any,
-    null: Any,
-) -> bytes:
-    """The records of `rows` (None: every row), whose fields in `null` (None: none) are null."""
-    fields: list[tuple[str, str]] = [
-        ("nf", ">i2"),
-        ("l_run", ">i4"),
-        ("run", "V16"),
-        ("l_rank", ">i4"),
-        ("rank", ">i4"),
-    ]
-    if week is not None:
-        fields += [("l_week", ">i4"), ("week", ">i4")]
-    for k, name in enumerate(names):
-        fields.append((f"l_{name}", ">i4"))
-        if null is None or not null[k]:
-            fields.append((name, _NP[table.pg_types[name]]))
-    out = np.empty(batch.n if rows is None else len(rows), dtype=np.dtype(fields))
-    out["nf"] = 2 + len(names) + (week is not None)
-    out["l_run"] = 16
-    out["run"] = np.frombuffer(run_id.bytes, dtype="V16")[0]
-    out["l_rank"] = 4
-    out["rank"] = rank[rows] if isinstance(rank, np.ndarray) and rows is not None else rank
-    if week is not None:
-        out["l_week"] = 4
-        out["week"] = week
-    for k, name in enumerate(names):
-        if null is not None and null[k]:
-            out[f"l_{name}"] = -1
+def payload(kind: Kind, batch: Batch, rows: npt.NDArray[np.intp] | None = None) -> bytes:
+    """The records of a validated batch (of `rows` of it, when given), nulls as -1 / NaN."""
+    n = batch.n if rows is None else len(rows)
+    out = np.empty(n, dtype=kind.record)
+    for name in kind.columns:
+        values = batch.values.get(name)
+        if values is None:
+            out[name] = np.nan if name in kind.floats else -1
             continue
-        out[f"l_{name}"] = np.dtype(_NP[table.pg_types[name]]).itemsize
-        out[name] = batch.values[name] if rows is None else batch.values[name][rows]
+        if rows is not None:
+            values = values[rows]
+        out[name] = values
+        mask = batch.nulls.get(name)
+        if mask is not None:
+            mask = mask if rows is None else mask[rows]
+            out[name][mask] = np.nan if name in kind.floats else -1
     return out.tobytes()
 
 
-def _row_tuples(names: list[str], run_key: Any, rank: int, batch: Batch, *lead: Any) -> list[tuple[Any, ...]]:
-    columns: list[list[Any]] = []
-    for name in names:
-        values = batch.values[name].tolist()
-        mask = batch.nulls.get(name)
-        if mask is not None:
-            values = [None if is_null else v for v, is_null in zip(values, mask.tolist())]
-        columns.append(values)
-    return [(run_key, rank, *lead, *row) for row in zip(*columns)]
+def columns_from_payloads(kind: Kind, payloads: Sequence[bytes], names: Iterable[str]) -> dict[str, npt.NDArray[Any]]:
+    """Columns `names` of the records of `payloads`, in their order, as native numpy arrays."""
+    records = np.frombuffer(b"".join(payloads), dtype=kind.record)
+    return {name: records[name].astype(np.float64 if name in kind.floats else np.int64) for name in names}
 
 
-def _pg_copy(
-    cur: psycopg.Cursor[Any],
-    target: str,
-    table: Table,
-    names: list[str],
-    run_id: uuid.UUID,
-    rank: Ranks,
-    batch: Batch,
-    week: int,
-) -> None:
-    cols = ", ".join(["run_id", "rank", "run_week", *names])
-    with cur.copy(f"COPY {target} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.write(pg_copy_payload(table, names, run_id, rank, batch, week))
-
-
-def _pg_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: Ranks, batch: Batch, optimistic: bool) -> tuple[int, int]:
-    """(accepted, reused) rows; `rank` an array of one per row only with ``optimistic``."""
-    connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
-    week = run_week(run_id)
-    with raw.cursor() as cur:
-        if optimistic:
-            try:
-                _pg_copy(cur, table.name, table, names, run_id, rank, batch, week)
-            except psycopg.errors.UniqueViolation:
-                raise RowsExist(table.name) from None
-            return batch.n, 0
-        cur.execute("SAVEPOINT phantomhub_copy")
-        try:
-            _pg_copy(cur, table.name, table, names, run_id, rank, batch, week)
-            cur.execute("RELEASE SAVEPOINT phantomhub_copy")
-            return batch.n, 0
-        except psycopg.errors.UniqueViolation:
-            cur.execute("ROLLBACK TO SAVEPOINT phantomhub_copy")
-        stage = f"{table.name}_stage"
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-        cur.execute(f"TRUNCATE {stage}")
-        _pg_copy(cur, stage, table, names, run_id, rank, batch, week)
-        cols = ", ".join(["run_id", "rank", "run_week", *names])
-        cur.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING")
-        accepted = int(cur.rowcount)
-        if table.reuse_check is None or accepted == batch.n:
-            return accepted, 0
-        # The rows just inserted match themselves; only refused rows can differ.
-        key, value = table.reuse_check
-        cur.execute(
-            f"SELECT count(*) FROM {stage} s JOIN {table.name} t ON t.run_id = s.run_id AND t.rank = s.rank "
-            f"AND t.run_week = s.run_week AND t.{key} = s.{key} WHERE t.{value} <> s.{value}"
-        )
-        row = cur.fetchone()
-        return accepted, int(row[0]) if row else 0
-
-
-def _sqlite_insert(table: Table, names: list[str], run_id: uuid.UUID, rank: int, batch: Batch) -> int:
-    connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
-    cols = ", ".join(["run_id", "rank", *names])
-    marks = ", ".join("?" * (2 + len(names)))
-    before = raw.total_changes
-    # Django stores UUIDs on SQLite as 32 hex digits.
-    raw.executemany(
-        f"INSERT OR IGNORE INTO {table.name} ({cols}) VALUES ({marks})",
-        _row_tuples(names, run_id.hex, rank, batch),
-    )
-    return int(raw.total_changes - before)
-
-
-def _sqlite_reused(table: Table, run_id: uuid.UUID, rank: int, batch: Batch) -> int:
-    if table.reuse_check is None:
-        return 0
-    key, value = table.reuse_check
-    keys, values = batch.values[key], batch.values[value]
+def ranks_lock(run_id: uuid.UUID, ranks: Sequence[int]) -> dict[int, RankMarks]:
+    """Take the ranks' rows (created when missing) until the transaction ends, in rank order, and
+    hand out two chunk sequence numbers to each (one a kind): one statement for all the ranks."""
+    ordered = sorted(set(ranks))
+    pg = connection.vendor == "postgresql"
+    if pg:
+        rows = "SELECT %s::uuid, r, '', '{}'::jsonb, 0, NULL::int8, 0, 2 FROM unnest(%s::int4[]) AS r ORDER BY r"
+        params: list[Any] = [run_id, ordered]
+    else:
+        rows = "VALUES " + ", ".join(["(%s, %s, '', '{}', 0, NULL, 0, 2)"] * len(ordered))
+        params = [value for rank in ordered for value in (run_id.hex, rank)]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {key}, {value} FROM {table.name} WHERE run_id = %s AND rank = %s AND {key} BETWEEN %s AND %s",
-            [run_id.hex, rank, int(keys.min()), int(keys.max())],
+            "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows, chunk_seq) "
+            f"{rows} ON CONFLICT (run_id, rank) DO UPDATE SET chunk_seq = telemetry_runrank.chunk_seq + 2 "
+            "RETURNING rank, chunk_seq, last_step, last_sample_ns",
+            params,
         )
-        stored = dict(cursor.fetchall())
-    return sum(1 for k, v in zip(keys.tolist(), values.tolist()) if k in stored and stored[k] != v)
+        return {rank: RankMarks(seq - 2, last_step, last_ns) for rank, seq, last_step, last_ns in cursor.fetchall()}
+
+
+def batches_insert(
+    *, kind: Kind, run_id: uuid.UUID, batches: Sequence[tuple[int, Batch]], marks: dict[int, RankMarks]
+) -> list[InsertResult]:
+    """Store the new rows of several ranks' batches of one run (distinct ranks, taken by
+    ranks_lock in this transaction) as one chunk each; count the refused ones. Results in order."""
+    week = run_week(run_id) if connection.vendor == "postgresql" else None
+    chunks: list[tuple[Any, ...]] = []
+    results: list[InsertResult] = []
+    for rank, batch in batches:
+        mark = marks[rank]
+        span = batch.values[kind.span]
+        lo, hi = int(span.min()), int(span.max())
+        rows: npt.NDArray[np.intp] | None = None
+        duplicates = reused = 0
+        last = mark.last(kind)
+        if last is not None and lo <= last:
+            rows, duplicates, reused = _new_rows(kind, run_id, rank, batch, lo, hi)
+        n = batch.n if rows is None else len(rows)
+        if n:
+            if rows is not None:
+                span = span[rows]
+                lo, hi = int(span.min()), int(span.max())
+            seq = mark.seq + (0 if kind is STEPS else 1)
+            chunks.append((rank, seq, lo, hi, n, payload(kind, batch, rows)))
+        results.append(InsertResult(n, duplicates, reused))
+    if chunks:
+        _chunks_write(kind, run_id, week, chunks)
+    return results
+
+
+def _chunks_write(kind: Kind, run_id: uuid.UUID, week: int | None, chunks: list[tuple[Any, ...]]) -> None:
+    with connection.cursor() as cursor:
+        if week is None:
+            cursor.executemany(
+                f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [(run_id.hex, *chunk) for chunk in chunks],
+            )
+            return
+        # One statement for every rank's chunk, whatever their count (its text never changes).
+        columns = list(zip(*chunks))
+        cursor.execute(
+            f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}, run_week) "
+            "SELECT %s, * , %s FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[], %s::int4[], %s::bytea[])",
+            [run_id, week, *(list(column) for column in columns)],
+        )
+
+
+def _new_rows(
+    kind: Kind, run_id: uuid.UUID, rank: int, batch: Batch, lo: int, hi: int
+) -> tuple[npt.NDArray[np.intp], int, int]:
+    """(rows of the batch not stored yet, replays, reused keys), from the stored chunks whose
+    keys overlap [lo, hi] (a replay, or a batch arriving after a later one)."""
+    names = (*kind.key, kind.reuse_check) if kind.reuse_check else kind.key
+    stored = stored_rows(kind, run_id, [rank], names=names, key_hi_min=lo, key_lo_max=hi)
+    sent = _key_codes(kind, batch.values)
+    have = _key_codes(kind, stored)
+    order = np.argsort(have, kind="stable")
+    have_sorted = have[order]
+    at = np.searchsorted(have_sorted, sent).clip(max=max(len(have_sorted) - 1, 0))
+    found = (have_sorted[at] == sent) if len(have_sorted) else np.zeros(batch.n, dtype=bool)
+    reused = 0
+    if kind.reuse_check and found.any():
+        stored_value = stored[kind.reuse_check][order][at[found]]
+        reused = int((stored_value != batch.values[kind.reuse_check][found]).sum())
+    refused = int(found.sum())
+    return np.flatnonzero(~found), refused - reused, reused
+
+
+def _key_codes(kind: Kind, columns: dict[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
+    """One comparable value per row for the kind's key (steps: the step; samples: device, t_ns)."""
+    if len(kind.key) == 1:
+        return np.asarray(columns[kind.key[0]], dtype=np.int64)
+    keys = np.empty(len(columns[kind.key[0]]), dtype=[(k, "<i8") for k in kind.key])
+    for k in kind.key:
+        keys[k] = columns[k]
+    return keys
+
+
+def stored_rows(
+    kind: Kind,
+    run_id: uuid.UUID,
+    ranks: Sequence[int] | None,
+    *,
+    names: Iterable[str],
+    key_hi_min: int | None = None,
+    key_lo_max: int | None = None,
+    except_ranks: Sequence[int] | None = None,
+    with_rank: bool = False,
+) -> dict[str, npt.NDArray[Any]]:
+    """Columns `names` of the run's stored rows (of `ranks`, or every rank but `except_ranks`)
+    in chunks whose keys reach `key_hi_min` and start at most at `key_lo_max`, chunk after chunk
+    in (rank, seq) order (not sorted by key: callers filter and sort); ``with_rank`` adds "rank"."""
+    where = ["run_id = %s"]
+    pg = connection.vendor == "postgresql"
+    params: list[Any] = [run_id if pg else run_id.hex]
+    if pg:
+        from phantomhub.telemetry.partitions import LEGACY_WEEK
+
+        where.append("run_week = ANY(%s)")
+        params.append([LEGACY_WEEK, run_week(run_id)])
+    if ranks is not None:
+        if pg:
+            where.append("rank = ANY(%s)")
+            params.append(list(ranks))
+        else:
+            where.append(f"rank IN ({', '.join(['%s'] * len(ranks))})" if ranks else "0")
+            params += list(ranks)
+    if except_ranks:
+        if pg:
+            where.append("NOT (rank = ANY(%s))")
+            params.append(list(except_ranks))
+        else:
+            where.append(f"rank NOT IN ({', '.join(['%s'] * len(except_ranks))})")
+            params += list(except_ranks)
+    if key_hi_min is not None:
+        where.append("key_hi >= %s")
+        params.append(key_hi_min)
+    if key_lo_max is not None:
+        where.append("key_lo <= %s")
+        params.append(key_lo_max)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT rank, n, payload FROM {kind.table} WHERE {' AND '.join(where)} ORDER BY rank, seq", params)
+        fetched = cursor.fetchall()
+    names = list(names)
+    out = columns_from_payloads(kind, [bytes(p) for _, _, p in fetched], names)
+    if with_rank:
+        out["rank"] = np.repeat(np.array([r for r, _, _ in fetched], dtype=np.int64), [n for _, n, _ in fetched])
+    return out
+
+
+def chunk_rows(kind: Kind, run_id: uuid.UUID, rank: int, seq: int, batch: Batch, week: int | None) -> tuple[Any, ...]:
+    """A chunk as the table's row (run_id, rank, seq, key_lo, key_hi, n, payload[, run_week]), for
+    loaders that write many runs' rows at once (fixtures, benchmarks): they bypass ingest, and
+    must leave the ranks' marks (telemetry_runrank) at or above every stored key."""
+    span = batch.values[kind.span]
+    row = (run_id, rank, seq, int(span.min()), int(span.max()), batch.n, payload(kind, batch))
+    return row if week is None else (*row, week)

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
-from phantomhub.telemetry.models import Run, RunEvent, RunRank, Step, SystemSample
+from phantomhub.telemetry.models import Run, RunEvent, RunRank
+from tests import rawrows
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -54,8 +55,8 @@ def test_replayed_batch_changes_nothing(owner: Tenant) -> None:
     seq = Run.objects.get(pk=run_id).ingest_seq
     changed = steps_body(50, dur_ns=[1] * 50)  # same keys, other values: the first write wins
     assert owner.post_steps(run_id, changed).json() == {"accepted": 0, "duplicates": 50, "reused_step": 0}
-    assert Step.objects.filter(run_id=run_id).count() == 50
-    assert set(Step.objects.filter(run_id=run_id).values_list("dur_ns", flat=True)) == {100_000_000}
+    assert len(rawrows.steps(run_id)) == 50
+    assert {row["dur_ns"] for row in rawrows.steps(run_id)} == {100_000_000}
     assert Run.objects.get(pk=run_id).ingest_seq == seq  # nothing new: analysis is not re-triggered
     assert RunRank.objects.get(run_id=run_id, rank=0).step_rows == 50  # counted once
 
@@ -147,7 +148,7 @@ def test_the_same_batch_twice_at_once_is_stored_once(owner: Tenant) -> None:
     assert not errors, errors
     assert sorted(r["accepted"] for r in results) == [0, 0, 0, 2000]
     assert all(r["accepted"] + r["duplicates"] == 2000 and r["reused_step"] == 0 for r in results)
-    assert Step.objects.filter(run_id=run_id).count() == 2000
+    assert len(rawrows.steps(run_id)) == 2000
     assert RunRank.objects.get(run_id=run_id, rank=0).step_rows == 2000
 
 
@@ -204,7 +205,7 @@ def test_bad_batches_get_a_400_naming_the_field_and_store_nothing(owner: Tenant,
     assert set(error) == {"code", "message", "fields"}
     assert field in error["fields"], error
     assert field.split("[")[0] in error["message"]
-    assert Step.objects.filter(run_id=run_id).count() == 0
+    assert rawrows.steps(run_id) == []
     assert Run.objects.get(pk=run_id).ingest_seq == 0
 
 
@@ -222,7 +223,7 @@ def test_a_body_over_the_cap_gets_413(owner: Tenant) -> None:
         response = owner.post_steps(run_id, steps_body(1000))
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "payload_too_large"
-    assert Step.objects.count() == 0
+    assert rawrows.steps() == []
 
 
 def test_a_gzip_body_that_inflates_past_the_cap_gets_413(owner: Tenant) -> None:
@@ -301,8 +302,8 @@ def test_samples_are_stored_once_per_device_and_time(owner: Tenant) -> None:
     url = f"/api/v1/runs/{run_id}/samples"
     assert owner.client.post(url, body, format="json").json() == {"accepted": 4, "duplicates": 0}
     assert owner.client.post(url, body, format="json").json() == {"accepted": 0, "duplicates": 4}
-    host_row = SystemSample.objects.get(run_id=run_id, device=-1)
-    assert host_row.cpu_other_pct == 35.0 and host_row.gpu_util_pct is None
+    (host_row,) = [row for row in rawrows.samples(run_id) if row["device"] == -1]
+    assert host_row["cpu_other_pct"] == 35.0 and host_row["gpu_util_pct"] is None
     bad = {"rank": 0, "samples": {"t_ns": [T0_NS], "gpu_util_pct": [140.0]}}
     response = owner.client.post(url, bad, format="json")
     assert response.status_code == 400 and "samples.gpu_util_pct[0]" in response.json()["error"]["fields"]
