@@ -118,7 +118,7 @@ def main() -> None:
         for first in range(0, per_rank, 10_000):
             steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, first, min(10_000, per_rank - first)))
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE telemetry_step")
+        cursor.execute("VACUUM ANALYZE telemetry_stepchunk")
 
     def plain_read() -> int:
         return sum(len(steps_arrays(run_id=run.pk, rank=rank)["step"]) for rank in range(args.ranks))

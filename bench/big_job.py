@@ -515,7 +515,7 @@ def main() -> None:
     for rank in range(args.ranks):
         steps_ingest(run=run, rank=rank, host=f"node-{rank // 8}", steps=batch(rank, 0, args.steps))
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE telemetry_step")
+        cursor.execute("VACUUM ANALYZE telemetry_stepchunk")
     print(f"[setup] stored {args.ranks * args.steps:,} rows in {time.perf_counter() - t:.0f} s", flush=True)
 
     def state_bytes() -> dict[str, int]:

@@ -337,23 +337,24 @@ def stored_rows(database_url: str, run_ids: list[str]) -> tuple[int, int]:
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        steps = conn.execute("SELECT count(*) FROM telemetry_step WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
-        samples = conn.execute("SELECT count(*) FROM telemetry_systemsample WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
-    return int(steps[0]) if steps else 0, int(samples[0]) if samples else 0
+        steps = conn.execute("SELECT sum(n) FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        samples = conn.execute("SELECT sum(n) FROM telemetry_samplechunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+    return int(steps[0] or 0) if steps else 0, int(samples[0] or 0) if samples else 0
 
 
 def step_row_bytes(env: dict[str, str], database_url: str, run_ids: list[str], workdir: Path) -> dict[str, float | None]:
-    """Bytes per stored step row: hot (every step partition's table, TOAST and indexes, over the
-    rows in them) and archived (the Parquet files `exportsteps` writes for these runs, the
+    """Bytes per stored step row: hot (every step chunk partition's table, TOAST and indexes, over
+    the step rows packed in them) and archived (the Parquet files `exportsteps` writes for these runs, the
     archive's encoding, over their rows)."""
     import psycopg
 
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
-            "SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) + pg_total_relation_size('telemetry_step'),"
-            " (SELECT count(*) FROM telemetry_step) FROM pg_inherits WHERE inhparent = 'telemetry_step'::regclass"
+            "SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) + pg_total_relation_size('telemetry_stepchunk'),"
+            " (SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk) FROM pg_inherits"
+            " WHERE inhparent = 'telemetry_stepchunk'::regclass"
         ).fetchone()
-        ours = conn.execute("SELECT count(*) FROM telemetry_step WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        ours = conn.execute("SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
     hot_bytes, hot_rows = (int(row[0]), int(row[1])) if row else (0, 0)
     archived = 0
     for run_id in run_ids:

@@ -1,14 +1,16 @@
 """Ingest throughput: the HTTP API against a fair raw-COPY baseline, side by side in one run.
 
-Both sides write the same 5,000-row step batches into telemetry_step of one database, with the
-same number of clients, each client owning one run (its own primary-key range), one batch per
-transaction, payloads built before the clock starts:
+Both sides store the same 5,000-row step batches in telemetry_stepchunk of one database (a
+batch is one packed chunk row: phantomhub/telemetry/storage.py), with the same number of
+clients, each client owning one run, one batch per transaction, payloads built before the clock
+starts:
 - API: C client threads POST the JSON batches, encoded as the agent encodes them (packed int64 /
   float64 columns, gzip level 1; ``--columns arrays`` for plain JSON arrays, ``--no-gzip``) to
   /api/v1/runs/{id}/steps on gunicorn (W workers), one keep-alive connection each;
 - raw COPY: C client threads, one psycopg connection each, send the same rows as prebuilt
-  binary COPY payloads, COPY + COMMIT per batch: what the API does underneath, without HTTP,
-  authentication, JSON, validation or the rank/run bookkeeping.
+  binary COPY payloads of the chunk row the API stores for the batch, COPY + COMMIT per batch:
+  what the API does underneath, without HTTP, authentication, JSON, validation or the rank/run
+  bookkeeping (the rank's lock and marks, the run's sequence).
 Rounds alternate which side goes first (the table grows as it runs). Prints, per side, rows/s,
 per-batch latency p50/p99, the cold first batch (on a fresh gunicorn, and on a fresh connection,
 connecting included) and CPU seconds per million rows by process (gunicorn workers, PostgreSQL
@@ -199,7 +201,21 @@ def copy_connections(database_url: str, n: int) -> Iterator[list[psycopg.Connect
             conn.close()
 
 
-COPY_SQL = "COPY telemetry_step ({cols}) FROM STDIN (FORMAT BINARY)"
+COPY_SQL = "COPY telemetry_stepchunk (run_id, rank, seq, key_lo, key_hi, n, payload, run_week) FROM STDIN (FORMAT BINARY)"
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+
+
+def chunk_copy_payload(run_id: uuid.UUID, seq: int, batch: Any, week: int) -> bytes:
+    """A binary COPY of the one chunk row storing `batch` as rank 0's chunk `seq` of the run."""
+    from phantomhub.telemetry.storage import STEPS, chunk_rows
+
+    run, rank, seq, lo, hi, n, packed, week = chunk_rows(STEPS, run_id, 0, seq, batch, week)
+    fields = [
+        run.bytes, rank.to_bytes(4, "big"), seq.to_bytes(8, "big"), lo.to_bytes(8, "big", signed=True),
+        hi.to_bytes(8, "big", signed=True), n.to_bytes(4, "big"), packed, week.to_bytes(4, "big"),
+    ]  # fmt: skip
+    row = len(fields).to_bytes(2, "big") + b"".join(len(f).to_bytes(4, "big") + f for f in fields)
+    return _COPY_HEADER + row + b"\xff\xff"
 
 
 def copy_one(conn: psycopg.Connection[Any], sql: str, payload: bytes) -> None:
@@ -254,7 +270,7 @@ def main() -> None:
 
     django.setup()
     from phantomhub.telemetry.columns import STEP_COLUMNS, columns_validate
-    from phantomhub.telemetry.storage import STEP_TABLE, pg_copy_payload
+    from phantomhub.telemetry.partitions import run_week
 
     rng = np.random.default_rng(7)
     print(f"[setup] building {args.batches} batches of {args.batch} rows …", flush=True)
@@ -267,8 +283,7 @@ def main() -> None:
     raw_bodies = [encode_json({"rank": 0, "steps": w}) for w in wire]
     bodies = [gzip_bytes(raw) if args.gzip else raw for raw in raw_bodies]
     validated = [columns_validate(c, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**6) for c in columns]
-    names = list(STEP_TABLE.pg_types)
-    copy_sql = COPY_SQL.format(cols=", ".join(["run_id", "rank", *names]))
+    copy_sql = COPY_SQL
     rows_per_round = args.batches * args.batch
 
     api, copy = Side("api"), Side("copy")
@@ -289,7 +304,7 @@ def main() -> None:
         cold_copy_run = run_register(port, token, "cold-copy")
         started = time.perf_counter()
         with psycopg.connect(args.database_url) as fresh:
-            copy_one(fresh, copy_sql, pg_copy_payload(STEP_TABLE, names, cold_copy_run, 0, validated[0]))
+            copy_one(fresh, copy_sql, chunk_copy_payload(cold_copy_run, 0, validated[0], run_week(cold_copy_run)))
         cold["copy_ms"] = (time.perf_counter() - started) * 1000
 
         workers = lambda: [child.pid for child in psutil.Process(server.pid).children()]  # noqa: E731
@@ -304,13 +319,15 @@ def main() -> None:
                 post_json(http_conns[0], f"/api/v1/runs/{warm}/steps", bodies[i % len(bodies)], token, args.gzip)
                 http_conns[0].close()  # a new connection may land on another worker
             for conn_k in conns:
-                copy_one(conn_k, copy_sql, pg_copy_payload(STEP_TABLE, names, run_register(port, token, "warm"), 0, validated[0]))
+                warm_copy = run_register(port, token, "warm")
+                copy_one(conn_k, copy_sql, chunk_copy_payload(warm_copy, 0, validated[0], run_week(warm_copy)))
 
             for round_i in range(args.rounds):
                 api_runs = [run_register(port, token, f"api-{round_i}-{k}") for k in range(args.clients)]
                 copy_runs = [run_register(port, token, f"copy-{round_i}-{k}") for k in range(args.clients)]
                 payloads = [
-                    pg_copy_payload(STEP_TABLE, names, copy_runs[i % args.clients], 0, batch) for i, batch in enumerate(validated)
+                    chunk_copy_payload(copy_runs[i % args.clients], i, batch, run_week(copy_runs[i % args.clients]))
+                    for i, batch in enumerate(validated)
                 ]
 
                 def api_work(k: int, lat: list[float], api_runs: list[uuid.UUID] = api_runs) -> None:
@@ -345,7 +362,7 @@ def main() -> None:
     # What the ratio would be with both sides CPU-bound on the same cores: less sensitive to other
     # load on the machine than the rates themselves (which it slows unevenly).
     cpu_per_row = {side.name: sum(side.cpu_s.values()) / sum(side.rows) for side in (api, copy)}
-    stored = psycopg.connect(args.database_url).execute("SELECT count(*) FROM telemetry_step").fetchone()
+    stored = psycopg.connect(args.database_url).execute("SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk").fetchone()
     result = {
         "benchmark": "ingest",
         "command": " ".join(["bench/ingest.py", *(a for a in sys.argv[1:] if a != args.out and not a.startswith("--out"))]),

@@ -117,7 +117,7 @@ def main() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM telemetry_step")
+        cursor.execute("SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk")
         steps = cursor.fetchone()[0]  # type: ignore[index]
         cursor.execute("SELECT count(*) FROM telemetry_run")
         runs = cursor.fetchone()[0]  # type: ignore[index]
@@ -161,7 +161,7 @@ def setup(args: argparse.Namespace) -> str:
     from phantomhub.demo.fleet import ORG
     from phantomhub.telemetry.columns import STEP_COLUMNS, columns_validate
     from phantomhub.telemetry.models import Run, RunRank
-    from phantomhub.telemetry.storage import STEP_TABLE, pg_copy_payload
+    from phantomhub.telemetry.storage import STEPS, chunk_rows
     from phantomhub.waste.models import RunAnalysis, RunDay
     from phantomhub.waste.services import rollups_rebuild, run_analyze
 
@@ -172,7 +172,7 @@ def setup(args: argparse.Namespace) -> str:
         projects += [project_get_or_create(team=team, slug=slug) for slug, *_ in items]
     now = datetime.now(UTC).replace(microsecond=0)
     n = args.rows_per_run
-    print(f"[setup] {args.runs:,} runs × {n:,} steps by COPY …", flush=True)
+    print(f"[setup] {args.runs:,} runs × {n:,} steps, a chunk a rank …", flush=True)
     started = time.perf_counter()
     runs = []
     for i in range(args.runs):
@@ -197,7 +197,12 @@ def setup(args: argparse.Namespace) -> str:
         )
     Run.objects.bulk_create(runs, batch_size=2000)
     RunRank.objects.bulk_create(
-        [RunRank(run=r, rank=k, host=f"node-{k // 8}", step_rows=n) for r in runs for k in range(args.ranks)], batch_size=2000
+        [
+            RunRank(run=r, rank=k, host=f"node-{k // 8}", step_rows=n, last_step=n - 1, chunk_seq=2)
+            for r in runs
+            for k in range(args.ranks)
+        ],
+        batch_size=2000,
     )
     dur = rng.integers(1_800_000_000, 2_200_000_000, n)
     base = {
@@ -209,11 +214,10 @@ def setup(args: argparse.Namespace) -> str:
         "optimizer_ns": [10**8] * n,
         "flops": [0.35 * 989.4e12 * 8 * 1.2] * n,
     }
-    names = [c for c in STEP_TABLE.pg_types if c in base or c == "t_start_ns"]
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
-    cols = ", ".join(["run_id", "rank", *names])
+    insert = "INSERT INTO telemetry_stepchunk (run_id, rank, seq, key_lo, key_hi, n, payload) VALUES (%s, %s, %s, %s, %s, %s, %s)"
     with raw.cursor() as cur:
         for i, run in enumerate(runs[:20] if args.raw_steps == "templates" else runs):
             t0 = int(run.started_at.timestamp()) * NS
@@ -223,8 +227,7 @@ def setup(args: argparse.Namespace) -> str:
                 starts = t0 + np.concatenate([[0], np.cumsum(skew[:-1])])
                 body = {**base, "dur_ns": skew.tolist(), "t_start_ns": starts.tolist()}
                 batch = columns_validate(body, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**7)
-                with cur.copy(f"COPY telemetry_step ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.write(pg_copy_payload(STEP_TABLE, names, run.pk, rank, batch))
+                cur.execute(insert, chunk_rows(STEPS, run.pk, rank, 0, batch, None))
             if i % 500 == 499:
                 raw.commit()
                 print(f"  {i + 1:,} runs, {(i + 1) * n:,} rows ({time.perf_counter() - started:.0f} s)", flush=True)

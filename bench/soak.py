@@ -43,6 +43,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "agent"))
@@ -293,12 +295,18 @@ def stored(database_url: str, run_ids: list[str]) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        rows = conn.execute(
-            "SELECT run_id::text, rank, count(*), count(DISTINCT step), max(step) FROM telemetry_step"
-            " WHERE run_id = ANY(%s::uuid[]) GROUP BY run_id, rank",
-            [run_ids],
+        chunks = conn.execute(
+            "SELECT run_id::text, rank, payload FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]
         ).fetchall()
-        samples = conn.execute("SELECT count(*) FROM telemetry_systemsample WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        # Each chunk's steps: the first of its 15 big-endian 8-byte fields a row (storage.STEPS).
+        by_rank: dict[tuple[str, int], list[Any]] = {}
+        for run_id, rank, payload in chunks:
+            by_rank.setdefault((run_id, rank), []).append(np.frombuffer(payload, dtype=">i8").reshape(-1, 15)[:, 0])
+        rows = []
+        for (run_id, rank), parts in by_rank.items():
+            steps = np.concatenate(parts)
+            rows.append((run_id, rank, len(steps), len(np.unique(steps)), int(steps.max())))
+        samples = conn.execute("SELECT coalesce(sum(n), 0) FROM telemetry_samplechunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
         reused = conn.execute("SELECT coalesce(sum(reused_step_rows), 0) FROM telemetry_runrank WHERE run_id = ANY(%s::uuid[])",
                               [run_ids]).fetchone()  # fmt: skip
         statuses = conn.execute("SELECT status, count(*) FROM telemetry_run WHERE id = ANY(%s::uuid[]) GROUP BY status",

@@ -2,7 +2,7 @@
 
 A realistic generated run (8 ranks by default, 25,000 steps each = 200,000 step rows, and one
 GPU plus one host sample per rank per second of training) goes in through the ingest service
-(the same validation and COPY as the API). Then:
+(the same validation and storage as the API). Then:
 - hot bytes per row: pg_total_relation_size (heap + TOAST + every index) of the partition that
   holds the run, after VACUUM, divided by its rows;
 - archived bytes per row: the Parquet file's size / rows (run_archive, zstd);
@@ -123,15 +123,16 @@ def _hot_bytes(run: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     with connection.cursor() as cursor:
-        for table, key in (("telemetry_step", "step"), ("telemetry_systemsample", "sample")):
+        for table, key in (("telemetry_stepchunk", "step"), ("telemetry_samplechunk", "sample")):
             part = partition_name(table, run.storage_week)
             cursor.execute(f"VACUUM ANALYZE {part}")
             sizes = f"pg_relation_size('{part}'), pg_indexes_size('{part}'), pg_total_relation_size('{part}')"
-            cursor.execute(f"SELECT {sizes}, count(*) FROM {part}")
-            heap, indexes, total, rows = cursor.fetchone()
+            cursor.execute(f"SELECT {sizes}, coalesce(sum(n), 0), count(*) FROM {part}")
+            heap, indexes, total, rows, chunks = cursor.fetchone()
             out[key] = {
                 "partition": part,
                 "rows": rows,
+                "chunks": chunks,
                 "heap_bytes": heap,
                 "index_bytes": indexes,
                 "total_bytes": total,

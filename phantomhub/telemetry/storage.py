@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 from django.db import connection
 
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch
@@ -259,9 +260,19 @@ def stored_rows(
     if key_lo_max is not None:
         where.append("key_lo <= %s")
         params.append(key_lo_max)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT rank, n, payload FROM {kind.table} WHERE {' AND '.join(where)} ORDER BY rank, seq", params)
-        fetched = cursor.fetchall()
+    sql = f"SELECT rank, n, payload FROM {kind.table} WHERE {' AND '.join(where)} ORDER BY rank, seq"
+    if pg:
+        # Binary results: the payloads come as they are stored, not hex-encoded text to decode.
+        connection.ensure_connection()
+        raw = connection.connection
+        assert raw is not None
+        with psycopg.Cursor(raw) as pg_cursor:
+            pg_cursor.execute(sql, params, binary=True)
+            fetched = pg_cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            fetched = cursor.fetchall()
     names = list(names)
     out = columns_from_payloads(kind, [bytes(p) for _, _, p in fetched], names)
     if with_rank:

@@ -7,6 +7,7 @@ import base64
 import json
 import math
 import sqlite3
+import struct
 import time
 import uuid
 from typing import Any
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 import phantomhub_agent as pa
 from phantomhub_agent import _batcher as b
+from tests import rawrows
 
 from .conftest import FakeServer, LiveServer, Recorded, carries
 
@@ -238,13 +240,29 @@ def test_a_server_without_packed_nulls_gets_the_columns_with_nulls_as_arrays(
         assert not any(isinstance(column, dict) and "null" in column for column in part.values())
 
 
+# A stored sample as the server packs it (tests/rawrows.py): device, t_ns, then the other columns
+# in rawrows.SAMPLE_FIELDS's order, big-endian int64 / float64, a null as -1 / NaN.
+SAMPLE_RECORD = struct.Struct(">qqddqddddq")
+
+
 def _stored_samples(live: LiveServer, run_id: str, rank: int) -> list[list[Any]]:
+    """The rank's samples in the server's SQLite file, decoded from its chunks (one per batch)
+    here, not by the server: rows of the agent's columns (b.SAMPLE_COLUMNS), nulls as None."""
     with sqlite3.connect(live.workdir / "db.sqlite3") as db:
-        rows = db.execute(
-            f"SELECT {', '.join(b.SAMPLE_COLUMNS)} FROM telemetry_systemsample WHERE run_id = ? AND rank = ?",
-            [uuid.UUID(run_id).hex, rank],
+        chunks = db.execute(
+            "SELECT n, payload FROM telemetry_samplechunk WHERE run_id = ? AND rank = ?", [uuid.UUID(run_id).hex, rank]
         ).fetchall()
-    return [list(row) for row in rows]
+    assert SAMPLE_RECORD.size == 8 * len(rawrows.SAMPLE_FIELDS)
+    rows = []
+    for n, payload in chunks:
+        assert len(payload) == n * SAMPLE_RECORD.size
+        for values in SAMPLE_RECORD.iter_unpack(payload):
+            row = dict(zip(rawrows.SAMPLE_FIELDS, values, strict=True))
+            for name, value in row.items():
+                if name not in ("device", "t_ns") and (math.isnan(value) if isinstance(value, float) else value < 0):
+                    row[name] = None
+            rows.append([row[name] for name in b.SAMPLE_COLUMNS])
+    return rows
 
 
 @pytest.mark.live_server

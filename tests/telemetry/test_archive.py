@@ -16,11 +16,12 @@ from django.utils import timezone
 from bench.storage import synthetic_steps
 from phantomhub.telemetry import services
 from phantomhub.telemetry.archive import run_archive
-from phantomhub.telemetry.models import Run, RunArchive, Step, SystemSample
+from phantomhub.telemetry.models import Run, RunArchive
 from phantomhub.telemetry.retention import storage_maintain
 from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
 from phantomhub.waste.models import RunAnalysis, RunAnalysisState
 from phantomhub.waste.services import run_analyze
+from tests import rawrows
 from tests.conftest import Tenant
 from tests.telemetry.storage_helpers import RANKS, STEPS, later, run_finish, run_with_telemetry
 
@@ -37,6 +38,11 @@ def _all_steps(run: Run) -> dict[int, dict[str, np.ndarray]]:
     return steps_arrays_after(run_id=run.pk, after={rank: -1 for rank in range(RANKS)})
 
 
+def _stored(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """rawrows' rows as the archive's records: the run is the file's, not a column."""
+    return [{name: value for name, value in row.items() if name != "run_id"} for row in rows]
+
+
 def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     assert a.keys() == b.keys()
     for name in a:
@@ -47,13 +53,18 @@ def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 def test_a_pruned_run_reads_back_from_the_archive_exactly_as_it_was_hot(owner: Tenant, archive_dir: Path) -> None:
     run = run_with_telemetry(owner)
     hot_steps, hot_samples = _all_steps(run), samples_arrays(run_id=run.pk)
-    assert sum(len(v["step"]) for v in hot_steps.values()) == RANKS * STEPS
+    stored_steps, stored_samples = _stored(rawrows.steps(run.pk)), _stored(rawrows.samples(run.pk))
+    assert sum(len(v["step"]) for v in hot_steps.values()) == RANKS * STEPS == len(stored_steps)
+    assert len(hot_samples["t_ns"]) == RANKS * 24 == len(stored_samples)
 
     result = storage_maintain(now=later(31))
     assert result.archived == 1 and result.archive_failed == 0
-    assert not Step.objects.filter(run=run).exists() and not SystemSample.objects.filter(run=run).exists()
+    assert rawrows.steps(run.pk) == [] and rawrows.samples(run.pk) == []
     archive = RunArchive.objects.get(run=run)
     assert archive.pruned_at is not None and archive.step_rows == RANKS * STEPS
+    # The files hold every row the database held, nulls as nulls (the stored chunks decoded apart).
+    assert pq.read_table(archive_dir / archive.steps_path).to_pylist() == stored_steps
+    assert pq.read_table(archive_dir / archive.samples_path).to_pylist() == stored_samples
 
     cold_steps = _all_steps(run)
     for rank in range(RANKS):
@@ -74,7 +85,7 @@ def test_reanalysis_of_an_archived_run_equals_the_analysis_before_archiving(owne
     expected = (before.result, before.recommendations, before.cost_usd, before.waste_usd)
 
     storage_maintain(now=later(31))
-    assert not Step.objects.filter(run=run).exists()
+    assert rawrows.steps(run.pk) == []
     # A model upgrade: analyse from scratch, with no analysis and no incremental state left.
     RunAnalysis.objects.filter(run=run).delete()
     assert RunAnalysisState.objects.filter(run=run).delete()[0] == 1
@@ -111,7 +122,7 @@ def test_an_fsspec_url_holds_the_archive(owner: Tenant, settings: Any, tmp_path:
     run = run_with_telemetry(owner)
     hot = _all_steps(run)
     storage_maintain(now=later(31))
-    assert not Step.objects.filter(run=run).exists()
+    assert rawrows.steps(run.pk) == []
     listed = fsspec.filesystem(scheme).find(root)
     assert sorted(p.rsplit("/", 3)[-3] for p in listed) == ["samples", "steps"] and all(p.endswith(".parquet") for p in listed)
     for rank, arrays in _all_steps(run).items():
@@ -120,15 +131,23 @@ def test_an_fsspec_url_holds_the_archive(owner: Tenant, settings: Any, tmp_path:
 
 def test_rows_arriving_after_pruning_are_read_and_archived_with_the_old_ones(owner: Tenant) -> None:
     run = run_with_telemetry(owner)
+    hot = _all_steps(run)
     storage_maintain(now=later(31))
     more = synthetic_steps(rank=0, n=10, first=STEPS)
     assert services.steps_ingest(run=run, rank=0, host="node-0", steps=more).accepted == 10
-    assert _all_steps(run)[0]["step"].tolist() == list(range(STEPS + 10))
+    assert [row["step"] for row in rawrows.steps(run.pk)] == list(range(STEPS, STEPS + 10))  # the only hot rows
+    mixed = _all_steps(run)  # archived rows and the late hot ones, as one read
+    assert mixed[0]["step"].tolist() == list(range(STEPS + 10))
+    _assert_same({name: values[:STEPS] for name, values in mixed[0].items()}, hot[0])
+    for rank in range(1, RANKS):
+        _assert_same(mixed[rank], hot[rank])
     run_finish(run, days_ago=40)
     storage_maintain(now=timezone.now())  # archive again (stale), then prune again
     assert RunArchive.objects.get(run=run).step_rows == RANKS * STEPS + 10
-    assert not Step.objects.filter(run=run).exists()
-    assert _all_steps(run)[0]["step"].tolist() == list(range(STEPS + 10))
+    assert rawrows.steps(run.pk) == []
+    archived = _all_steps(run)
+    for rank in range(RANKS):
+        _assert_same(archived[rank], mixed[rank])  # the same read once all of it is archived
 
 
 def test_an_archived_step_row_takes_at_most_30_bytes(owner: Tenant, archive_dir: Path) -> None:
@@ -174,7 +193,7 @@ def test_a_price_change_reprices_an_archived_run(owner: Tenant) -> None:
     before = run_analyze(run_id=run.pk)
     assert before is not None and before.cost_usd > 0
     storage_maintain(now=later(31))
-    assert not Step.objects.filter(run=run).exists()
+    assert rawrows.steps(run.pk) == []
     # History re-priced: the same hours at three times the rate.
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("3000"), effective_from=datetime(2020, 1, 2, tzinfo=UTC))
     analyses_invalidate()

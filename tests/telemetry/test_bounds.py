@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from phantomhub.telemetry.bounds import INT64_MAX, MAX_JSON_BYTES, MAX_JSON_VALUES, MAX_RANK_COUNTERS
-from phantomhub.telemetry.models import Run, RunEvent, RunRank, Step, SystemSample
+from phantomhub.telemetry.models import Run, RunEvent, RunRank
+from tests import rawrows
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -87,10 +88,11 @@ def test_telemetry_beyond_the_analysable_span_of_its_run_gets_a_400_and_stores_n
         {"id": "f", "kind": "finish", "t_ns": late, "status": "finished"},
     ]
     _refused(owner.client.post(f"/api/v1/runs/{run_id}/events", {"events": events}, format="json"), "events[1].t_ns")
-    assert not Step.objects.exists() and not SystemSample.objects.exists() and not RunEvent.objects.exists()
+    assert rawrows.steps() == [] and rawrows.samples() == [] and not RunEvent.objects.exists()
     run = Run.objects.get(pk=run_id)
     assert run.finished_at is None and run.status == "running" and run.ingest_seq == 0
     assert owner.post_steps(run_id, steps_body(3, first=10)).status_code == 200  # within the span: stored
+    assert [row["step"] for row in rawrows.steps(run_id)] == [10, 11, 12]
 
 
 @pytest.mark.parametrize(
@@ -124,7 +126,7 @@ def test_step_values_beyond_their_range_get_a_400(owner: Tenant, column: str, va
     body["steps"][column][1] = value
     response = _post_raw(owner, f"/api/v1/runs/{run_id}/steps", json.dumps(body).encode())
     _refused(response, f"steps.{column}")
-    assert not Step.objects.exists()
+    assert rawrows.steps() == []
 
 
 # -- counters ------------------------------------------------------------------------------------

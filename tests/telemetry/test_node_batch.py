@@ -10,30 +10,35 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.services import personal_token_create
 from phantomhub.telemetry.bounds import MAX_COUNTERS, MAX_RANK_COUNTERS
-from phantomhub.telemetry.models import Run, RunEvent, RunRank, RunStatus, Step, SystemSample
-from phantomhub.telemetry.storage import SAMPLE_TABLE, STEP_TABLE
+from phantomhub.telemetry.models import Run, RunEvent, RunRank, RunStatus, SampleChunk, StepChunk
+from tests import rawrows
 from tests.conftest import T0_NS, Tenant, steps_body
 from tests.telemetry.test_packed_nulls import masked
 
 pytestmark = [pytest.mark.django_db]
 
 RANKS = 8
-STEP_FIELDS = ("rank", *STEP_TABLE.pg_types)
-SAMPLE_FIELDS = ("rank", *SAMPLE_TABLE.pg_types)
-RANK_FIELDS = ("rank", "host", "counters", "step_rows", "last_step", "reused_step_rows")
+STEP_FIELDS = ("rank", *rawrows.STEP_FIELDS)
+SAMPLE_FIELDS = ("rank", *rawrows.SAMPLE_FIELDS)
+RANK_FIELDS = ("rank", "host", "counters", "step_rows", "last_step", "reused_step_rows", "last_sample_ns")
+CHUNK_TABLES = ("telemetry_stepchunk", "telemetry_samplechunk")
 EVENT_FIELDS = ("event_id", "kind", "rank", "t_ns", "name", "t_start_ns", "dur_ns", "status", "data")
 
 
@@ -94,20 +99,25 @@ def node_interval(interval: int, seed: int = 7) -> list[dict[str, Any]]:
 
 
 def stored(run_id: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every stored row of the run (steps by rank and step, samples by rank, device and time)."""
     return {
-        "steps": list(Step.objects.filter(run_id=run_id).order_by("rank", "step").values_list(*STEP_FIELDS)),
-        "samples": list(
-            SystemSample.objects.filter(run_id=run_id).order_by("rank", "device", "t_ns").values_list(*SAMPLE_FIELDS)
-        ),
+        "steps": rawrows.values(rawrows.steps(run_id), *STEP_FIELDS),
+        "samples": rawrows.values(rawrows.samples(run_id), *SAMPLE_FIELDS),
         "ranks": list(RunRank.objects.filter(run_id=run_id).order_by("rank").values_list(*RANK_FIELDS)),
         "events": list(RunEvent.objects.filter(run_id=run_id).order_by("event_id").values_list(*EVENT_FIELDS)),
     }
 
 
+def chunks(run_id: str) -> tuple[int, int]:
+    """The run's stored chunks (database rows) of steps and of samples."""
+    return StepChunk.objects.filter(run_id=run_id).count(), SampleChunk.objects.filter(run_id=run_id).count()
+
+
 def counts(run_id: str) -> tuple[int, ...]:
     return (
-        Step.objects.filter(run_id=run_id).count(),
-        SystemSample.objects.filter(run_id=run_id).count(),
+        len(rawrows.steps(run_id)),
+        len(rawrows.samples(run_id)),
+        *chunks(run_id),
         RunEvent.objects.filter(run_id=run_id).count(),
         RunRank.objects.filter(run_id=run_id).count(),
         Run.objects.get(pk=run_id).ingest_seq,
@@ -137,7 +147,11 @@ def test_eight_ranks_in_one_request_store_what_eight_batch_requests_store(owner:
     assert ranks[6]["counters"] == {"sent_batches": 99, "only_6": 1, "dropped_steps": 0}
     assert ranks[5]["host"] == "" and ranks[0]["host"] == "node-0b"
     assert (ranks[7]["step_rows"], ranks[7]["last_step"]) == (12 + 3 * 7, 12 + 3 * 7 - 1)
+    assert ranks[7]["last_sample_ns"] == T0_NS + 65 * 10**9  # its last sample: interval 1's, second 5
     assert Run.objects.get(pk=node).ingest_seq == 2  # once a request
+    # A chunk per rank, kind and interval, as one request per rank stores them: rank 6 sent no
+    # rows and rank 7 no steps in the second interval.
+    assert chunks(node) == chunks(oracle) == (2 * RANKS - 2, 2 * RANKS - 1)
 
 
 @pytest.mark.backends
@@ -163,8 +177,9 @@ def test_a_replayed_node_batch_changes_nothing(owner: Tenant) -> None:
 @pytest.mark.backends
 @pytest.mark.django_db(transaction=True)
 def test_a_partly_stored_node_batch_stores_only_the_new_rows_with_exact_counts_per_rank(owner: Tenant) -> None:
-    """Outside any test transaction, as in production: the optimistic COPY of all ranks meets the
-    stored rows, and the redo counts each rank's rows exactly."""
+    """Outside any test transaction, as in production: ranks with rows stored already (some or all
+    of a part) have their stored chunks read and keep only their new rows, beside ranks with
+    nothing stored, in the same transaction; each rank's rows are counted exactly."""
     run_id = owner.create_run()
     entries = node_interval(0)
     by_rank = {entry["rank"]: entry for entry in entries}
@@ -192,8 +207,12 @@ def test_a_partly_stored_node_batch_stores_only_the_new_rows_with_exact_counts_p
     clean = owner.create_run()
     assert node_batch(clean, owner, {"batches": entries}).status_code == 200
     assert stored(run_id) == stored(clean)
-    # The connection is whole after the rolled-back try: the next node batch goes in.
-    assert all(a["steps"]["duplicates"] == 0 for a in node_batch(run_id, owner, {"batches": node_interval(2)}).json()["batches"])
+    # A chunk for each rank's new rows of a kind; none where a part was stored whole before (rank
+    # 0's steps, rank 2's samples, rank 4's both).
+    assert chunks(run_id) == (3 + RANKS - 2, 2 + RANKS - 2)
+    # Every rank's marks passed what it stored: the next interval is all new.
+    following = node_batch(run_id, owner, {"batches": node_interval(2)}).json()["batches"]
+    assert all(a["steps"]["duplicates"] == 0 and a["samples"]["duplicates"] == 0 for a in following)
 
 
 @pytest.mark.backends
@@ -341,7 +360,7 @@ def test_other_callers_get_what_batch_gives_them(owner: Tenant, outsider: Tenant
         node = client.post(f"/api/v1/runs/{target}/batches", {"batches": [steps_body(3)]}, format="json")
         assert one.status_code in (401, 403, 404)
         assert (node.status_code, node.json()) == (one.status_code, one.json())
-    assert not Step.objects.exists()
+    assert rawrows.steps() == [] and rawrows.samples() == []
 
 
 @pytest.mark.backends
@@ -369,34 +388,140 @@ def test_one_analysis_request_per_node_batch(
     assert asked == []
 
 
-def test_a_live_node_batch_copies_each_table_once_and_updates_ranks_and_run_in_one_statement(
-    owner: Tenant, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the COPY path is PostgreSQL's")
-    from phantomhub.telemetry import storage
+class ChunkAccess:
+    """What a block of code did to the chunk tables: the statements it ran through Django's
+    cursor, those inserting into each chunk table (an executemany is one), and the reads of each:
+    the other statements naming it, and on PostgreSQL the scans of its partitions the server
+    counted in this transaction (a read may go through the driver's own cursor, which no capture
+    of Django's sees)."""
 
-    copies: list[str] = []
-    real_copy = storage._pg_copy
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+        self.inserts: dict[str, list[str]] = {}
+        self.reads: dict[str, int] = {}
 
-    def counted(cur: Any, target: str, *args: Any) -> None:
-        copies.append(target)
-        real_copy(cur, target, *args)
+    @staticmethod
+    def _scans() -> dict[str, int]:
+        if connection.vendor != "postgresql":
+            return dict.fromkeys(CHUNK_TABLES, 0)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT t.name, COALESCE(sum(s.seq_scan + COALESCE(s.idx_scan, 0)), 0) FROM unnest(%s::text[]) AS t(name) "
+                "JOIN LATERAL pg_partition_tree(t.name::regclass) AS p ON true "
+                "LEFT JOIN pg_stat_xact_user_tables s ON s.relid = p.relid GROUP BY t.name",
+                [list(CHUNK_TABLES)],
+            )
+            return {name: int(scans) for name, scans in cursor.fetchall()}
 
-    monkeypatch.setattr(storage, "_pg_copy", counted)
+    @contextmanager
+    def watching(self) -> Iterator[ChunkAccess]:
+        before = self._scans()
+        with CaptureQueriesContext(connection) as captured:
+            yield self
+        after = self._scans()
+        self.queries = [q["sql"] for q in captured.captured_queries]
+        for table in CHUNK_TABLES:
+            named = [sql for sql in self.queries if re.search(rf"\b{table}\b", sql)]
+            self.inserts[table] = [
+                sql for sql in named if re.match(rf"\s*(\d+ times: )?INSERT\s+INTO\s+{table}\b", sql, re.IGNORECASE)
+            ]
+            self.reads[table] = len(named) - len(self.inserts[table]) + after[table] - before[table]
+
+
+def chunk_access() -> Any:
+    return ChunkAccess().watching()
+
+
+@pytest.mark.backends
+def test_a_live_node_batch_writes_one_insert_a_chunk_table_and_reads_no_chunk(owner: Tenant) -> None:
+    """The common case, every row new (a rank's first batch, and its next one past its marks):
+    all the ranks' chunks of a kind in one INSERT, no stored chunk read; the ranks taken in one
+    statement and updated with the run in one more. A replay reads the stored chunks (the same
+    watch sees its reads) and stores nothing."""
     run_id = owner.create_run()
-    entries = [entry for entry in node_interval(0) if "events" not in entry]  # events cost statements of their own
-    with CaptureQueriesContext(connection) as captured:
-        assert node_batch(run_id, owner, {"batches": entries}).status_code == 200
-    assert copies == ["telemetry_step", "telemetry_systemsample"]
-    rank_writes = [q["sql"] for q in captured.captured_queries if "telemetry_runrank" in q["sql"]]
-    assert len(rank_writes) == 1 and "UPDATE telemetry_run" in rank_writes[0]
-    assert RunRank.objects.filter(run_id=run_id).count() == len(entries)
-    copies.clear()
-    assert node_batch(run_id, owner, {"batches": entries}).status_code == 200  # a replay: the careful way
-    # One optimistic COPY that met the stored steps, then rank by rank: a COPY and a staged one each.
-    assert copies[0] == "telemetry_step"
-    assert copies.count("telemetry_step_stage") == copies.count("telemetry_systemsample_stage") == len(entries)
+    for interval in (0, 1):  # the ranks' first rows, then rows past the marks the first ones left
+        with chunk_access() as access:
+            response = node_batch(run_id, owner, {"batches": node_interval(interval)})
+        assert response.status_code == 200, response.content
+        assert all(answer["steps"]["duplicates"] == 0 for answer in response.json()["batches"] if "steps" in answer)
+        for table in CHUNK_TABLES:
+            assert len(access.inserts[table]) == 1, (interval, table, access.inserts[table])
+            assert access.reads[table] == 0, (interval, table, access.queries)
+        if connection.vendor == "postgresql":  # SQLite merges counters rank by rank
+            rank_statements = [sql for sql in access.queries if "telemetry_runrank" in sql]
+            assert len(rank_statements) == 2, rank_statements  # the ranks taken, then updated with the run
+            assert "UPDATE telemetry_run SET" in rank_statements[1]
+    assert chunks(run_id) == (2 * RANKS - 2, 2 * RANKS - 1)  # one a rank, kind and interval
+    assert RunRank.objects.filter(run_id=run_id).count() == RANKS
+    before, rows = counts(run_id), stored(run_id)
+    with chunk_access() as access:
+        again = node_batch(run_id, owner, {"batches": node_interval(1)})  # a replay: the stored chunks decide
+    assert again.status_code == 200, again.content
+    assert all(answer["steps"]["accepted"] == 0 for answer in again.json()["batches"] if "steps" in answer)
+    assert all(answer["samples"]["accepted"] == 0 for answer in again.json()["batches"] if "samples" in answer)
+    for table in CHUNK_TABLES:
+        assert access.inserts[table] == [] and access.reads[table] > 0, (table, access.queries)
+    assert counts(run_id) == before and stored(run_id) == rows
+
+
+def post_at_once(tenant: Tenant, run_id: str, body: Any, times: int) -> list[Any]:
+    """The same node batch posted by `times` threads at the same moment: their answers."""
+    answers: list[Any] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(times)
+
+    def post() -> None:
+        try:
+            barrier.wait()
+            response = node_batch(run_id, tenant, body)
+            assert response.status_code == 200, response.content
+            answers.append(response.json()["batches"])
+        except BaseException as exc:  # surfaced below; a thread cannot fail the test itself
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=post) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return answers
+
+
+@pytest.mark.backends
+@pytest.mark.django_db(transaction=True)
+def test_the_same_node_batch_twice_at_once_is_stored_once(owner: Tenant) -> None:
+    """Two agents (a retry racing its first try) post one node batch at once: the second writer
+    of a rank waits for the first and finds its rows, so every row is stored once, and one
+    answer accepts every part while the other reports all of it as duplicates."""
+    for attempt in range(3):  # the race is timing-dependent: several rounds
+        run_id, clean = owner.create_run(), owner.create_run()
+        # Without events, which would order the two requests by the run's row before they take
+        # their ranks: here only the ranks' rows do.
+        entries = [{k: v for k, v in entry.items() if k != "events"} for entry in node_interval(0, seed=attempt)]
+        answers = post_at_once(owner, run_id, {"batches": entries}, 2)
+        assert len(answers) == 2
+        for i, entry in enumerate(entries):
+            n = len(entry["steps"]["step"])
+            steps = [answer[i]["steps"] for answer in answers]
+            samples = [answer[i]["samples"] for answer in answers]
+            assert all(s["accepted"] + s["duplicates"] == n and s["reused_step"] == 0 for s in steps), (attempt, steps)
+            assert sum(s["accepted"] for s in steps) == n, (attempt, steps)
+            assert all(s["accepted"] + s["duplicates"] == 12 for s in samples) and sum(s["accepted"] for s in samples) == 12
+        # All or nothing per request: one transaction stored the whole batch, the other nothing.
+        taken = sorted(sum(part["accepted"] for rank in answer for part in rank.values()) for answer in answers)
+        total = sum(len(entry["steps"]["step"]) + 12 for entry in entries)
+        assert taken == [0, total], (attempt, taken)
+        steps, samples = rawrows.steps(run_id), rawrows.samples(run_id)
+        assert len(steps) == sum(len(entry["steps"]["step"]) for entry in entries)
+        assert len(set(rawrows.values(steps, "rank", "step"))) == len(steps)  # no key twice
+        assert len(samples) == 12 * RANKS and len(set(rawrows.values(samples, "rank", "device", "t_ns"))) == len(samples)
+        assert chunks(run_id) == (RANKS, RANKS)
+        assert Run.objects.get(pk=run_id).ingest_seq == 1  # the batch that found it all stored changed nothing
+        assert node_batch(clean, owner, {"batches": entries}).status_code == 200
+        assert stored(run_id) == stored(clean)  # and exactly what one request stores, row counts of ranks too
 
 
 @pytest.mark.backends
@@ -422,7 +547,7 @@ def test_rows_for_a_run_gone_since_its_lookup_are_refused_whole(owner: Tenant) -
     with pytest.raises(ApiError) as caught:
         services.node_batch_ingest(run=run, batches=sent)
     assert caught.value.status_code == 404
-    assert not Step.objects.filter(run_id=run_id).exists()
+    assert rawrows.steps(run_id) == [] and chunks(run_id) == (0, 0)
     assert not RunRank.objects.filter(run_id=run_id).exists()
 
 

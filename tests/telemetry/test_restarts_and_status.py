@@ -13,8 +13,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from phantomhub.telemetry.models import Run, RunRank, RunStatus, Step
+from phantomhub.telemetry.models import Run, RunRank, RunStatus
 from phantomhub.waste.services import runs_mark_crashed
+from tests import rawrows
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -60,7 +61,8 @@ def test_a_reused_step_number_is_refused_and_counted_apart_from_a_replay(owner: 
     assert owner.post_steps(run_id, steps_body(10)).json() == {"accepted": 0, "duplicates": 10, "reused_step": 0}
     rank = RunRank.objects.get(run_id=run_id, rank=0)
     assert rank.reused_step_rows == 10 and rank.step_rows == 15
-    stored = dict(Step.objects.filter(run_id=run_id).values_list("step", "t_start_ns"))
+    stored = dict(rawrows.values(rawrows.steps(run_id), "step", "t_start_ns"))
+    assert sorted(stored) == list(range(15))  # each step number once: the reused ones were not stored again
     assert stored[3] == T0_NS + 3 * 100_000_000  # the first write of a step number wins
     assert stored[12] == T0_NS + 12 * 100_000_000 + HOUR_NS
 
@@ -107,15 +109,31 @@ def test_samples_leave_the_last_step_alone(owner: Tenant) -> None:
 
 
 def test_the_migration_backfills_the_last_step_of_stored_ranks(owner: Tenant) -> None:
+    """Migration 0004 ran on the row table of its time (telemetry_step, a row per step; packed
+    into chunks and dropped by 0009, whose marks test_migration_packed_chunks.py checks): here a
+    stand-in of that table's key columns, so that its backfill is checked on what it reads."""
     from importlib import import_module
+
+    from phantomhub.telemetry.services import run_param
 
     migration = import_module("phantomhub.telemetry.migrations.0004_runrank_last_step_reused_step_rows")
     run_id = owner.create_run()
     owner.post_steps(run_id, steps_body(7))
+    owner.post_steps(run_id, steps_body(3, rank=1))
+    run = run_param(uuid.UUID(run_id))
+    uuid_type = "uuid" if connection.vendor == "postgresql" else "char(32)"
+    with connection.cursor() as cursor:  # temporary, and undone with the test's transaction in any case
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE telemetry_step (run_id {uuid_type} NOT NULL, rank integer NOT NULL, step bigint NOT NULL)"
+        )
+        for row in rawrows.steps(run_id):
+            cursor.execute("INSERT INTO telemetry_step (run_id, rank, step) VALUES (%s, %s, %s)", [run, row["rank"], row["step"]])
     RunRank.objects.filter(run_id=run_id).update(last_step=None)
+    RunRank.objects.filter(run_id=run_id, rank=1).update(step_rows=0)  # a rank that counted no rows: left alone
     with connection.cursor() as cursor:
         cursor.execute(migration.BACKFILL_LAST_STEP)
-    assert RunRank.objects.get(run_id=run_id, rank=0).last_step == 6
+        cursor.execute("DROP TABLE telemetry_step")
+    assert dict(RunRank.objects.filter(run_id=run_id).values_list("rank", "last_step")) == {0: 6, 1: None}
 
 
 # -- registration is an upsert -------------------------------------------------------------------

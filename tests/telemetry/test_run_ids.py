@@ -15,8 +15,9 @@ from django.db import connection, connections
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Role
-from phantomhub.telemetry.models import Run, Step
+from phantomhub.telemetry.models import Run
 from phantomhub_agent._identity import NAMESPACE
+from tests import rawrows
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -52,10 +53,10 @@ def test_an_id_squatted_by_another_project_blocks_nothing(owner: Tenant, outside
 
     mine = owner.client.get(f"/api/v1/runs/{derived}").json()
     assert mine["id"] == run["id"] and mine["status"] == "finished" and mine["gpu_count"] == 8
-    assert Step.objects.filter(run_id=run["id"]).count() == 10
+    assert len(rawrows.steps(run["id"])) == 10
     squat = outsider.client.get(f"/api/v1/runs/{derived}").json()
     assert squat["id"] == derived and squat["name"] == "squat" and squat["status"] == "running"
-    assert Step.objects.filter(run_id=derived).count() == 0
+    assert rawrows.steps(derived) == []
 
 
 def _answer(response: Any) -> tuple[int, Any]:

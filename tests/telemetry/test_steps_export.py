@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import CommandError, call_command
 
-from phantomhub.telemetry.models import RunArchive, Step
+from phantomhub.telemetry.models import RunArchive
 from phantomhub.telemetry.retention import storage_maintain
+from tests import rawrows
 from tests.conftest import Tenant
 from tests.telemetry.storage_helpers import RANKS, later, run_with_telemetry, sent_steps
 
@@ -50,7 +51,7 @@ def test_steps_parquet_is_what_the_agent_sent_nulls_included(owner: Tenant) -> N
 def test_steps_parquet_of_a_pruned_run_comes_from_the_archive(owner: Tenant, archive_dir: Path) -> None:
     run = run_with_telemetry(owner)
     storage_maintain(now=later(31))
-    assert not Step.objects.filter(run=run).exists()
+    assert rawrows.steps(run.pk) == [] and RunArchive.objects.get(run=run).pruned_at is not None
     archived = (archive_dir / RunArchive.objects.get(run=run).steps_path).read_bytes()
     response = owner.client.get(f"/api/v1/runs/{run.pk}/steps.parquet", HTTP_ACCEPT="application/vnd.apache.parquet")
     body = b"".join(response.streaming_content)
@@ -100,22 +101,26 @@ def test_steps_parquet_of_a_real_agent_run_is_what_the_agent_sent(live_server: A
     from phantomhub.telemetry import services as ingest
     from phantomhub.telemetry import storage
     from phantomhub.telemetry.models import Run
-    from phantomhub.telemetry.storage import STEP_TABLE
+    from phantomhub.telemetry.storage import STEPS
 
     sent: dict[int, list[dict[str, Any]]] = {}
-    store = storage.batch_insert
+    store = storage.batches_insert
 
-    def recording(*, table: Any, run_id: Any, rank: int, batch: Any, optimistic: bool = False) -> Any:
-        result = store(table=table, run_id=run_id, rank=rank, batch=batch, optimistic=optimistic)  # raises before recording
-        if table is STEP_TABLE:
+    def recording(*, kind: Any, run_id: Any, batches: Any, marks: Any) -> Any:
+        results = store(kind=kind, run_id=run_id, batches=batches, marks=marks)  # raises before recording
+        for (rank, batch), result in zip(batches, results, strict=True):
+            if kind is not STEPS or not result.accepted:
+                continue  # a batch refused whole was recorded when it was stored
+            assert result.accepted == batch.n, (rank, result)  # which rows of a partial batch were new is not known here
             cols = {n: [None if batch.nulls.get(n) is not None and batch.nulls[n][i] else v for i, v in enumerate(vals.tolist())]
                     for n, vals in batch.values.items()}  # fmt: skip
             sent.setdefault(rank, []).append(cols)
-        return result
+        return results
 
-    # The separate endpoints store through services' name, a rank's combined batch (one or a node's) through storage's.
-    monkeypatch.setattr(ingest, "batch_insert", recording)
-    monkeypatch.setattr(storage, "batch_insert", recording)
+    # Every ingest path (separate endpoints, a rank's combined batch, a node's) stores through
+    # services' name; storage's is patched too, so a path calling it there is recorded as well.
+    monkeypatch.setattr(ingest, "batches_insert", recording)
+    monkeypatch.setattr(storage, "batches_insert", recording)
     token = project_token_for_slugs(team_slug="ml", project_slug="export").raw
     run = agent.init(project="export", team="ml", name="exported", gpu_model="L4", gpu_count=1, dtype="fp32",
                      server=live_server.url, token=token, debug=True, spool_dir=str(tmp_path / "spool"),

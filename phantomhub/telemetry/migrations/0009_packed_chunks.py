@@ -94,6 +94,9 @@ def _sqlite_forwards(cursor):
                 )
 
 
+STEP_HI = "(SELECT max(key_hi) FROM telemetry_stepchunk c WHERE c.run_id = telemetry_runrank.run_id AND c.rank = telemetry_runrank.rank)"
+
+
 def forwards(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     with schema_editor.connection.cursor() as cursor:
@@ -110,8 +113,8 @@ def forwards(apps, schema_editor):
         )
         cursor.execute(
             "UPDATE telemetry_runrank SET "
-            "last_step = (SELECT max(key_hi) FROM telemetry_stepchunk c WHERE c.run_id = telemetry_runrank.run_id "
-            "AND c.rank = telemetry_runrank.rank), "
+            # A pruned rank keeps its mark (its rows left with retention): the larger of the two.
+            f"last_step = {greatest}(COALESCE(telemetry_runrank.last_step, {STEP_HI}), COALESCE({STEP_HI}, telemetry_runrank.last_step)), "
             "last_sample_ns = (SELECT max(key_hi) FROM telemetry_samplechunk c WHERE c.run_id = telemetry_runrank.run_id "
             "AND c.rank = telemetry_runrank.rank), "
             f"chunk_seq = {greatest}((SELECT COALESCE(max(seq), -1) + 1 FROM telemetry_stepchunk c "
