@@ -492,12 +492,13 @@ def _rank_batches_write(run: Run, entries: list[_CheckedBatch]) -> list[BatchIng
     ranks taken first, storage.ranks_lock), then one rank upsert for all of them and one run
     update, one analysis request."""
     with transaction.atomic():
+        # The ranks first, then (events, the upsert's end) the run: the order every writer of a
+        # rank takes them in, so a node batch with events and a rank's own request cannot deadlock.
+        marks = ranks_lock(run.pk, [entry.sent.rank for entry in entries])
         events: list[IngestResult | None] = []
         for entry in entries:
             with fields_within(entry.where):
                 events.append(events_ingest(run=run, events=entry.sent.events, touch=False) if entry.sent.events else None)
-        with_rows = [entry.sent.rank for entry in entries if entry.steps is not None or entry.samples is not None]
-        marks = ranks_lock(run.pk, with_rows) if with_rows else {}
         steps = _rows_insert(STEPS, run, [(entry.sent.rank, entry.steps) for entry in entries], marks)
         samples = _rows_insert(SAMPLES, run, [(entry.sent.rank, entry.samples) for entry in entries], marks)
         accepted = sum(rows.accepted for rows in (*steps, *samples) if rows is not None)
