@@ -354,7 +354,9 @@ def step_row_bytes(env: dict[str, str], database_url: str, run_ids: list[str], w
             " (SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk) FROM pg_inherits"
             " WHERE inhparent = 'telemetry_stepchunk'::regclass"
         ).fetchone()
-        ours = conn.execute("SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        ours = conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]
+        ).fetchone()
     hot_bytes, hot_rows = (int(row[0]), int(row[1])) if row else (0, 0)
     archived = 0
     for run_id in run_ids:

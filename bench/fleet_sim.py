@@ -413,7 +413,9 @@ def stored_steps(database_url: str, run_ids: list[str]) -> int:
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        row = conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk WHERE run_id = ANY(%s::uuid[])", [run_ids]
+        ).fetchone()
     return int(row[0]) if row else 0
 
 

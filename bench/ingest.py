@@ -10,8 +10,11 @@ starts:
 - raw COPY: C client threads, one psycopg connection each, send the same rows as prebuilt
   binary COPY payloads of the chunk row the API stores for the batch, COPY + COMMIT per batch:
   what the API does underneath, without HTTP, authentication, JSON, validation or the rank/run
-  bookkeeping (the rank's lock and marks, the run's sequence).
-Rounds alternate which side goes first (the table grows as it runs). Prints, per side, rows/s,
+  bookkeeping (the rank's lock and marks, the run's sequence);
+- raw COPY of rows: the same, but each batch as 5,000 rows of a row-per-step table with the
+  primary key (run_id, rank, step) (`bench_step_rows`, made by this bench: how PhantomHub stored
+  steps before migration 0009), the baseline this bench used then.
+Rounds rotate which side goes first (the table grows as it runs). Prints, per side, rows/s,
 per-batch latency p50/p99, the cold first batch (on a fresh gunicorn, and on a fresh connection,
 connecting included) and CPU seconds per million rows by process (gunicorn workers, PostgreSQL
 backends, the bench's client threads); the ratio API rows/s ÷ COPY rows/s per round, and its
@@ -218,6 +221,25 @@ def chunk_copy_payload(run_id: uuid.UUID, seq: int, batch: Any, week: int) -> by
     return _COPY_HEADER + row + b"\xff\xff"
 
 
+ROWS_DDL = "CREATE TABLE bench_step_rows (run_id uuid NOT NULL, rank integer NOT NULL, {cols}, PRIMARY KEY (run_id, rank, step))"
+ROWS_COPY_SQL = "COPY bench_step_rows (run_id, rank, {cols}) FROM STDIN (FORMAT BINARY)"
+
+
+def rows_copy_payload(run_id: uuid.UUID, batch: Any, names: list[str], floats: frozenset[str]) -> bytes:
+    """A binary COPY of the batch as a row per step (every value present: these batches have no nulls)."""
+    assert not batch.nulls
+    fields: list[tuple[str, str]] = [("nf", ">i2"), ("l_run", ">i4"), ("run", "V16"), ("l_rank", ">i4"), ("rank", ">i4")]
+    for name in names:
+        fields += [(f"l_{name}", ">i4"), (name, ">f8" if name in floats else ">i8")]
+    out = np.zeros(batch.n, dtype=np.dtype(fields))
+    out["nf"], out["l_run"], out["l_rank"] = 2 + len(names), 16, 4
+    out["run"] = np.frombuffer(run_id.bytes, dtype="V16")[0]
+    for name in names:
+        out[f"l_{name}"] = 8
+        out[name] = batch.values[name]
+    return _COPY_HEADER + out.tobytes() + b"\xff\xff"
+
+
 def copy_one(conn: psycopg.Connection[Any], sql: str, payload: bytes) -> None:
     with conn.cursor() as cur, cur.copy(sql) as copy:
         copy.write(payload)
@@ -271,6 +293,7 @@ def main() -> None:
     django.setup()
     from phantomhub.telemetry.columns import STEP_COLUMNS, columns_validate
     from phantomhub.telemetry.partitions import run_week
+    from phantomhub.telemetry.storage import STEPS
 
     rng = np.random.default_rng(7)
     print(f"[setup] building {args.batches} batches of {args.batch} rows …", flush=True)
@@ -284,9 +307,14 @@ def main() -> None:
     bodies = [gzip_bytes(raw) if args.gzip else raw for raw in raw_bodies]
     validated = [columns_validate(c, STEP_COLUMNS, where="steps", keys=("step",), max_rows=10**6) for c in columns]
     copy_sql = COPY_SQL
+    row_names = list(STEPS.columns)
+    row_cols = ", ".join(row_names)
+    rows_sql = ROWS_COPY_SQL.format(cols=row_cols)
+    with psycopg.connect(args.database_url) as conn:
+        conn.execute(ROWS_DDL.format(cols=", ".join(f"{n} {'float8' if n in STEPS.floats else 'int8'}" for n in row_names)))
     rows_per_round = args.batches * args.batch
 
-    api, copy = Side("api"), Side("copy")
+    api, copy, rows_side = Side("api"), Side("copy"), Side("copy_rows")
     pg_pids = backend_pids(args.database_url, dbname)
     bench_pid = os.getpid()
     cold: dict[str, float] = {}
@@ -306,6 +334,10 @@ def main() -> None:
         with psycopg.connect(args.database_url) as fresh:
             copy_one(fresh, copy_sql, chunk_copy_payload(cold_copy_run, 0, validated[0], run_week(cold_copy_run)))
         cold["copy_ms"] = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        with psycopg.connect(args.database_url) as fresh:
+            copy_one(fresh, rows_sql, rows_copy_payload(uuid.uuid4(), validated[0], row_names, STEPS.floats))
+        cold["copy_rows_ms"] = (time.perf_counter() - started) * 1000
 
         workers = lambda: [child.pid for child in psutil.Process(server.pid).children()]  # noqa: E731
         api_cpus = {"gunicorn": Cpu(workers), "postgres": Cpu(pg_pids), "client": Cpu(lambda: [bench_pid])}
@@ -321,12 +353,18 @@ def main() -> None:
             for conn_k in conns:
                 warm_copy = run_register(port, token, "warm")
                 copy_one(conn_k, copy_sql, chunk_copy_payload(warm_copy, 0, validated[0], run_week(warm_copy)))
+                copy_one(conn_k, rows_sql, rows_copy_payload(uuid.uuid4(), validated[0], row_names, STEPS.floats))
 
             for round_i in range(args.rounds):
                 api_runs = [run_register(port, token, f"api-{round_i}-{k}") for k in range(args.clients)]
                 copy_runs = [run_register(port, token, f"copy-{round_i}-{k}") for k in range(args.clients)]
                 payloads = [
                     chunk_copy_payload(copy_runs[i % args.clients], i, batch, run_week(copy_runs[i % args.clients]))
+                    for i, batch in enumerate(validated)
+                ]
+                row_runs = [uuid.uuid4() for _ in range(args.clients)]
+                row_payloads = [
+                    rows_copy_payload(row_runs[i % args.clients], batch, row_names, STEPS.floats)
                     for i, batch in enumerate(validated)
                 ]
 
@@ -344,24 +382,31 @@ def main() -> None:
                         copy_one(conns[k], copy_sql, payload)
                         lat.append(time.perf_counter() - t)
 
-                order = [("api", api_work, api_cpus, api), ("copy", copy_work, copy_cpus, copy)]
-                if round_i % 2:
-                    order.reverse()
-                for _name, work, cpus, side in order:
+                def rows_work(k: int, lat: list[float], payloads: list[bytes] = row_payloads) -> None:
+                    for payload in payloads[k :: args.clients]:
+                        t = time.perf_counter()
+                        copy_one(conns[k], rows_sql, payload)
+                        lat.append(time.perf_counter() - t)
+
+                order = [("api", api_work, api_cpus, api), ("copy", copy_work, copy_cpus, copy),
+                         ("copy_rows", rows_work, copy_cpus, rows_side)]  # fmt: skip
+                shift = round_i % len(order)
+                for _name, work, cpus, side in order[shift:] + order[:shift]:
                     timed_clients(args.clients, work, cpus, side, rows_per_round)
-                ratio = api.rate(round_i) / copy.rate(round_i)
                 print(
                     f"[round {round_i + 1}/{args.rounds}] API {api.rate(round_i):,.0f} rows/s   "
-                    f"COPY {copy.rate(round_i):,.0f} rows/s   ratio {ratio:.3f}",
+                    f"COPY chunk {copy.rate(round_i):,.0f} rows/s (ratio {api.rate(round_i) / copy.rate(round_i):.3f})   "
+                    f"COPY rows {rows_side.rate(round_i):,.0f} rows/s (ratio {api.rate(round_i) / rows_side.rate(round_i):.3f})",
                     flush=True,
                 )
             for conn_h in http_conns:
                 conn_h.close()
 
     ratios = [api.rate(i) / copy.rate(i) for i in range(args.rounds)]
+    row_ratios = [api.rate(i) / rows_side.rate(i) for i in range(args.rounds)]
     # What the ratio would be with both sides CPU-bound on the same cores: less sensitive to other
     # load on the machine than the rates themselves (which it slows unevenly).
-    cpu_per_row = {side.name: sum(side.cpu_s.values()) / sum(side.rows) for side in (api, copy)}
+    cpu_per_row = {side.name: sum(side.cpu_s.values()) / sum(side.rows) for side in (api, copy, rows_side)}
     stored = psycopg.connect(args.database_url).execute("SELECT coalesce(sum(n), 0) FROM telemetry_stepchunk").fetchone()
     result = {
         "benchmark": "ingest",
@@ -377,10 +422,14 @@ def main() -> None:
         "json_kb_per_batch": round(sum(len(b) for b in raw_bodies) / len(raw_bodies) / 1000, 1),
         "api": api.summary(),
         "copy": copy.summary(),
+        "copy_rows": rows_side.summary(),
         "cold_first_batch_ms": {side: round(ms, 1) for side, ms in cold.items()},
         "api_over_copy_per_round": [round(r, 3) for r in ratios],
         "api_over_copy_median": round(statistics.median(ratios), 3),
         "api_over_copy_by_cpu": round(cpu_per_row["copy"] / cpu_per_row["api"], 3),
+        "api_over_copy_rows_per_round": [round(r, 3) for r in row_ratios],
+        "api_over_copy_rows_median": round(statistics.median(row_ratios), 3),
+        "api_over_copy_rows_by_cpu": round(cpu_per_row["copy_rows"] / cpu_per_row["api"], 3),
         "target_api_over_copy": TARGET_RATIO,
         "rows_stored_at_end": int(stored[0]) if stored else None,
         "machine": {
@@ -391,19 +440,26 @@ def main() -> None:
         },
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    s_api, s_copy = result["api"], result["copy"]
+    s_api, s_copy, s_rows = result["api"], result["copy"], result["copy_rows"]
     print(f"\n{args.clients} clients on each side, {args.batch:,}-row batches, {args.rounds} rounds of {rows_per_round:,} rows")
-    for label, s in (("API (gunicorn)", s_api), ("raw binary COPY", s_copy)):
+    for label, s in (("API (gunicorn)", s_api), ("COPY of chunks", s_copy), ("COPY of rows", s_rows)):
         print(
             f"{label:16} {s['rows_per_s_median']:>9,} rows/s (median of rounds)   batch p50 {s['batch_ms_p50']} ms"
             f"  p99 {s['batch_ms_p99']} ms   CPU s per 1M rows {s['cpu_s_per_million_rows']}"
         )
-    print(f"cold first batch: API {cold['api_ms']:.0f} ms, COPY {cold['copy_ms']:.0f} ms (fresh connection)")
+    print(
+        f"cold first batch: API {cold['api_ms']:.0f} ms, COPY of chunks {cold['copy_ms']:.0f} ms,"
+        f" of rows {cold['copy_rows_ms']:.0f} ms (fresh connection)"
+    )
     print(
         f"API / COPY: median {result['api_over_copy_median']:.3f}, rounds {result['api_over_copy_per_round']}"
         f"   (target ≥ {TARGET_RATIO})"
     )
     print(f"API / COPY by CPU seconds per row (all processes): {result['api_over_copy_by_cpu']:.3f}")
+    print(
+        f"API / COPY of rows: median {result['api_over_copy_rows_median']:.3f}, by CPU {result['api_over_copy_rows_by_cpu']:.3f},"
+        f" rounds {result['api_over_copy_rows_per_round']}"
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -306,7 +306,9 @@ def stored(database_url: str, run_ids: list[str]) -> dict[str, Any]:
         for (run_id, rank), parts in by_rank.items():
             steps = np.concatenate(parts)
             rows.append((run_id, rank, len(steps), len(np.unique(steps)), int(steps.max())))
-        samples = conn.execute("SELECT coalesce(sum(n), 0) FROM telemetry_samplechunk WHERE run_id = ANY(%s::uuid[])", [run_ids]).fetchone()
+        samples = conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM telemetry_samplechunk WHERE run_id = ANY(%s::uuid[])", [run_ids]
+        ).fetchone()
         reused = conn.execute("SELECT coalesce(sum(reused_step_rows), 0) FROM telemetry_runrank WHERE run_id = ANY(%s::uuid[])",
                               [run_ids]).fetchone()  # fmt: skip
         statuses = conn.execute("SELECT status, count(*) FROM telemetry_run WHERE id = ANY(%s::uuid[]) GROUP BY status",

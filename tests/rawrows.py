@@ -70,4 +70,3 @@ def samples(run_id: Any = None, rank: int | None = None) -> list[dict[str, Any]]
 def values(rows: list[dict[str, Any]], *names: str) -> list[tuple[Any, ...]]:
     """The rows as tuples of `names`, in their order."""
     return [tuple(row[name] for name in names) for row in rows]
-

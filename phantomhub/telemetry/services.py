@@ -474,9 +474,7 @@ def _rank_batch_checked(run: Run, sent: RankBatch, where: str | None) -> _Checke
     return _CheckedBatch(sent, steps, samples, where)
 
 
-def _rows_insert(
-    kind: Kind, run: Run, parts: list[tuple[int, Batch | None]], marks: dict[int, Any]
-) -> list[InsertResult | None]:
+def _rows_insert(kind: Kind, run: Run, parts: list[tuple[int, Batch | None]], marks: dict[int, Any]) -> list[InsertResult | None]:
     """The batches of `parts` (rank, rows or None) in one batches_insert; results in their order."""
     sent = [(i, rank, batch) for i, (rank, batch) in enumerate(parts) if batch is not None]
     results: list[InsertResult | None] = [None] * len(parts)

@@ -187,9 +187,7 @@ def _chunks_write(kind: Kind, run_id: uuid.UUID, week: int | None, chunks: list[
         )
 
 
-def _new_rows(
-    kind: Kind, run_id: uuid.UUID, rank: int, batch: Batch, lo: int, hi: int
-) -> tuple[npt.NDArray[np.intp], int, int]:
+def _new_rows(kind: Kind, run_id: uuid.UUID, rank: int, batch: Batch, lo: int, hi: int) -> tuple[npt.NDArray[np.intp], int, int]:
     """(rows of the batch not stored yet, replays, reused keys), from the stored chunks whose
     keys overlap [lo, hi] (a replay, or a batch arriving after a later one)."""
     names = (*kind.key, kind.reuse_check) if kind.reuse_check else kind.key
