@@ -171,18 +171,24 @@ def batches_insert(
 
 
 def _chunks_write(kind: Kind, run_id: uuid.UUID, week: int | None, chunks: list[tuple[Any, ...]]) -> None:
-    with connection.cursor() as cursor:
-        if week is None:
+    if week is None:
+        with connection.cursor() as cursor:
             cursor.executemany(
                 f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 [(run_id.hex, *chunk) for chunk in chunks],
             )
-            return
-        # One statement for every rank's chunk, whatever their count (its text never changes).
-        columns = list(zip(*chunks))
+        return
+    # One statement for every rank's chunk, whatever their count (its text never changes), with
+    # its parameters bound by the server: Django's cursor would inline the payloads into the SQL
+    # as hex text, which PostgreSQL then parses and decodes.
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    columns = list(zip(*chunks))
+    with psycopg.Cursor(raw) as cursor:
         cursor.execute(
             f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}, run_week) "
-            "SELECT %s, * , %s FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[], %s::int4[], %s::bytea[])",
+            "SELECT %s, *, %s FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[], %s::int4[], %s::bytea[])",
             [run_id, week, *(list(column) for column in columns)],
         )
 

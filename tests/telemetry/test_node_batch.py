@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection, connections
@@ -389,11 +390,11 @@ def test_one_analysis_request_per_node_batch(
 
 
 class ChunkAccess:
-    """What a block of code did to the chunk tables: the statements it ran through Django's
-    cursor, those inserting into each chunk table (an executemany is one), and the reads of each:
-    the other statements naming it, and on PostgreSQL the scans of its partitions the server
-    counted in this transaction (a read may go through the driver's own cursor, which no capture
-    of Django's sees)."""
+    """What a block of code did to the chunk tables: the statements it ran (on PostgreSQL every
+    psycopg statement, the server's own cursors' included; on SQLite Django's), those inserting
+    into each chunk table (an executemany is one), and the reads of each: the other statements
+    naming it, and on PostgreSQL the scans of its partitions the server counted in this
+    transaction."""
 
     def __init__(self) -> None:
         self.queries: list[str] = []
@@ -416,10 +417,30 @@ class ChunkAccess:
     @contextmanager
     def watching(self) -> Iterator[ChunkAccess]:
         before = self._scans()
-        with CaptureQueriesContext(connection) as captured:
-            yield self
+        if connection.vendor == "postgresql":
+            # Every statement through psycopg, Django's cursors and the server's own alike.
+            seen: list[str] = []
+            execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+            def watched_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                seen.append(str(query))
+                return execute(cursor, query, *args, **kwargs)
+
+            def watched_executemany(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                seen.append(f"1 times: {query}")
+                return executemany(cursor, query, *args, **kwargs)
+
+            psycopg.Cursor.execute, psycopg.Cursor.executemany = watched_execute, watched_executemany  # type: ignore[method-assign]
+            try:
+                yield self
+            finally:
+                psycopg.Cursor.execute, psycopg.Cursor.executemany = execute, executemany  # type: ignore[method-assign]
+            self.queries = [sql for sql in seen if "pg_stat_xact_user_tables" not in sql]
+        else:
+            with CaptureQueriesContext(connection) as captured:
+                yield self
+            self.queries = [q["sql"] for q in captured.captured_queries]
         after = self._scans()
-        self.queries = [q["sql"] for q in captured.captured_queries]
         for table in CHUNK_TABLES:
             named = [sql for sql in self.queries if re.search(rf"\b{table}\b", sql)]
             self.inserts[table] = [
