@@ -41,7 +41,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_recreate  # noqa: E402
+from bench.common import database_recreate, in_process_env  # noqa: E402
 
 NS = 10**9
 
@@ -423,15 +423,7 @@ def main() -> None:
     model = model_side_by_side(args.ranks, args.steps) if not (args.small_only or args.pass_cost) else {}
     if args.model_only:
         return
-    os.environ.update(
-        {
-            "PHANTOMHUB_DATABASE_URL": args.database_url,
-            "PHANTOMHUB_SECRET_KEY": "a" * 48,
-            "PHANTOMHUB_DEBUG": "0",
-            "PHANTOMHUB_LOG_LEVEL": "WARNING",
-            "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
-        }
-    )
+    in_process_env(args.database_url)
     database_recreate(args.database_url)
     subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env={**os.environ}, check=True)
     import django

@@ -96,6 +96,21 @@ def server_setup(database_url: str, redis_url: str) -> dict[str, str]:
     return env
 
 
+def in_process_env(database_url: str) -> None:
+    """This process's environment for Django against a benchmark's database (production settings)."""
+    import os
+
+    os.environ.update(
+        {
+            "PHANTOMHUB_DATABASE_URL": database_url,
+            "PHANTOMHUB_SECRET_KEY": "a" * 48,
+            "PHANTOMHUB_DEBUG": "0",
+            "PHANTOMHUB_LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+        }
+    )
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     """Run a manage.py command against the benchmark's database; its stdout, stripped."""
     out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True)

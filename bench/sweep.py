@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import in_process_env  # noqa: E402
 
 
 def main() -> None:
@@ -32,15 +33,7 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "sweep.json"))
     args = parser.parse_args()
-    os.environ.update(
-        {
-            "PHANTOMHUB_DATABASE_URL": args.database_url,
-            "PHANTOMHUB_SECRET_KEY": "a" * 48,
-            "PHANTOMHUB_DEBUG": "0",
-            "PHANTOMHUB_LOG_LEVEL": "WARNING",
-            "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
-        }
-    )
+    in_process_env(args.database_url)
     import django
 
     django.setup()

@@ -32,11 +32,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from phantomhub.errors import ApiError
+from phantomhub.telemetry import storage
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
 from phantomhub.telemetry.models import Run, RunArchive, RunRank
 from phantomhub.telemetry.selectors import ANALYSIS_COLUMNS, SAMPLE_READ_COLUMNS, hot_rows, merge_rows
-from phantomhub.telemetry.storage import SAMPLES as RAW_SAMPLES
-from phantomhub.telemetry.storage import STEPS as RAW_STEPS
 
 FORMAT_VERSION = "1"
 # Rows per row group (and per read from PostgreSQL while archiving): bounds the memory one run takes.
@@ -46,7 +45,7 @@ CHUNK_ROWS = 500_000
 @dataclass(frozen=True)
 class Kind:
     name: str  # "steps" | "samples"
-    table: str
+    raw: storage.Kind  # how the rows are stored while hot
     columns: list[str]  # in file order
     key: list[str]
     required: frozenset[str]  # never null
@@ -55,7 +54,7 @@ class Kind:
 
 STEPS = Kind(
     "steps",
-    "telemetry_stepchunk",
+    storage.STEPS,
     ["rank", *ANALYSIS_COLUMNS],
     ["rank", "step"],
     frozenset({"rank", "step", "t_start_ns"}),
@@ -63,14 +62,13 @@ STEPS = Kind(
 )
 SAMPLES = Kind(
     "samples",
-    "telemetry_samplechunk",
+    storage.SAMPLES,
     SAMPLE_READ_COLUMNS,
     ["rank", "device", "t_ns"],
     frozenset({"rank", "device", "t_ns"}),
     frozenset({"t_ns", "gpu_mem_used_bytes", "rss_bytes"}),
 )
 KINDS = {k.name: k for k in (STEPS, SAMPLES)}
-RAW_KINDS = {k.name: k for k in (RAW_STEPS, RAW_SAMPLES)}  # how each is stored while hot
 _FLOATS = {"flops", *(c.name for c in SAMPLE_COLUMNS if c.kind == "float")}
 assert {c.name for c in STEP_COLUMNS} <= set(STEPS.columns)
 
@@ -161,13 +159,13 @@ def _rank_chunks(run: Run) -> list[list[int]]:
 
 def _hot_chunks(run: Run, kind: Kind) -> Iterator[dict[str, npt.NDArray[Any]]]:
     for ranks in _rank_chunks(run):
-        yield hot_rows(kind=RAW_KINDS[kind.name], run_id=run.pk, names=kind.columns, ranks=ranks)
+        yield hot_rows(kind=kind.raw, run_id=run.pk, names=kind.columns, ranks=ranks)
 
 
 def _ranks_without_runrank(run: Run, kind: Kind) -> dict[str, npt.NDArray[Any]]:
     """Rows of ranks that RunRank does not list (rows written by a bulk load, fixtures)."""
     known = list(RunRank.objects.filter(run=run).values_list("rank", flat=True))
-    return hot_rows(kind=RAW_KINDS[kind.name], run_id=run.pk, names=kind.columns, except_ranks=known)
+    return hot_rows(kind=kind.raw, run_id=run.pk, names=kind.columns, except_ranks=known)
 
 
 @dataclass(frozen=True)

@@ -124,10 +124,10 @@ def hot_rows(
     ordered by rank and the kind's key, as numpy arrays, nulls as -1 / NaN. Only chunks that
     reach past `after` are read (an index range per rank), then one ``frombuffer`` over them."""
     fields = [name for name in names if name != "rank"]
-    wanted = fields if after is None or kind.span in fields else [*fields, kind.span]
+    fields += [k for k in kind.key if k not in fields]  # the key sorts the rows; the span is one of it
     rows = stored_rows(
-        kind, run_id, ranks, names=[*wanted, *(k for k in kind.key if k not in wanted)], except_ranks=except_ranks,
-        key_hi_min=None if after is None else after + 1, with_rank=True,
+        kind, run_id, ranks, names=fields, except_ranks=except_ranks, key_hi_min=None if after is None else after + 1,
+        with_rank=True,
     )  # fmt: skip
     if after is not None:
         keep = rows[kind.span] > after

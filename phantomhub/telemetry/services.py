@@ -21,7 +21,7 @@ from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
-from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, batches_insert, ranks_lock
+from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, RankMarks, batches_insert, ranks_lock
 
 RUN_FIELDS = (
     "name",
@@ -245,21 +245,6 @@ def _analysis_soon(run: Run) -> None:
     transaction.on_commit(lambda: analysis_request(run_id))
 
 
-def _batch_ingest(*, run: Run, rank: int, host: str | None, batch: Batch, kind: Kind) -> InsertResult:
-    with transaction.atomic():
-        (result,) = batches_insert(kind=kind, run_id=run.pk, batches=[(rank, batch)], marks=ranks_lock(run.pk, [rank]))
-        # Every key of the batch is stored now (new, or refused as stored).
-        last = int(batch.values[kind.span].max())
-        if result.accepted and run.status == RunStatus.CRASHED:
-            _run_reopen_if_marked_crashed(run)
-        steps = kind is STEPS
-        rows = _RankRows(rank, host, result if steps else None, last if steps else None, None if steps else last)
-        _after_ingest(run, [rows], changed=bool(result.accepted))
-        if result.accepted:
-            _analysis_soon(run)
-        return result
-
-
 def _too_late(run: Run, field: str, what: str) -> ApiError:
     start = run.allocation_start.isoformat()
     message = f"{what} is more than {MAX_SPAN.days} days after the run's allocation_start ({start})"
@@ -274,15 +259,17 @@ def _span_check(run: Run, batch: Batch, field: str, key: str, ends: npt.NDArray[
 
 
 def steps_ingest(*, run: Run, rank: int, host: str | None, steps: Any) -> StepIngestResult:
-    batch = _steps_checked(run, steps)
-    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, kind=STEPS)
-    return StepIngestResult(result.accepted, result.duplicates, result.reused)
+    entry = _CheckedBatch(RankBatch(rank=rank, host=host), _steps_checked(run, steps), None, None)
+    result = _rank_batches_write(run, [entry])[0].steps
+    assert result is not None
+    return result
 
 
 def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> IngestResult:
-    batch = _samples_checked(run, samples)
-    result = _batch_ingest(run=run, rank=rank, host=host, batch=batch, kind=SAMPLES)
-    return IngestResult(result.accepted, result.duplicates + result.reused)
+    entry = _CheckedBatch(RankBatch(rank=rank, host=host), None, _samples_checked(run, samples), None)
+    result = _rank_batches_write(run, [entry])[0].samples
+    assert result is not None
+    return result
 
 
 # What applying events reads and writes of a run: its config and environment (up to 64 KiB of
@@ -474,7 +461,9 @@ def _rank_batch_checked(run: Run, sent: RankBatch, where: str | None) -> _Checke
     return _CheckedBatch(sent, steps, samples, where)
 
 
-def _rows_insert(kind: Kind, run: Run, parts: list[tuple[int, Batch | None]], marks: dict[int, Any]) -> list[InsertResult | None]:
+def _rows_insert(
+    kind: Kind, run: Run, parts: list[tuple[int, Batch | None]], marks: dict[int, RankMarks]
+) -> list[InsertResult | None]:
     """The batches of `parts` (rank, rows or None) in one batches_insert; results in their order."""
     sent = [(i, rank, batch) for i, (rank, batch) in enumerate(parts) if batch is not None]
     results: list[InsertResult | None] = [None] * len(parts)
