@@ -34,7 +34,7 @@ from phantomhub.waste.inputs import (
     SystemSamples,
 )
 from phantomhub.waste.steps import StepBlock, StepContext, piece_totals, process_rows
-from phantomhub.waste.stragglers import AlignedRows, StragglerCounters, attribute, take_through_many
+from phantomhub.waste.stragglers import RunTail, StragglerCounters, attribute
 from phantomhub.waste.timeline import NS_MAX, Coverage, PricePieces
 from phantomhub.waste.windows import WindowSums
 
@@ -92,10 +92,10 @@ class RankState:
     mem_peak_max: int = -1
     mem_reserved_max: int = -1
     mem_allocated_max: int = -1
-    tail: AlignedRows = field(default_factory=AlignedRows)
 
-    def to_json(self) -> dict[str, Any]:
-        step, arrival, comm = self.tail.arrays()
+    def to_json(self, tail: tuple[IntArray, IntArray, IntArray]) -> dict[str, Any]:
+        """``tail``: this rank's rows waiting for alignment (step, arrival, comm; RunTail)."""
+        step, arrival, comm = tail
         return {
             "rank": self.rank,
             "host": self.host,
@@ -116,6 +116,7 @@ class RankState:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], n_pieces: int) -> RankState:
+        """The rank's state; its ``d["tail"]`` is the caller's to add to the run's tail."""
         rs = cls(rank=int(d["rank"]), host=str(d["host"]), columns=set(d["columns"]))
         rs.piece_ns = np.zeros((n_pieces, 5), dtype=np.int64)
         for i, *row in d["piece_ns"]:
@@ -126,8 +127,29 @@ class RankState:
         rs.sums = {k: int(v) for k, v in d["sums"].items()}
         rs.flops, rs.frag_sum = float(d["flops"]), float(d["frag_sum"])
         rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max = (int(x) for x in d["mem_max"])
-        rs.tail.add(*(np.array(x, dtype=np.int64) for x in d["tail"]))
         return rs
+
+
+@dataclass(frozen=True)
+class RankTotals:
+    """Totals over a list of ranks, each summed once in rank-list order (the same ints and floats
+    as one ``sum(rs.sums[key] for rs in ranks)`` per figure, which a 1,024-rank run's finalisation
+    used to run some twenty times over every rank)."""
+
+    sums: dict[str, int]
+    flops: float
+    frag_sum: float
+    columns: frozenset[str]  # carried by at least one rank
+    common: frozenset[str]  # carried by every rank
+
+    @classmethod
+    def of(cls, ranks: Sequence[RankState]) -> RankTotals:
+        rows = [rs.sums for rs in ranks]
+        sums = {key: sum(map(operator.itemgetter(key), rows)) for key in _SUM_KEYS}
+        carried = [rs.columns for rs in ranks]
+        columns = frozenset().union(*carried)
+        common = frozenset(columns.intersection(*carried)) if carried else frozenset()
+        return cls(sums, sum([rs.flops for rs in ranks]), sum([rs.frag_sum for rs in ranks]), columns, common)
 
 
 @dataclass
@@ -225,6 +247,7 @@ class RunAccumulator:
         self.windows = WindowSums.empty()
         self.watermark: int | None = None
         self.stragglers: dict[int, StragglerCounters] = {}
+        self.tail = RunTail()  # every rank's rows not yet aligned across ranks
         self.hosts: dict[str, HostSamples] = {}
         self.max_t_seen: int | None = None
 
@@ -503,24 +526,19 @@ class RunAccumulator:
         max_start = np.maximum.reduceat(block.t_start_ns, offsets).tolist()
         horizon = np.maximum.reduceat(block.e_ns, offsets).tolist()
         on = block.nonphase_ns > 0
-        arrival, comm, step = block.arrival_ns, block.cats[:, 3], block.step
-        all_on = bool(on.all())
-        bounds = np.concatenate((offsets, [len(step)])).tolist()
+        rank_of = np.repeat(np.array([rs.rank for rs in states], dtype=np.int64), lengths)
+        if on.all():
+            self.tail.add(rank_of, block.step, block.arrival_ns, block.cats[:, 3])
+        else:
+            self.tail.add(rank_of[on], block.step[on], block.arrival_ns[on], block.cats[:, 3][on])
         max_seen = self.max_t_seen
-        for rs, first, last, start, end, lo, hi in zip(
-            states, first_live, last_live, max_start, horizon, bounds, bounds[1:], strict=False
-        ):
+        for rs, first, last, start, end in zip(states, first_live, last_live, max_start, horizon, strict=True):
             if first < NS_MAX:
                 rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
                 rs.last_e = max(last, rs.last_e or first)
             rs.max_t_start = max(start, rs.max_t_start or -NS_MAX)
             rs.horizon = max(end, rs.horizon or -NS_MAX)
             max_seen = max(rs.max_t_start, max_seen or rs.max_t_start)
-            if all_on:
-                rs.tail.add(step[lo:hi], arrival[lo:hi], comm[lo:hi])
-            else:
-                keep = on[lo:hi]
-                rs.tail.add(step[lo:hi][keep], arrival[lo:hi][keep], comm[lo:hi][keep])
         self.max_t_seen = max_seen
         self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
 
@@ -584,13 +602,14 @@ class RunAccumulator:
         if final:
             bound = NS_MAX
         else:
-            if len(self.ranks) < self.config.world_size and sum(len(rs.tail) for rs in self.ranks.values()) < TAIL_ALIGN_LIMIT:
+            if len(self.ranks) < self.config.world_size and len(self.tail) < TAIL_ALIGN_LIMIT:
                 return
             bound = min((rs.pending["step"] - 1) if rs.pending is not None else NS_MAX for rs in self.ranks.values())
         if self.watermark is not None and bound <= self.watermark:
             return
         ranks = sorted(self.ranks)
-        who, step, arrival, comm = take_through_many([self.ranks[r].tail for r in ranks], bound)
+        rank, step, arrival, comm = self.tail.take_through(bound)
+        who = np.searchsorted(np.array(ranks, dtype=np.int64), rank)
         attribute(ranks, who, step, arrival, comm, self.stragglers)
         self.watermark = bound
 
@@ -641,8 +660,8 @@ class RunAccumulator:
             c.pending = None if rs.pending is None else dict(rs.pending)
             c.piece_ns = rs.piece_ns.copy()
             c.sums = dict(rs.sums)
-            c.tail = AlignedRows(list(rs.tail.step), list(rs.tail.arrival), list(rs.tail.comm))
             twin.ranks[rank] = c
+        twin.tail = self.tail.copy()
         twin.windows = self.windows.copy()
         twin.stragglers = {k: StragglerCounters(*v.to_json()) for k, v in self.stragglers.items()}
         twin.hosts = {k: copy.deepcopy(v) for k, v in self.hosts.items()}
@@ -655,7 +674,7 @@ class RunAccumulator:
         return {
             "version": STATE_VERSION,
             "config": self.config.fingerprint(),
-            "ranks": [rs.to_json() for rs in self.ranks.values()],
+            "ranks": [rs.to_json(self._tail_of(rs.rank)) for rs in self.ranks.values()],
             "windows": self.windows.to_json(),
             "watermark": self.watermark,
             "stragglers": {str(k): v.to_json() for k, v in self.stragglers.items()},
@@ -671,12 +690,19 @@ class RunAccumulator:
         for raw in data["ranks"]:
             rs = RankState.from_json(raw, len(acc.ctx.pieces))
             acc.ranks[rs.rank] = rs
+            step, arrival, comm = (np.array(x, dtype=np.int64) for x in raw["tail"])
+            acc.tail.add(np.full(len(step), rs.rank, dtype=np.int64), step, arrival, comm)
         acc.windows = WindowSums.from_json(data["windows"])
         acc.watermark = data["watermark"]
         acc.stragglers = {int(k): StragglerCounters.from_json(v) for k, v in data["stragglers"].items()}
         acc.hosts = {k: HostSamples.from_json(v) for k, v in data["hosts"].items()}
         acc.max_t_seen = data["max_t_seen"]
         return acc
+
+    def _tail_of(self, rank: int) -> tuple[IntArray, IntArray, IntArray]:
+        ranks, step, arrival, comm = self.tail.arrays()
+        mine = ranks == rank
+        return step[mine], arrival[mine], comm[mine]
 
     def matches(self, config: RunConfig) -> bool:
         """True when this state was built under ``config`` (else start a fresh accumulator)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import median
+from typing import Any
 
 import numpy as np
 
-from phantomhub.waste.accumulator import HostSamples, RankState, RunAccumulator
+from phantomhub.waste.accumulator import HostSamples, RankState, RankTotals, RunAccumulator
 from phantomhub.waste.result import (
     HostDiagnostics,
     HostFigure,
@@ -43,15 +44,18 @@ def _p95(hist: Sequence[int]) -> float | None:
     return float(np.searchsorted(cum, math.ceil(0.95 * n)))
 
 
-def memory_diagnostics(ranks: Sequence[RankState], capacity_bytes: int | None, oom_count: int) -> MemoryDiagnostics:
+def memory_diagnostics(
+    ranks: Sequence[RankState], capacity_bytes: int | None, oom_count: int, totals: RankTotals | None = None
+) -> MemoryDiagnostics:
+    """``totals``: ``RankTotals.of(ranks)``, when the caller has it."""
+    totals = totals or RankTotals.of(ranks)
     peak_rs = max(ranks, key=lambda r: r.mem_peak_max, default=None)
     peak = peak_rs.mem_peak_max if peak_rs is not None and peak_rs.mem_peak_max >= 0 else None
-    reserved = max((r.mem_reserved_max for r in ranks), default=-1)
-    allocated = max((r.mem_allocated_max for r in ranks), default=-1)
-    frag_rows = sum(r.sums["frag_rows"] for r in ranks)
-    retries_seen = any("alloc_retries" in r.columns for r in ranks)
-    retries = sum(r.sums["alloc_retries"] for r in ranks) if retries_seen else None
-    rows = sum(r.sums["rows"] for r in ranks)
+    reserved = max([r.mem_reserved_max for r in ranks], default=-1)
+    allocated = max([r.mem_allocated_max for r in ranks], default=-1)
+    frag_rows = totals.sums["frag_rows"]
+    retries = totals.sums["alloc_retries"] if "alloc_retries" in totals.columns else None
+    rows = totals.sums["rows"]
     return MemoryDiagnostics(
         capacity_bytes=capacity_bytes,
         peak_bytes_max=peak,
@@ -60,23 +64,34 @@ def memory_diagnostics(ranks: Sequence[RankState], capacity_bytes: int | None, o
         headroom_bytes=(capacity_bytes - peak if peak is not None and capacity_bytes else None),
         reserved_bytes_max=reserved if reserved >= 0 else None,
         allocated_bytes_max=allocated if allocated >= 0 else None,
-        fragmentation_mean=_mean(sum(r.frag_sum for r in ranks), frag_rows),
+        fragmentation_mean=_mean(totals.frag_sum, frag_rows),
         alloc_retries_total=retries,
         alloc_retries_per_1k_steps=(retries * 1000 / rows if retries is not None and rows else None),
         oom_count=oom_count,
     )
 
 
-def host_diagnostics(ranks: Sequence[RankState], hosts: dict[str, HostSamples]) -> HostDiagnostics:
-    by_host: dict[str, list[RankState]] = {}
+def host_diagnostics(
+    ranks: Sequence[RankState], hosts: dict[str, HostSamples], totals: RankTotals | None = None
+) -> HostDiagnostics:
+    """``totals``: ``RankTotals.of(ranks)``, when the caller has it."""
+    totals = totals or RankTotals.of(ranks)
+    # Per host, in one pass over the ranks: [its ranks, Σ nonphase_ns, Σ host_ns, Σ data_ns].
+    by_host: dict[str, list[Any]] = {}
     for r in ranks:
-        by_host.setdefault(r.host, []).append(r)
+        s = r.sums
+        mine = by_host.get(r.host)
+        if mine is None:
+            mine = by_host[r.host] = [[], 0, 0, 0]
+        mine[0].append(r.rank)
+        mine[1] += s["nonphase_ns"]
+        mine[2] += s["host_ns"]
+        mine[3] += s["data_ns"]
     names = sorted(set(by_host) | set(hosts))
     figures = []
     for name in names:
-        mine = by_host.get(name, [])
+        rank_ids, step_ns, host_ns, data_ns = by_host.get(name, ([], 0, 0, 0))
         hs = hosts.get(name, HostSamples())
-        step_ns = sum(r.sums["nonphase_ns"] for r in mine)
         other_mean = _mean(hs.other_sum, hs.other_n)
         other_p95 = _p95(hs.other_hist)
         steal_mean = _mean(hs.steal_sum, hs.steal_n)
@@ -89,23 +104,22 @@ def host_diagnostics(ranks: Sequence[RankState], hosts: dict[str, HostSamples]) 
         figures.append(
             HostFigure(
                 host=name,
-                ranks=tuple(sorted(r.rank for r in mine)),
+                ranks=tuple(sorted(rank_ids)),
                 samples=max(hs.other_n, hs.steal_n, hs.gpu_util_n),
                 cpu_other_pct_mean=other_mean,
                 cpu_other_pct_p95=other_p95,
                 cpu_steal_pct_mean=steal_mean,
                 cpu_steal_pct_p95=_p95(hs.steal_hist),
                 gpu_util_pct_mean=_mean(hs.gpu_util_sum, hs.gpu_util_n),
-                host_overhead_share=_mean(sum(r.sums["host_ns"] for r in mine), step_ns),
-                data_stall_share=_mean(sum(r.sums["data_ns"] for r in mine), step_ns),
+                host_overhead_share=_mean(host_ns, step_ns),
+                data_stall_share=_mean(data_ns, step_ns),
                 contended=bool(contended),
             )
         )
-    total_step = sum(r.sums["nonphase_ns"] for r in ranks)
     return HostDiagnostics(
         hosts=tuple(figures),
         gpu_util_pct_mean=_mean(sum(h.gpu_util_sum for h in hosts.values()), sum(h.gpu_util_n for h in hosts.values())),
-        host_overhead_share=_mean(sum(r.sums["host_ns"] for r in ranks), total_step),
+        host_overhead_share=_mean(totals.sums["host_ns"], totals.sums["nonphase_ns"]),
     )
 
 
@@ -120,20 +134,23 @@ def stragglers_found(
     comm_usd_per_gpu_ns: float,
 ) -> tuple[Straggler, ...]:
     """Ranks persistently slower than the median, with the comm wait they cost the others."""
-    compute_means = [
-        v for v in (_mean(r.sums["useful_ns"] + r.sums["inefficiency_ns"], r.sums["live_steps"]) for r in ranks) if v is not None
-    ]
-    data_means = [v for v in (_per_step(r, "data_ns") for r in ranks) if v is not None]
-    med_compute = median(compute_means) if compute_means else None
-    med_data = median(data_means) if data_means else None
-    found = []
+    flagged = []
     for rs in ranks:
         c = counters.get(rs.rank)
         if c is None or c.aligned_steps < STRAGGLER_MIN_ALIGNED_STEPS or c.blamed_steps == 0:
             continue
         share = c.slow_steps / c.aligned_steps
-        if share < STRAGGLER_MIN_SLOW_SHARE:
-            continue
+        if share >= STRAGGLER_MIN_SLOW_SHARE:
+            flagged.append((rs, c, share))
+    if not flagged:
+        return ()
+    live = [s for s in (r.sums for r in ranks) if s["live_steps"]]
+    compute_means = [(s["useful_ns"] + s["inefficiency_ns"]) / s["live_steps"] for s in live]
+    data_means = [s["data_ns"] / s["live_steps"] for s in live]
+    med_compute = median(compute_means) if compute_means else None
+    med_data = median(data_means) if data_means else None
+    found = []
+    for rs, c, share in flagged:
         caused_gpu_ns = c.caused_wait_ns * gpu_ns_per_rank_ns
         found.append(
             Straggler(

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 
-from phantomhub.waste.accumulator import RankState, RunAccumulator
+from phantomhub.waste.accumulator import RankState, RankTotals, RunAccumulator
 from phantomhub.waste.diagnostics import (
     host_diagnostics,
     memory_diagnostics,
@@ -57,6 +57,8 @@ def build_analysis(
     span_ns = end_ns - start
     reporting = sorted((rs for rs in acc.ranks.values() if rs.sums["rows"] > 0), key=lambda r: r.rank)
     n_rep = len(reporting)
+    totals = RankTotals.of(reporting)
+    sums = totals.sums
     # A run with no step rows is one virtual rank standing for every GPU, all of it idle.
     rank_slots: list[RankState | None] = list(reporting) if reporting else [None]
     gpu_per_slot = Fraction(cfg.gpu_count, len(rank_slots))
@@ -86,30 +88,29 @@ def build_analysis(
     billed = cfg.gpu_count * span_ns / 1e9
     # -- efficiency ----------------------------------------------------------------------------
     rank_scale = cfg.world_size / n_rep if n_rep else 0.0
-    flops = sum(rs.flops for rs in reporting)
-    flops_steps = sum(rs.sums["flops_steps"] for rs in reporting)
-    live_steps = sum(rs.sums["live_steps"] for rs in reporting)
+    flops = totals.flops
+    flops_steps = sums["flops_steps"]
     flops_known = flops_steps > 0
     peak = cfg.peak_flops_per_gpu
     span_s = span_ns / 1e9
     achieved = flops * rank_scale / (cfg.gpu_count * span_s) if flops_known and span_s > 0 else None
-    step_s = sum(rs.sums["nonphase_ns"] for rs in reporting) / 1e9
-    compute_s = sum(rs.sums["useful_ns"] + rs.sums["inefficiency_ns"] for rs in reporting) / 1e9
+    step_s = sums["nonphase_ns"] / 1e9
+    compute_s = (sums["useful_ns"] + sums["inefficiency_ns"]) / 1e9
     peak_rank = peak * cfg.gpus_per_rank if peak is not None else None
     mfu = achieved / peak if achieved is not None and peak is not None else None
     mfu_step = flops / (peak_rank * step_s) if flops_known and peak_rank and step_s > 0 else None
     mfu_compute = flops / (peak_rank * compute_s) if flops_known and peak_rank and compute_s > 0 else None
-    tokens = sum(rs.sums["tokens"] for rs in reporting)
-    samples = sum(rs.sums["samples"] for rs in reporting)
-    tokens_seen = any("tokens" in rs.columns for rs in reporting)
-    samples_seen = any("samples" in rs.columns for rs in reporting)
+    tokens = sums["tokens"]
+    samples = sums["samples"]
+    tokens_seen = "tokens" in totals.columns
+    samples_seen = "samples" in totals.columns
 
     comm_gpu_ns = cat_ns["comm_exposed"] * gpu_per_slot
     comm_rate = float(cat_cents["comm_exposed"] / 100 / comm_gpu_ns) if comm_gpu_ns else 0.0
     stragglers = stragglers_found(reporting, acc.stragglers, float(gpu_per_slot), comm_rate)
 
     # -- recoverable: counterfactuals against demonstrated references (evidence.py) -------------
-    profile = _profile(reporting, book.total_ns, mfu_compute)
+    profile = _profile(n_rep, totals, book.total_ns, mfu_compute)
     recov, idle_recov = assess(
         windows=acc.windows,
         start_ns=start,
@@ -153,27 +154,28 @@ def build_analysis(
     for rs, ns_row, usd_row in zip(rank_slots, book.rank_ns, book.rank_usd, strict=True):
         if rs is None:
             continue
-        live = rs.sums["live_steps"]
-        compute_ns = rs.sums["useful_ns"] + rs.sums["inefficiency_ns"]
+        s = rs.sums
+        live = s["live_steps"]
+        compute_ns = s["useful_ns"] + s["inefficiency_ns"]
         counters = acc.stragglers.get(rs.rank)
         ranks.append(
             RankFigure(
                 rank=rs.rank,
                 host=rs.host,
-                steps=rs.sums["rows"],
+                steps=s["rows"],
                 gpu_seconds=dict(zip(CATEGORIES, map(gpu_s, ns_row), strict=True)),
                 usd=dict(zip(CATEGORIES, usd_row, strict=True)),
-                step_ns_mean=rs.sums["nonphase_ns"] / live if live else None,
+                step_ns_mean=s["nonphase_ns"] / live if live else None,
                 compute_ns_mean=compute_ns / live if live else None,
-                data_ns_mean=rs.sums["data_ns"] / live if live else None,
-                comm_ns_mean=rs.sums["comm_ns"] / live if live else None,
-                host_ns_mean=rs.sums["host_ns"] / live if live else None,
+                data_ns_mean=s["data_ns"] / live if live else None,
+                comm_ns_mean=s["comm_ns"] / live if live else None,
+                host_ns_mean=s["host_ns"] / live if live else None,
                 mfu_step_time=(
-                    rs.flops / (peak_rank * rs.sums["nonphase_ns"] / 1e9)
-                    if peak_rank and rs.sums["flops_steps"] and rs.sums["nonphase_ns"]
+                    rs.flops / (peak_rank * s["nonphase_ns"] / 1e9)
+                    if peak_rank and s["flops_steps"] and s["nonphase_ns"]
                     else None
                 ),
-                tokens=rs.sums["tokens"],
+                tokens=s["tokens"],
                 flops=rs.flops,
                 mem_peak_bytes=rs.mem_peak_max if rs.mem_peak_max >= 0 else None,
                 slow_step_share=(counters.slow_steps / counters.aligned_steps if counters and counters.aligned_steps else None),
@@ -184,9 +186,9 @@ def build_analysis(
     run_hours = span_ns / 3.6e12
     recoverable_usd = sum(c.recoverable_cents for c in categories) / 100
     comm_fig = next(c for c in categories if c.category == "comm_exposed")
-    warnings = _warnings(acc, reporting, book.unpriced_ns, flops_steps, live_steps, mfu_step)
-    memory = memory_diagnostics(reporting, cfg.gpu_memory_bytes, oom_count)
-    host = host_diagnostics(reporting, acc.hosts)
+    warnings = _warnings(acc, reporting, totals, book.unpriced_ns, mfu_step)
+    memory = memory_diagnostics(reporting, cfg.gpu_memory_bytes, oom_count, totals)
+    host = host_diagnostics(reporting, acc.hosts, totals)
     tokens_per_s = tokens * rank_scale / span_s if tokens_seen and span_s > 0 else None
     samples_per_s = samples * rank_scale / span_s if samples_seen and span_s > 0 else None
     usd_per_month = cost_cents / 100 / run_hours * HOURS_PER_MONTH if run_hours > 0 else None
@@ -230,7 +232,7 @@ def build_analysis(
             "(= Σ_segments GPU-seconds of this cause in segment * usd_per_gpu_hour / 3600)",
             {"exact_usd": float(usd_exact[fig.label]), "idle_cents": cat_cents["idle"], "gpu_seconds": fig.gpu_seconds},
         )
-    explain.update(_explain_memory(memory, reporting))
+    explain.update(_explain_memory(memory, n_rep, totals))
     explain.update(_explain_gpu_util(host.gpu_util_pct_mean, acc))
     for st in stragglers:
         counters = acc.stragglers[st.rank]
@@ -265,7 +267,7 @@ def build_analysis(
         gpu_count=cfg.gpu_count,
         world_size=cfg.world_size,
         ranks_reporting=n_rep,
-        steps=sum(rs.sums["rows"] for rs in reporting),
+        steps=sums["rows"],
         billed_gpu_seconds=billed,
         cost_cents=cost_cents,
         unpriced_gpu_seconds=cfg.gpu_count * book.unpriced_ns / 1e9,
@@ -306,11 +308,12 @@ def build_analysis(
     )
 
 
-def _profile(reporting: list[RankState], total_ns: Mapping[str, int], mfu_compute: float | None) -> RunProfile:
-    """Per-rank step signature and per-step figures: what this run shows its future peers."""
-    n = len(reporting)
-    live = sum(rs.sums["live_steps"] for rs in reporting)
-    flops_steps = sum(rs.sums["flops_steps"] for rs in reporting)
+def _profile(n: int, totals: RankTotals, total_ns: Mapping[str, int], mfu_compute: float | None) -> RunProfile:
+    """Per-rank step signature and per-step figures: what this run shows its future peers
+    (``totals`` over its ``n`` reporting ranks)."""
+    sums = totals.sums
+    live = sums["live_steps"]
+    flops_steps = sums["flops_steps"]
 
     def per_step(total: float, seen: bool = True) -> float | None:
         return total / live if live and seen else None
@@ -321,12 +324,12 @@ def _profile(reporting: list[RankState], total_ns: Mapping[str, int], mfu_comput
     return RunProfile(
         live_steps=live,
         ranks=n,
-        flops_per_step=sum(rs.flops for rs in reporting) / flops_steps if flops_steps else None,
-        tokens_per_step=per_step(sum(rs.sums["tokens"] for rs in reporting), any("tokens" in rs.columns for rs in reporting)),
-        samples_per_step=per_step(sum(rs.sums["samples"] for rs in reporting), any("samples" in rs.columns for rs in reporting)),
-        data_ns_per_step=per_step(sum(rs.sums["data_ns"] for rs in reporting)),
-        comm_ns_per_step=per_step(sum(rs.sums["comm_ns"] for rs in reporting)),
-        host_ns_per_step=per_step(sum(rs.sums["host_ns"] for rs in reporting)),
+        flops_per_step=totals.flops / flops_steps if flops_steps else None,
+        tokens_per_step=per_step(sums["tokens"], "tokens" in totals.columns),
+        samples_per_step=per_step(sums["samples"], "samples" in totals.columns),
+        data_ns_per_step=per_step(sums["data_ns"]),
+        comm_ns_per_step=per_step(sums["comm_ns"]),
+        host_ns_per_step=per_step(sums["host_ns"]),
         gap_ns_per_step=per_step(total_ns.get("gap", 0)),
         mfu_compute=mfu_compute,
         startup_s=per_rank_s("startup"),
@@ -352,12 +355,12 @@ def _dropped_warnings(dropped: Mapping[str, int]) -> list[str]:
 def _warnings(
     acc: RunAccumulator,
     reporting: list[RankState],
+    totals: RankTotals,
     unpriced_ns: int,
-    flops_steps: int,
-    live_steps: int,
     mfu_step: float | None,
 ) -> list[str]:
     cfg = acc.config
+    flops_steps, live_steps = totals.sums["flops_steps"], totals.sums["live_steps"]
     out: list[str] = []
     n_rep = len(reporting)
     if n_rep == 0:
@@ -376,7 +379,7 @@ def _warnings(
             "peak FLOP/s unknown (GPU model or dtype not in the catalog): MFU is unknown and all "
             "compute time counts as useful_compute"
         )
-    zero_flops = sum(rs.sums["zero_flops_steps"] for rs in reporting)
+    zero_flops = totals.sums["zero_flops_steps"]
     if n_rep and flops_steps == 0 and zero_flops:
         out.append(
             f"FLOPs were reported as 0 on {'every' if zero_flops >= live_steps else f'{zero_flops:,}'} step(s) (a FLOP "
@@ -393,10 +396,12 @@ def _warnings(
             "as useful_compute and MFU is understated"
         )
     for stage in ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns"):
+        if stage in totals.common:
+            continue
         lacking = [rs.rank for rs in reporting if stage not in rs.columns]
         if lacking:
             out.append(f"{stage} not reported by {len(lacking)} rank(s): that time shows as host_overhead")
-    over_peak = sum(rs.sums["over_peak_steps"] for rs in reporting)
+    over_peak = totals.sums["over_peak_steps"]
     if over_peak or (mfu_step is not None and mfu_step > 1):
         mfu_text = "unknown" if mfu_step is None else f"{mfu_step:.3g}"
         out.append(
@@ -404,7 +409,7 @@ def _warnings(
             "FLOP/s than peak_flops_per_gpu x gpus_per_rank over their step time (MFU over step time "
             f"{mfu_text}), which no GPU can do: check flops or dtype"
         )
-    overrun = sum(rs.sums["overrun_steps"] for rs in reporting)
+    overrun = totals.sums["overrun_steps"]
     if overrun:
         out.append(f"{overrun} step(s) had stage times longer than the step: scaled down to fit")
     if unpriced_ns:
@@ -618,16 +623,16 @@ def _explain_throughput(
     return out
 
 
-def _explain_memory(mem: MemoryDiagnostics, ranks: list[RankState]) -> dict[str, Explained]:
+def _explain_memory(mem: MemoryDiagnostics, n_rep: int, totals: RankTotals) -> dict[str, Explained]:
     out: dict[str, Explained] = {}
-    frag_rows = sum(r.sums["frag_rows"] for r in ranks)
+    frag_rows = totals.sums["frag_rows"]
     if mem.fragmentation_mean is not None:
         out["memory.fragmentation_mean"] = Explained(
             mem.fragmentation_mean,
             "ratio",
             "Σ_steps (1 - mem_allocated / mem_reserved) / allocator_rows, over the step rows that "
             "report both (clipped to [0, 1])",
-            {"fragmentation_sum": sum(r.frag_sum for r in ranks), "allocator_rows": frag_rows},
+            {"fragmentation_sum": totals.frag_sum, "allocator_rows": frag_rows},
             {"fragmentation_sum": "ratio"},
         )
     if mem.peak_bytes_max is not None:
@@ -635,7 +640,7 @@ def _explain_memory(mem: MemoryDiagnostics, ranks: list[RankState]) -> dict[str,
             mem.peak_bytes_max,
             "bytes",
             "max over ranks and steps of mem_peak (the allocator's peak at step end)",
-            {"peak_rank": mem.peak_rank, "memory_rows": sum(r.sums["mem_rows"] for r in ranks)},
+            {"peak_rank": mem.peak_rank, "memory_rows": totals.sums["mem_rows"]},
         )
     if mem.peak_fraction_of_capacity is not None:
         out["memory.peak_fraction_of_capacity"] = Explained(
@@ -651,13 +656,13 @@ def _explain_memory(mem: MemoryDiagnostics, ranks: list[RankState]) -> dict[str,
             "capacity_bytes - peak_bytes_max",
             {"capacity_bytes": mem.capacity_bytes, "peak_bytes_max": mem.peak_bytes_max},
         )
-    rows = sum(r.sums["rows"] for r in ranks)
+    rows = totals.sums["rows"]
     if mem.alloc_retries_total is not None:
         out["memory.alloc_retries_total"] = Explained(
             mem.alloc_retries_total,
             "count",
             "Σ over ranks and steps of alloc_retries (each forces a device sync)",
-            {"ranks_reporting": len(ranks), "steps": rows},
+            {"ranks_reporting": n_rep, "steps": rows},
         )
     if mem.alloc_retries_per_1k_steps is not None:
         out["memory.alloc_retries_per_1k_steps"] = Explained(

@@ -25,7 +25,7 @@ import orjson
 
 from phantomhub.waste.accumulator import _SUM_KEYS, STATE_VERSION, HostSamples, NotAppendable, RankState, RunAccumulator
 from phantomhub.waste.inputs import OPTIONAL_COLUMNS, OPTIONAL_INT_COLUMNS, RunConfig
-from phantomhub.waste.stragglers import AlignedRows, StragglerCounters
+from phantomhub.waste.stragglers import StragglerCounters
 from phantomhub.waste.windows import WindowSums
 
 _MAGIC = b"PHS1"
@@ -96,28 +96,32 @@ def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
     hosts: dict[str, int] = {}
     int_rows: list[list[int]] = []
     float_rows: list[tuple[float, float, float]] = []
-    tails: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    # The run's tail, stored rank by rank (each rank's rows in their order) with its length per rank.
+    tail_rank, tail_step, tail_arrival, tail_comm = acc.tail.by_rank()
+    tail_len = dict.fromkeys([rs.rank for rs in ranks], 0)
+    if len(tail_rank):
+        who, n = np.unique(tail_rank, return_counts=True)
+        tail_len.update(zip(who.tolist(), n.tolist(), strict=True))
+        if len(tail_len) > len(ranks):
+            raise ValueError(f"tail rows of unknown ranks {sorted(set(tail_len) - set(acc.ranks))}")
     no_pending = [0] * len(_PENDING_INT)
     no_counters = [0] * len(_COUNTERS)
     host_idx: list[int] = []
+    bits_of: dict[frozenset[str], int] = {}  # ranks mostly carry the same columns
     for rs in ranks:
         counters = acc.stragglers.get(rs.rank)
-        if rs.tail.step:  # after an alignment most tails are empty: nothing to concatenate
-            tail = rs.tail.arrays()
-            tails.append(tail)
-            n_tail = len(tail[0])
-        else:
-            n_tail = 0
         pending = rs.pending
         flops = np.nan if pending is None or pending["flops"] is None else pending["flops"]
-        sums = rs.sums
+        columns = frozenset(rs.columns)
+        bits = bits_of.get(columns)
+        if bits is None:
+            bits = bits_of[columns] = sum(_COLUMN_BIT[c] for c in columns)
         int_rows.append(
             [
                 rs.rank, _opt(rs.first_s), _opt(rs.last_e), _opt(rs.max_t_start), _opt(rs.horizon), rs.mem_peak_max,
-                rs.mem_reserved_max, rs.mem_allocated_max, sum(_COLUMN_BIT[c] for c in rs.columns),
-                pending is not None, n_tail, counters is not None,
-                *(no_pending if pending is None else [pending[k] for k in _PENDING_INT]),
-                *[sums[k] for k in _SUM_KEYS],
+                rs.mem_reserved_max, rs.mem_allocated_max, bits, pending is not None, tail_len[rs.rank], counters is not None,
+                *(no_pending if pending is None else map(pending.__getitem__, _PENDING_INT)),
+                *map(rs.sums.__getitem__, _SUM_KEYS),
                 *(no_counters if counters is None else counters.to_json()),
             ]
         )  # fmt: skip
@@ -131,12 +135,9 @@ def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
     floats = np.array(float_rows, dtype=np.float64).reshape(len(ranks), len(FLOAT_COLUMNS))
     pieces = np.stack([rs.piece_ns for rs in ranks]) if ranks else np.zeros((0, n_pieces, 5), dtype=np.int64)
 
-    def cat(i: int) -> np.ndarray:
-        return np.concatenate([t[i] for t in tails]) if tails else np.zeros(0, dtype=np.int64)
-
     names = np.frombuffer(orjson.dumps(list(hosts)), dtype=np.uint8)
     return {"ints": ints, "floats": floats, "pieces": pieces, "host": np.array(host_idx, dtype=np.int64),
-            "host_names": names, "tail_step": cat(0), "tail_arrival": cat(1), "tail_comm": cat(2)}  # fmt: skip
+            "host_names": names, "tail_step": tail_step, "tail_arrival": tail_arrival, "tail_comm": tail_comm}  # fmt: skip
 
 
 def state_unpack(parts: StateParts) -> RunAccumulator:
@@ -149,16 +150,16 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
     if pieces.shape[1:] != (len(acc.ctx.pieces), 5) or ints.shape[1:] != (len(INT_COLUMNS),):
         raise NotAppendable("state shaped for another configuration")
     names = orjson.loads(r["host_names"].tobytes())
-    offsets = np.concatenate(([0], np.cumsum(ints[:, _I["tail_len"]])))
-    # One copy of each stored array (they are read-only buffers); every rank gets views of its rows.
-    tail = r["tail_step"].copy(), r["tail_arrival"].copy(), r["tail_comm"].copy()
-    pieces = pieces.copy()
+    tail_len = ints[:, _I["tail_len"]]
+    if tail_len.sum():  # the stored arrays are read-only buffers: the tail's own copies
+        tail_rank = np.repeat(ints[:, _I["rank"]], tail_len)
+        acc.tail.add(tail_rank, r["tail_step"].copy(), r["tail_arrival"].copy(), r["tail_comm"].copy())
+    pieces = pieces.copy()  # one copy; every rank gets a view of its rows
     sum_at, n_scalar = _I[_SUM_KEYS[0]], len(_SCALARS)
     p_end, s_end = n_scalar + len(_PENDING_INT), sum_at + len(_SUM_KEYS)
     rows = ints.tolist()
     frows = floats.tolist()
     hosts = r["host"].tolist()
-    bounds = offsets.tolist()
     bits = list(_COLUMN_BIT.items())
     columns_of: dict[int, frozenset[str]] = {}  # ranks mostly carry the same columns
     for i, row in enumerate(rows):
@@ -172,7 +173,6 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
             pending = dict(zip(_PENDING_INT, row[n_scalar:p_end], strict=True))
             flops = frows[i][2]
             pending["flops"] = None if flops != flops else flops  # NaN: FLOPs not counted
-        lo, hi = bounds[i], bounds[i + 1]
         rs = RankState.__new__(RankState)  # every field set here (cheaper than the dataclass's defaults)
         rs.__dict__.update(
             rank=rank,
@@ -190,7 +190,6 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
             mem_peak_max=row[5],
             mem_reserved_max=row[6],
             mem_allocated_max=row[7],
-            tail=AlignedRows([tail[0][lo:hi]], [tail[1][lo:hi]], [tail[2][lo:hi]]) if hi > lo else AlignedRows(),
         )
         if row[11]:
             acc.stragglers[rank] = StragglerCounters(*row[s_end:])

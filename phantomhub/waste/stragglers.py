@@ -57,31 +57,63 @@ class StragglerCounters:
 
 
 @dataclass
-class AlignedRows:
-    """Rows waiting to be aligned across ranks (steps not yet known to be complete)."""
+class RunTail:
+    """Rows of every rank waiting to be aligned (steps not yet known to be complete): pieces of
+    (rank, step, arrival, comm) columns in the order they were added, each rank's rows rising.
 
+    One set of columns for the whole run, not a list per rank: a 1,024-rank run adds one piece a
+    pass, and alignment takes what is complete with one filter, not a pass over 1,024 lists."""
+
+    rank: list[IntArray] = field(default_factory=list)
     step: list[IntArray] = field(default_factory=list)
     arrival: list[IntArray] = field(default_factory=list)
     comm: list[IntArray] = field(default_factory=list)
 
-    def add(self, step: IntArray, arrival: IntArray, comm: IntArray) -> None:
+    def add(self, rank: IntArray, step: IntArray, arrival: IntArray, comm: IntArray) -> None:
         if len(step):
+            self.rank.append(rank)
             self.step.append(step)
             self.arrival.append(arrival)
             self.comm.append(comm)
 
-    def arrays(self) -> tuple[IntArray, IntArray, IntArray]:
-        if not self.step:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
-        return (
-            np.concatenate(self.step),
-            np.concatenate(self.arrival),
-            np.concatenate(self.comm),
-        )
-
     def __len__(self) -> int:
         return sum(len(s) for s in self.step)
+
+    def arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """(rank, step, arrival, comm), in the order added (one piece each after this call)."""
+        if not self.step:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty
+        if len(self.step) > 1:
+            self.rank, self.step, self.arrival, self.comm = (
+                [np.concatenate(x)] for x in (self.rank, self.step, self.arrival, self.comm)
+            )
+        return self.rank[0], self.step[0], self.arrival[0], self.comm[0]
+
+    def by_rank(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """The rows ordered by rank, each rank's rows in the order added: (rank, step, arrival, comm)."""
+        rank, step, arrival, comm = self.arrays()
+        if len(rank) and np.any(rank[1:] < rank[:-1]):
+            order = np.argsort(rank, kind="stable")
+            return rank[order], step[order], arrival[order], comm[order]
+        return rank, step, arrival, comm
+
+    def take_through(self, watermark: int) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """Remove the rows with step <= ``watermark`` and return them (rank, step, arrival, comm),
+        in the order added; the rows left keep their order."""
+        rank, step, arrival, comm = self.arrays()
+        done = step <= watermark
+        if done.all():  # the usual case: every waiting row is complete
+            self.rank, self.step, self.arrival, self.comm = [], [], [], []
+            return rank, step, arrival, comm
+        keep = ~done
+        self.rank, self.step, self.arrival, self.comm = [rank[keep]], [step[keep]], [arrival[keep]], [comm[keep]]
+        if not len(self.step[0]):
+            self.rank, self.step, self.arrival, self.comm = [], [], [], []
+        return rank[done], step[done], arrival[done], comm[done]
+
+    def copy(self) -> RunTail:
+        return RunTail(list(self.rank), list(self.step), list(self.arrival), list(self.comm))
 
 
 def order_by_step_then_arrival(step: IntArray, arrival: IntArray) -> IntArray:
@@ -103,46 +135,12 @@ def order_by_step_then_arrival(step: IntArray, arrival: IntArray) -> IntArray:
     return np.take_along_axis(grid, within, axis=1).ravel().astype(np.int64)
 
 
-def take_through_many(tails: list[AlignedRows], watermark: int) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    """Remove from every tail its rows with step <= ``watermark``; return them as (index into
-    ``tails``, step, arrival, comm), tail by tail, each tail's rows in its own order. A few array
-    operations however many tails (a 1,024-rank run aligns twice a pass), not a pass per tail."""
-    steps = [s for t in tails for s in t.step]
-    if not steps:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, empty
-    pieces = np.fromiter((len(t.step) for t in tails), dtype=np.int64, count=len(tails))
-    lengths = np.fromiter((len(s) for s in steps), dtype=np.int64, count=len(steps))
-    who = np.repeat(np.repeat(np.arange(len(tails), dtype=np.int64), pieces), lengths)
-    step = np.concatenate(steps)
-    arrival = np.concatenate([a for t in tails for a in t.arrival])
-    comm = np.concatenate([c for t in tails for c in t.comm])
-    done = step <= watermark
-    if done.all():  # the usual case: every waiting row is complete
-        for t in tails:
-            if t.step:
-                t.step, t.arrival, t.comm = [], [], []
-        return who, step, arrival, comm
-    keep = ~done
-    kept_who, kept = who[keep], np.flatnonzero(keep)
-    cuts = np.searchsorted(kept_who, np.arange(len(tails) + 1)).tolist()
-    for i, t in enumerate(tails):
-        if not t.step:
-            continue
-        lo, hi = cuts[i], cuts[i + 1]
-        if hi > lo:
-            rows = kept[lo:hi]
-            t.step, t.arrival, t.comm = [step[rows]], [arrival[rows]], [comm[rows]]
-        else:
-            t.step, t.arrival, t.comm = [], [], []
-    return who[done], step[done], arrival[done], comm[done]
-
-
 def attribute(
     ranks: list[int], who: IntArray, step: IntArray, arrival: IntArray, comm: IntArray, counters: dict[int, StragglerCounters]
 ) -> None:
     """Fold complete steps of every rank into ``counters``: row ``j`` (step, arrival, comm)
-    belongs to ``ranks[who[j]]``, each rank's rows in its own order (the order ties keep)."""
+    belongs to ``ranks[who[j]]``. The rows may come in any order: every counter depends on the
+    values of a step's rows, not on which of two equal arrivals comes first."""
     if not len(step):
         return
     order = order_by_step_then_arrival(step, arrival)

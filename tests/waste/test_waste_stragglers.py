@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from phantomhub.waste.model import PriceSegment, RunConfig, RunInputs, analyze
-from phantomhub.waste.stragglers import AlignedRows, attribute, order_by_step_then_arrival, take_through_many
+from phantomhub.waste.stragglers import RunTail, attribute, order_by_step_then_arrival
 from tests.waste.factories import MS, S, steps
 
 N_STEPS = 200
@@ -130,34 +130,50 @@ def test_the_fast_step_order_is_lexsort_order(rank_steps, data):
     assert np.array_equal(order_by_step_then_arrival(step, arrival), np.lexsort((arrival, step)))
 
 
-# Tails of several ranks: each a list of pieces (rising steps within a piece), some tails empty.
-TAILS = st.lists(st.lists(st.lists(st.integers(0, 30), max_size=6), max_size=3), min_size=1, max_size=6)
+# A run's tail: pieces added one after another, each some ranks' rows (rising steps per rank).
+PIECES = st.lists(st.lists(st.tuples(st.integers(0, 5), st.lists(st.integers(0, 30), max_size=6)), max_size=4), max_size=4)
 
 
-@given(TAILS, st.integers(-1, 31))
-def test_taking_every_tail_at_once_equals_a_filter_of_each_tail(tails_steps, watermark):
-    # The oracle: each tail's rows in its order, those at or below the watermark taken, the
-    # others kept in order; written per tail with plain lists.
-    tails, expected_taken, expected_kept = [], [], []
-    for i, pieces in enumerate(tails_steps):
-        tail = AlignedRows()
-        rows = []
-        for piece in pieces:
-            s = np.array(sorted(set(piece)), dtype=np.int64)
-            tail.add(s, s * 10 + i, s * 100 + i)
-            rows += s.tolist()
-        tails.append(tail)
-        expected_taken += [(i, s, s * 10 + i, s * 100 + i) for s in rows if s <= watermark]
-        expected_kept.append([s for s in rows if s > watermark])
+@given(PIECES, st.integers(-1, 31))
+def test_taking_through_a_watermark_equals_a_filter_of_the_rows_in_order(pieces, watermark):
+    # The oracle: every row as a plain tuple in the order added; those at or below the watermark
+    # are taken, the others kept in order; by rank, a stable sort of the kept rows by rank.
+    tail, rows = RunTail(), []
+    for piece in pieces:
+        ranks, steps = [], []
+        for rank, raw in piece:
+            s = sorted(set(raw))
+            ranks += [rank] * len(s)
+            steps += s
+        rank_a, step_a = np.array(ranks, dtype=np.int64), np.array(steps, dtype=np.int64)
+        tail.add(rank_a, step_a, step_a * 10 + rank_a, step_a * 100 + rank_a)
+        rows += [(r, s, s * 10 + r, s * 100 + r) for r, s in zip(ranks, steps, strict=True)]
+    assert len(tail) == len(rows)
 
-    who, step, arrival, comm = take_through_many(tails, watermark)
+    taken = tail.take_through(watermark)
 
-    assert list(zip(who.tolist(), step.tolist(), arrival.tolist(), comm.tolist(), strict=True)) == expected_taken
-    for i, tail in enumerate(tails):
-        kept_step, kept_arrival, kept_comm = tail.arrays()
-        assert kept_step.tolist() == expected_kept[i]
-        assert kept_arrival.tolist() == [s * 10 + i for s in expected_kept[i]]
-        assert kept_comm.tolist() == [s * 100 + i for s in expected_kept[i]]
+    assert list(zip(*(x.tolist() for x in taken), strict=True)) == [row for row in rows if row[1] <= watermark]
+    kept = [row for row in rows if row[1] > watermark]
+    assert list(zip(*(x.tolist() for x in tail.arrays()), strict=True)) == kept
+    assert list(zip(*(x.tolist() for x in tail.by_rank()), strict=True)) == sorted(kept, key=lambda row: row[0])
+    assert len(tail) == len(kept)
+
+
+def test_attribution_does_not_depend_on_the_order_of_the_rows():
+    # The same complete steps, rank by rank and shuffled: the same counters.
+    rng = np.random.default_rng(7)
+    n_ranks, n_steps = 5, 40
+    who = np.repeat(np.arange(n_ranks), n_steps)
+    step = np.tile(np.arange(n_steps), n_ranks)
+    arrival = rng.integers(90, 130, len(step)) + (who == 3) * 20  # ties are common at this range
+    comm = rng.integers(0, 40, len(step))
+    by_rank: dict = {}
+    attribute(list(range(n_ranks)), who, step, arrival, comm, by_rank)
+    order = rng.permutation(len(step))
+    shuffled: dict = {}
+    attribute(list(range(n_ranks)), who[order], step[order], arrival[order], comm[order], shuffled)
+    assert {r: c.to_json() for r, c in shuffled.items()} == {r: c.to_json() for r, c in by_rank.items()}
+    assert by_rank[3].blamed_steps > 0
 
 
 def test_straggler_sums_stay_exact_past_two_to_the_53():
