@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import numpy as np
 
 from phantomhub.waste.inputs import (
     MODEL_VERSION,
+    OPTIONAL_COLUMNS,
     OPTIONAL_INT_COLUMNS,
     FloatArray,
     IntArray,
@@ -34,7 +34,7 @@ from phantomhub.waste.inputs import (
     SystemSamples,
 )
 from phantomhub.waste.steps import StepBlock, StepContext, piece_totals, process_rows
-from phantomhub.waste.stragglers import RunTail, StragglerCounters, attribute
+from phantomhub.waste.stragglers import RunTail, StragglerCounters, attribute_sums
 from phantomhub.waste.timeline import NS_MAX, Coverage, PricePieces
 from phantomhub.waste.windows import WindowSums
 
@@ -173,22 +173,6 @@ class HostSamples:
         return cls(**d)
 
 
-def _filled(cols: StepColumns) -> dict[str, Any]:
-    """All columns present: unmeasured stages/counters are 0, memory -1, FLOPs NaN."""
-    n = len(cols)
-    out: dict[str, Any] = {
-        "step": cols.step,
-        "t_start_ns": cols.t_start_ns,
-        "dur_ns": cols.dur_ns,
-    }
-    for name in OPTIONAL_INT_COLUMNS:
-        arr = getattr(cols, name)
-        fill = -1 if name in MEM_COLUMNS else 0
-        out[name] = np.full(n, fill, dtype=np.int64) if arr is None else arr
-    out["flops"] = np.full(n, np.nan) if cols.flops is None else cols.flops
-    return out
-
-
 def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
     """``_filled`` of several batches, concatenated column by column."""
     out: dict[str, Any] = {name: np.concatenate([getattr(b, name) for b in batches]) for name in ("step", "t_start_ns", "dur_ns")}
@@ -217,20 +201,134 @@ class StepBatches(list[StepColumns]):
         self.lengths = lengths  # rows per batch, every one > 0
 
 
-def _json_scalar(value: Any) -> int | float | None:
-    item = value.item()
-    if isinstance(item, float) and not np.isfinite(item):
-        return None  # JSON has no NaN: an uncounted FLOPs value is stored as null
-    scalar: int | float | None = item
-    return scalar
+# Columns of a rank's pending row (its last row: its end depends on the next row), FLOPs apart.
+PENDING_INT = ("step", "t_start_ns", "dur_ns", *OPTIONAL_INT_COLUMNS)
+NONE = np.iinfo(np.int64).min  # stands for None in the rank table's int columns
+_COLUMN_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL_COLUMNS)}
+_COUNTERS = len(StragglerCounters().to_json())
 
 
-def _pending_arrays(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The pending row as one-element columns, null FLOPs back to NaN."""
-    return {
-        k: (np.array([np.nan if v is None else v], dtype=np.float64) if k == "flops" else np.array([v], dtype=np.int64))
-        for k, v in row.items()
-    }
+def _opt(value: int) -> int | None:
+    return None if value == NONE else value
+
+
+class RankTable:
+    """Every known rank's state as columns: a row per rank, in the order ranks were first seen.
+
+    What a 1,024-rank run's incremental pass updates is a few array operations on these columns,
+    not a Python object per rank; the stored state (state.py) is these columns as they are.
+    ``states()`` gives the ranks as ``RankState`` snapshots, for finalisation and JSON."""
+
+    def __init__(self, n_pieces: int) -> None:
+        self.n_pieces = n_pieces
+        self.row: dict[int, int] = {}
+        self.host: list[str] = []
+        self.rank = np.zeros(0, dtype=np.int64)
+        self.columns = np.zeros(0, dtype=np.int64)  # bit mask of OPTIONAL_COLUMNS carried
+        # first_s: start of the first step with billed time; last_e: end of the last one;
+        # horizon: latest end of any attributed row (NONE: no such row yet).
+        self.first_s = np.zeros(0, dtype=np.int64)
+        self.last_e = np.zeros(0, dtype=np.int64)
+        self.max_t_start = np.zeros(0, dtype=np.int64)
+        self.horizon = np.zeros(0, dtype=np.int64)
+        self.mem = np.zeros((0, 3), dtype=np.int64)  # maxima of mem_peak, mem_reserved, mem_allocated (-1: none)
+        self.sums = np.zeros((0, len(_SUM_KEYS)), dtype=np.int64)
+        self.flops = np.zeros(0, dtype=np.float64)
+        self.frag_sum = np.zeros(0, dtype=np.float64)
+        self.has_pending = np.zeros(0, dtype=bool)
+        self.pending = {k: np.zeros(0, dtype=np.int64) for k in PENDING_INT}
+        self.pending["flops"] = np.zeros(0, dtype=np.float64)  # NaN: not counted
+        self.piece_ns = np.zeros((0, n_pieces, 5), dtype=np.int64)  # step-category ns per price piece
+        self.counters = np.zeros((0, _COUNTERS), dtype=np.int64)  # StragglerCounters, in its order
+        self.has_counters = np.zeros(0, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    _DEFAULTS: dict[str, int | float | bool] = {
+        "columns": 0, "first_s": NONE, "last_e": NONE, "max_t_start": NONE, "horizon": NONE, "mem": -1, "sums": 0,
+        "flops": 0.0, "frag_sum": 0.0, "has_pending": False, "piece_ns": 0, "counters": 0, "has_counters": False,
+    }  # fmt: skip
+
+    def rows_of(self, ranks: Sequence[int], hosts: Sequence[str]) -> IntArray:
+        """The row of each rank (new rows for ranks not seen yet); each rank's host is set."""
+        row = self.row
+        new = [(r, h) for r, h in zip(ranks, hosts, strict=True) if r not in row]
+        if new:
+            n, k = len(self), len(new)
+            for name, fill in self._DEFAULTS.items():
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate((old, np.full((k, *old.shape[1:]), fill, dtype=old.dtype))))
+            for name, old in self.pending.items():
+                self.pending[name] = np.concatenate((old, np.zeros(k, dtype=old.dtype)))
+            self.rank = np.concatenate((self.rank, np.array([r for r, _ in new], dtype=np.int64)))
+            for i, (r, _) in enumerate(new):
+                row[r] = n + i
+            self.host.extend(h for _, h in new)
+        rows = np.fromiter(map(row.__getitem__, ranks), dtype=np.int64, count=len(ranks))
+        host = self.host
+        for i, h in zip(rows.tolist(), hosts, strict=True):
+            host[i] = h
+        return rows
+
+    def take(self, order: IntArray) -> RankTable:
+        """The rows in ``order`` (every row once) as a new table."""
+        out = RankTable(self.n_pieces)
+        for name in ("rank", *self._DEFAULTS):
+            setattr(out, name, getattr(self, name)[order])
+        out.pending = {k: v[order] for k, v in self.pending.items()}
+        out.host = [self.host[i] for i in order.tolist()]
+        out.row = {r: i for i, r in enumerate(out.rank.tolist())}
+        return out
+
+    def copy(self) -> RankTable:
+        return self.take(np.arange(len(self)))
+
+    def states(self, rows: IntArray | None = None) -> list[RankState]:
+        """``RankState`` snapshots of ``rows`` (all, in table order, by default)."""
+        if rows is None:
+            rows = np.arange(len(self))
+        names: dict[int, frozenset[str]] = {}
+        out = []
+        first_s, last_e = self.first_s[rows].tolist(), self.last_e[rows].tolist()
+        max_t, horizon, mem = self.max_t_start[rows].tolist(), self.horizon[rows].tolist(), self.mem[rows].tolist()
+        sums, flops, frag = self.sums[rows].tolist(), self.flops[rows].tolist(), self.frag_sum[rows].tolist()
+        has_pending = self.has_pending[rows].tolist()
+        for j, (i, mask) in enumerate(zip(rows.tolist(), self.columns[rows].tolist(), strict=True)):
+            named = names.get(mask)
+            if named is None:
+                named = names[mask] = frozenset(c for c, bit in _COLUMN_BIT.items() if mask & bit)
+            pending = None
+            if has_pending[j]:
+                pending = {k: v[i].item() for k, v in self.pending.items()}
+                if pending["flops"] != pending["flops"]:
+                    pending["flops"] = None  # NaN: not counted (JSON has no NaN)
+            rs = RankState.__new__(RankState)  # every field set here (cheaper than the dataclass's defaults)
+            rs.__dict__.update(
+                rank=int(self.rank[i]), host=self.host[i], columns=set(named), pending=pending, first_s=_opt(first_s[j]),
+                last_e=_opt(last_e[j]), max_t_start=_opt(max_t[j]), horizon=_opt(horizon[j]), piece_ns=self.piece_ns[i],
+                sums=dict(zip(_SUM_KEYS, sums[j], strict=True)), flops=flops[j], frag_sum=frag[j],
+                mem_peak_max=mem[j][0], mem_reserved_max=mem[j][1], mem_allocated_max=mem[j][2],
+            )  # fmt: skip
+            out.append(rs)
+        return out
+
+    def put(self, rs: RankState) -> None:
+        """Set a rank's row from a ``RankState`` (JSON state; not a hot path)."""
+        (i,) = self.rows_of([rs.rank], [rs.host]).tolist()
+        self.columns[i] = sum(_COLUMN_BIT[c] for c in rs.columns)
+        for name in ("first_s", "last_e", "max_t_start", "horizon"):
+            value = getattr(rs, name)
+            getattr(self, name)[i] = NONE if value is None else value
+        self.mem[i] = (rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max)
+        self.sums[i] = [rs.sums[k] for k in _SUM_KEYS]
+        self.flops[i], self.frag_sum[i] = rs.flops, rs.frag_sum
+        self.piece_ns[i] = rs.piece_ns
+        self.has_pending[i] = rs.pending is not None
+        if rs.pending is not None:
+            for k, v in self.pending.items():
+                value = rs.pending[k]
+                v[i] = np.nan if value is None else value
 
 
 class RunAccumulator:
@@ -243,13 +341,24 @@ class RunAccumulator:
         pieces = PricePieces.from_segments(config.price_segments, start)
         peak_rank = None if config.peak_flops_per_gpu is None else config.peak_flops_per_gpu * config.gpus_per_rank
         self.ctx = StepContext(start, coverage, pieces, config.target_mfu, peak_rank)
-        self.ranks: dict[int, RankState] = {}
+        self.table = RankTable(len(pieces))
         self.windows = WindowSums.empty()
         self.watermark: int | None = None
-        self.stragglers: dict[int, StragglerCounters] = {}
         self.tail = RunTail()  # every rank's rows not yet aligned across ranks
         self.hosts: dict[str, HostSamples] = {}
         self.max_t_seen: int | None = None
+
+    @property
+    def ranks(self) -> dict[int, RankState]:
+        """Every known rank's state, a snapshot (changing it changes nothing here)."""
+        return {rs.rank: rs for rs in self.table.states()}
+
+    @property
+    def stragglers(self) -> dict[int, StragglerCounters]:
+        """Straggler counters of the ranks that took part in an alignment, a snapshot."""
+        t = self.table
+        rows = np.flatnonzero(t.has_counters)
+        return {r: StragglerCounters(*c) for r, c in zip(t.rank[rows].tolist(), t.counters[rows].tolist(), strict=True)}
 
     # -- appending -------------------------------------------------------------------------
 
@@ -272,35 +381,41 @@ class RunAccumulator:
         if len(set(ranks)) != len(ranks):
             twice = next(r for i, r in enumerate(ranks) if r in ranks[:i])
             raise ValueError(f"rank {twice}: one batch per rank per call")
-        if len(batches) > 1:
+        if batches:
             total = int(known.lengths.sum()) if known is not None else sum(len(cols) for cols in batches)
             chunks: list[list[StepColumns]] = [batches]  # fewer rows than a chunk: the usual pass
-            if total >= GROUP_ROWS:
+            if total >= GROUP_ROWS and len(batches) > 1:
                 # In chunks of about GROUP_ROWS rows to attribute (the groups _attribute_rows
                 # would make anyway): a from-scratch run's millions of rows are never all
                 # copied at once.
                 chunks = [[]]
                 rows = 0
+                pending = self.table.has_pending
                 for cols in batches:
                     if rows >= GROUP_ROWS:
                         chunks.append([])
                         rows = 0
                     chunks[-1].append(cols)
-                    rs = self.ranks.get(cols.rank)
-                    rows += len(cols) - (0 if rs is not None and rs.pending is not None else 1)
+                    i = self.table.row.get(cols.rank)
+                    rows += len(cols) - (0 if i is not None and pending[i] else 1)
             for chunk in chunks:
                 self._add_concatenated(chunk, known if len(chunks) == 1 else None)
-        elif batches:
-            item = self._prepare(batches[0])
-            if item is not None:
-                self._attribute_many([item])
         if align:
             self._align(final=False)
 
+    def _refusal(self, cols: StepColumns) -> str:
+        """Why one rank's batch cannot be appended (the first reason that applies)."""
+        step = cols.step[np.argsort(cols.t_start_ns, kind="stable")]
+        if np.any(np.diff(step) <= 0):
+            return f"rank {cols.rank}: step numbers must rise with start time"
+        if self.watermark is not None and int(step.min()) <= self.watermark:
+            return f"rank {cols.rank}: step {int(step.min())} is at or below the aligned watermark {self.watermark}"
+        return f"rank {cols.rank}: rows overlap or precede earlier rows"
+
     def _add_concatenated(self, batches: list[StepColumns], known: StepBatches | None = None) -> None:
         """Several ranks' batches in one vectorised pass: the checks, the pending rows and the
-        rows to attribute are computed on all rows at once (what ``_prepare`` does per batch).
-        ``known``: the same batches, already concatenated and counted (``StepBatches``)."""
+        rows to attribute are computed on all rows at once. ``known``: the same batches, already
+        concatenated and counted (``StepBatches``)."""
         filled = known.filled if known is not None else None
         lengths = known.lengths if known is not None else np.array([len(b) for b in batches], dtype=np.int64)
         bounds = np.concatenate(([0], np.cumsum(lengths)))
@@ -320,47 +435,48 @@ class RunAccumulator:
         bad |= np.logical_or.reduceat(~rising & inner, first)
         if self.watermark is not None:
             bad |= step[first] <= self.watermark
-        states = [self.ranks.get(b.rank) for b in batches]
-        has_pending = np.array([rs is not None and rs.pending is not None for rs in states], dtype=bool)
-        if has_pending.any():
-            idx = np.flatnonzero(has_pending)
-            p_t = np.array([states[i].pending["t_start_ns"] for i in idx], dtype=np.int64)  # type: ignore[union-attr,index]
-            p_step = np.array([states[i].pending["step"] for i in idx], dtype=np.int64)  # type: ignore[union-attr,index]
-            bad[idx] |= (t[first[idx]] <= p_t) | (step[first[idx]] <= p_step)
-        if bad.any():  # the first offending batch, with the message the one-batch path gives
-            self._prepare(batches[int(np.flatnonzero(bad)[0])])
-            raise NotAppendable("rows cannot be appended")  # pragma: no cover (_prepare raised)
-        for i, b in enumerate(batches):
-            rs = states[i]
-            if rs is None:
-                rs = states[i] = self.ranks[b.rank] = RankState(rank=b.rank, host=b.host)
-                rs.piece_ns = np.zeros((len(self.ctx.pieces), 5), dtype=np.int64)
-            rs.host = b.host
-            rs.columns.update(b.present())
+        table = self.table
+        known_rows = [table.row.get(b.rank) for b in batches]
+        if any(i is not None for i in known_rows):
+            at = np.array([-1 if i is None else i for i in known_rows], dtype=np.int64)
+            seen = at >= 0
+            waiting = np.zeros(len(batches), dtype=bool)
+            waiting[seen] = table.has_pending[at[seen]]
+            p, head = at[waiting], first[waiting]
+            bad[waiting] |= (t[head] <= table.pending["t_start_ns"][p]) | (step[head] <= table.pending["step"][p])
+        if bad.any():  # the first offending batch, with its reason
+            raise NotAppendable(self._refusal(batches[int(np.flatnonzero(bad)[0])]))
+        rows = table.rows_of([b.rank for b in batches], [b.host for b in batches])
+        bits: dict[tuple[str, ...], int] = {}
+        masks = np.zeros(len(batches), dtype=np.int64)
+        for j, b in enumerate(batches):
+            present = b.present()
+            mask = bits.get(present)
+            if mask is None:
+                mask = bits[present] = sum(_COLUMN_BIT[c] for c in present)
+            masks[j] = mask
+        table.columns[rows] |= masks
+        has_pending = table.has_pending[rows]
         # Each rank's rows to attribute: its pending row, then all but its last new row; the
         # last new row becomes pending (its end depends on the next row).
         n_pending = has_pending.astype(np.int64)
         comb_len = lengths + n_pending
         comb_bounds = np.concatenate(([0], np.cumsum(comb_len)))
-        new_at = np.repeat(comb_bounds[:-1] + n_pending - first, lengths) + np.arange(len(t))
-        comb: dict[str, Any] = {} if has_pending.any() else filled  # no pending rows: nothing to insert
-        p_idx = np.flatnonzero(has_pending)
-        for k, v in filled.items() if has_pending.any() else ():
-            out = np.empty(int(comb_bounds[-1]), dtype=v.dtype)
-            out[new_at] = v
-            if len(p_idx):
-                pending = [states[i].pending[k] for i in p_idx.tolist()]  # type: ignore[union-attr,index]
-                out[comb_bounds[p_idx]] = (
-                    np.array([np.nan if x is None else x for x in pending], dtype=np.float64) if k == "flops" else pending
-                )
-            comb[k] = out
+        comb: dict[str, Any] = filled
+        if has_pending.any():
+            new_at = np.repeat(comb_bounds[:-1] + n_pending - first, lengths) + np.arange(len(t))
+            p_idx = np.flatnonzero(has_pending)
+            p_rows = rows[p_idx]
+            comb = {}
+            for k, v in filled.items():
+                out = np.empty(int(comb_bounds[-1]), dtype=v.dtype)
+                out[new_at] = v
+                out[comb_bounds[p_idx]] = table.pending[k][p_rows]
+                comb[k] = out
         ends = comb_bounds[1:] - 1
-        keys = list(comb)
-        columns = [v[ends].tolist() for v in comb.values()]
-        flops_at = keys.index("flops")
-        columns[flops_at] = [x if math.isfinite(x) else None for x in columns[flops_at]]  # JSON has no NaN
-        for rs, row in zip(states, zip(*columns, strict=True), strict=True):
-            rs.pending = dict(zip(keys, row, strict=True))  # type: ignore[union-attr]
+        for k, v in comb.items():
+            table.pending[k][rows] = v[ends]
+        table.has_pending[rows] = True
         take = np.ones(len(comb["step"]), dtype=bool)
         take[ends] = False
         next_start = comb["t_start_ns"][1:][take[:-1]]
@@ -368,44 +484,7 @@ class RunAccumulator:
         some = attributed > 0
         if not some.any():
             return
-        rows = {k: v[take] for k, v in comb.items()}
-        self._attribute_rows(
-            [rs for rs, ok in zip(states, some.tolist(), strict=True) if ok],  # type: ignore[misc]
-            attributed[some],
-            rows,
-            next_start,
-        )
-
-    def _prepare(self, cols: StepColumns) -> tuple[RankState, dict[str, Any], IntArray] | None:
-        """Check one rank's batch, keep its last row pending; the rows to attribute now."""
-        rs = self.ranks.get(cols.rank)
-        order = np.argsort(cols.t_start_ns, kind="stable")
-        if np.any(order != np.arange(len(order))):
-            cols = cols.take(order)
-        if np.any(np.diff(cols.step) <= 0):
-            raise NotAppendable(f"rank {cols.rank}: step numbers must rise with start time")
-        if self.watermark is not None and int(cols.step.min()) <= self.watermark:
-            raise NotAppendable(
-                f"rank {cols.rank}: step {int(cols.step.min())} is at or below the aligned watermark {self.watermark}"
-            )
-        if rs is None:
-            rs = self.ranks[cols.rank] = RankState(rank=cols.rank, host=cols.host)
-            rs.piece_ns = np.zeros((len(self.ctx.pieces), 5), dtype=np.int64)
-        elif rs.pending is not None and (
-            int(cols.t_start_ns[0]) <= rs.pending["t_start_ns"] or int(cols.step[0]) <= rs.pending["step"]
-        ):
-            raise NotAppendable(f"rank {cols.rank}: rows overlap or precede earlier rows")
-        rs.host = cols.host
-        rs.columns.update(cols.present())
-        filled = _filled(cols)
-        if rs.pending is not None:
-            head_row = _pending_arrays(rs.pending)
-            filled = {k: np.concatenate((head_row[k], v)) for k, v in filled.items()}
-        last = len(filled["step"]) - 1
-        rs.pending = {k: _json_scalar(v[last]) for k, v in filled.items()}
-        if last == 0:
-            return None
-        return rs, {k: v[:last] for k, v in filled.items()}, filled["t_start_ns"][1:]
+        self._attribute_rows(rows[some], attributed[some], {k: v[take] for k, v in comb.items()}, next_start)
 
     def add_samples(self, samples: SystemSamples) -> None:
         """Append system samples of one host (any order; they are sums and histograms)."""
@@ -472,79 +551,64 @@ class RunAccumulator:
                 hs.gpu_util_sum += sums[h]
             self.windows.add_gpu_util(t, util, start)
 
-    def _attribute_many(self, items: list[tuple[RankState, dict[str, Any], IntArray]]) -> None:
-        """Attribute rows of several ranks (each item one rank's consecutive rows and their
-        successors' starts) in one pass; every per-rank total is folded exactly as one rank at a
-        time would (integers bit for bit: sums per rank are exact integer reductions)."""
-        if not items:
-            return
-        lengths = np.array([len(n) for _, _, n in items], dtype=np.int64)
-        names = items[0][1].keys()
-        if len(items) == 1:
-            cols, next_start = items[0][1], items[0][2]
-        else:
-            cols = {k: np.concatenate([c[k] for _, c, _ in items]) for k in names}
-            next_start = np.concatenate([n for _, _, n in items])
-        self._attribute_rows([rs for rs, _, _ in items], lengths, cols, next_start)
-
-    def _attribute_rows(self, states: list[RankState], lengths: IntArray, cols: dict[str, Any], next_start: IntArray) -> None:
-        """Rows of several ranks, concatenated (``lengths[i]`` rows of ``states[i]``, each > 0)."""
+    def _attribute_rows(self, rows: IntArray, lengths: IntArray, cols: dict[str, Any], next_start: IntArray) -> None:
+        """Rows of several ranks, concatenated (``lengths[i]`` rows of table row ``rows[i]``, each
+        > 0, every table row at most once)."""
         # Groups of about GROUP_ROWS rows: few passes for many small batches, and a big
         # from-scratch run is still worked through in cache-sized pieces.
         cuts = [0]
-        rows = 0
-        for i, n in enumerate(lengths.tolist()):
-            rows += n
-            if rows >= GROUP_ROWS:
+        n = 0
+        for i, k in enumerate(lengths.tolist()):
+            n += k
+            if n >= GROUP_ROWS:
                 cuts.append(i + 1)
-                rows = 0
-        if cuts[-1] != len(states):
-            cuts.append(len(states))
+                n = 0
+        if cuts[-1] != len(rows):
+            cuts.append(len(rows))
         if len(cuts) == 2:
-            self._attribute_group(states, lengths, cols, next_start)
+            self._attribute_group(rows, lengths, cols, next_start)
             return
         bounds = np.concatenate(([0], np.cumsum(lengths)))
         for a, b in itertools.pairwise(cuts):
             lo, hi = int(bounds[a]), int(bounds[b])
-            self._attribute_group(states[a:b], lengths[a:b], {k: v[lo:hi] for k, v in cols.items()}, next_start[lo:hi])
+            self._attribute_group(rows[a:b], lengths[a:b], {k: v[lo:hi] for k, v in cols.items()}, next_start[lo:hi])
 
-    def _attribute_group(self, states: list[RankState], lengths: IntArray, cols: dict[str, Any], next_start: IntArray) -> None:
+    def _attribute_group(self, rows: IntArray, lengths: IntArray, cols: dict[str, Any], next_start: IntArray) -> None:
+        """Attribute the rows and fold them into their ranks' columns: every per-rank total is
+        an exact integer reduction over that rank's rows (FLOPs and fragmentation sums: one float
+        addition per rank and call, as before the table)."""
+        table = self.table
         offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         block = process_rows(cols, next_start, self.ctx)
         n_pieces = len(self.ctx.pieces)
-        slot = np.repeat(np.arange(len(states), dtype=np.int64), lengths)
+        slot = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
         idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage, offset=slot * n_pieces)
-        stacked = np.concatenate([rs.piece_ns for rs in states]) if len(states) > 1 else states[0].piece_ns
-        np.add.at(stacked, idx, sums)
-        if len(states) > 1:
-            for i, rs in enumerate(states):  # views of the fresh array: each rank writes only its rows
-                rs.piece_ns = stacked[i * n_pieces : (i + 1) * n_pieces]
-        self._fold_sums_many(states, block, cols, offsets)
+        np.add.at(table.piece_ns.reshape(-1, 5), rows[idx // n_pieces] * n_pieces + idx % n_pieces, sums)
+        self._fold_sums(rows, block, cols, offsets)
         live = block.e_ns > block.s_ns
-        first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets).tolist()
-        last_live = np.maximum.reduceat(np.where(live, block.e_ns, -NS_MAX), offsets).tolist()
-        max_start = np.maximum.reduceat(block.t_start_ns, offsets).tolist()
-        horizon = np.maximum.reduceat(block.e_ns, offsets).tolist()
+        first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets)
+        last_live = np.maximum.reduceat(np.where(live, block.e_ns, -NS_MAX), offsets)
+        stepped = first_live < NS_MAX
+        if stepped.any():
+            at = rows[stepped]
+            old_first, old_last = table.first_s[at], table.last_e[at]
+            table.first_s[at] = np.where(old_first == NONE, first_live[stepped], np.minimum(old_first, first_live[stepped]))
+            table.last_e[at] = np.maximum(old_last, last_live[stepped])  # NONE is below any end
+        table.max_t_start[rows] = np.maximum(table.max_t_start[rows], np.maximum.reduceat(block.t_start_ns, offsets))
+        table.horizon[rows] = np.maximum(table.horizon[rows], np.maximum.reduceat(block.e_ns, offsets))
+        latest = int(table.max_t_start[rows].max())
+        self.max_t_seen = latest if self.max_t_seen is None else max(self.max_t_seen, latest)
         on = block.nonphase_ns > 0
-        rank_of = np.repeat(np.array([rs.rank for rs in states], dtype=np.int64), lengths)
+        rank_of = np.repeat(table.rank[rows], lengths)
         if on.all():
             self.tail.add(rank_of, block.step, block.arrival_ns, block.cats[:, 3])
         else:
             self.tail.add(rank_of[on], block.step[on], block.arrival_ns[on], block.cats[:, 3][on])
-        max_seen = self.max_t_seen
-        for rs, first, last, start, end in zip(states, first_live, last_live, max_start, horizon, strict=True):
-            if first < NS_MAX:
-                rs.first_s = first if rs.first_s is None else min(rs.first_s, first)
-                rs.last_e = max(last, rs.last_e or first)
-            rs.max_t_start = max(start, rs.max_t_start or -NS_MAX)
-            rs.horizon = max(end, rs.horizon or -NS_MAX)
-            max_seen = max(rs.max_t_start, max_seen or rs.max_t_start)
-        self.max_t_seen = max_seen
         self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
 
-    @staticmethod
-    def _fold_sums_many(states: list[RankState], block: StepBlock, cols: Mapping[str, Any], offsets: IntArray) -> None:
+    def _fold_sums(self, rows: IntArray, block: StepBlock, cols: Mapping[str, Any], offsets: IntArray) -> None:
         """Per-rank sums of a multi-rank block: exact integer reductions over each rank's rows."""
+        table = self.table
         cats = block.cats
         known = np.isfinite(block.flops)
         alloc, reserved, peak = cols["mem_allocated"], cols["mem_reserved"], cols["mem_peak"]
@@ -567,28 +631,15 @@ class RunAccumulator:
             "mem_rows": peak >= 0,
             "frag_rows": frag_ok,
         }
-        # One (rows x keys) integer matrix, reduced per rank at once: exact integer sums, one
-        # Python list of a rank's additions in _SUM_KEYS order.
-        table = np.empty((len(block.step), len(_SUM_KEYS)), dtype=np.int64)
+        # One (rows x keys) integer matrix, reduced per rank at once.
+        matrix = np.empty((len(block.step), len(_SUM_KEYS)), dtype=np.int64)
         for j, key in enumerate(_SUM_KEYS):
-            table[:, j] = by_key[key]
-        added: list[list[int]] = np.add.reduceat(table, offsets, axis=0).tolist()
-        flops = np.add.reduceat(np.where(known, block.flops, 0.0), offsets).tolist()
-        frag_sum = np.add.reduceat(frag, offsets).tolist()
-        peak_max = np.maximum.reduceat(peak, offsets).tolist()
-        reserved_max = np.maximum.reduceat(reserved, offsets).tolist()
-        alloc_max = np.maximum.reduceat(alloc, offsets).tolist()
-        for rs, add, fl, fr, pm, rm, am in zip(states, added, flops, frag_sum, peak_max, reserved_max, alloc_max, strict=True):
-            s = rs.sums
-            s.update(zip(_SUM_KEYS, map(operator.add, map(s.__getitem__, _SUM_KEYS), add)))
-            rs.flops += fl
-            rs.frag_sum += fr
-            if pm > rs.mem_peak_max:
-                rs.mem_peak_max = pm
-            if rm > rs.mem_reserved_max:
-                rs.mem_reserved_max = rm
-            if am > rs.mem_allocated_max:
-                rs.mem_allocated_max = am
+            matrix[:, j] = by_key[key]
+        table.sums[rows] += np.add.reduceat(matrix, offsets, axis=0)
+        table.flops[rows] += np.add.reduceat(np.where(known, block.flops, 0.0), offsets)
+        table.frag_sum[rows] += np.add.reduceat(frag, offsets)
+        mem = np.stack([np.maximum.reduceat(x, offsets) for x in (peak, reserved, alloc)], axis=1)
+        table.mem[rows] = np.maximum(table.mem[rows], mem)
 
     def align_known(self) -> None:
         """Align what the live path would have aligned by now (after rows were added with
@@ -597,20 +648,23 @@ class RunAccumulator:
 
     def _align(self, *, final: bool) -> None:
         """Fold into the straggler counters every step no known rank can still report."""
-        if not self.ranks:
+        table = self.table
+        if not len(table):
             return
         if final:
             bound = NS_MAX
         else:
-            if len(self.ranks) < self.config.world_size and len(self.tail) < TAIL_ALIGN_LIMIT:
+            if len(table) < self.config.world_size and len(self.tail) < TAIL_ALIGN_LIMIT:
                 return
-            bound = min((rs.pending["step"] - 1) if rs.pending is not None else NS_MAX for rs in self.ranks.values())
+            bound = int(np.where(table.has_pending, table.pending["step"] - 1, NS_MAX).min())
         if self.watermark is not None and bound <= self.watermark:
             return
-        ranks = sorted(self.ranks)
         rank, step, arrival, comm = self.tail.take_through(bound)
-        who = np.searchsorted(np.array(ranks, dtype=np.int64), rank)
-        attribute(ranks, who, step, arrival, comm, self.stragglers)
+        order = np.argsort(table.rank, kind="stable")  # the rows by rank
+        added = attribute_sums(len(table), order[np.searchsorted(table.rank[order], rank)], step, arrival, comm)
+        if added is not None:
+            table.counters += added
+            table.has_counters[:] = True
         self.watermark = bound
 
     # -- finishing -------------------------------------------------------------------------
@@ -622,48 +676,28 @@ class RunAccumulator:
         if end_ns < self.config.allocation_start_ns:
             raise ValueError("end_ns is before allocation_start_ns")
         done = self if in_place else self._clone()
-        states: list[RankState] = []
-        rows: list[dict[str, Any]] = []
-        for rs in done.ranks.values():
-            past_end = rs.max_t_start is not None and rs.max_t_start >= end_ns
-            if past_end or (rs.horizon is not None and rs.horizon > end_ns):
-                raise NotAppendable(f"rank {rs.rank}: steps already analysed run past end_ns={end_ns}")
-            row, rs.pending = rs.pending, None
-            if row is None or row["t_start_ns"] >= end_ns:
-                continue
-            states.append(rs)
-            rows.append(row)
-        if rows:
+        table = done.table
+        past = (table.max_t_start >= end_ns) | (table.horizon > end_ns)  # NONE (no row) is below any end
+        if past.any():
+            rank = int(table.rank[int(np.flatnonzero(past)[0])])
+            raise NotAppendable(f"rank {rank}: steps already analysed run past end_ns={end_ns}")
+        rows = np.flatnonzero(table.has_pending & (table.pending["t_start_ns"] < end_ns))
+        table.has_pending[:] = False
+        if len(rows):
             # Every rank's last row, cut at the end, attributed in one pass (one row per rank).
-            cols: dict[str, Any] = {}
-            for k in rows[0]:
-                values = [row[k] for row in rows]
-                if k == "flops":
-                    cols[k] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-                else:
-                    cols[k] = np.array(values, dtype=np.int64)
+            cols = {k: v[rows] for k, v in table.pending.items()}
             cols["dur_ns"] = np.minimum(cols["dur_ns"], end_ns - cols["t_start_ns"])
             ones = np.ones(len(rows), dtype=np.int64)
-            done._attribute_rows(states, ones, cols, np.full(len(rows), NS_MAX, dtype=np.int64))
+            done._attribute_rows(rows, ones, cols, np.full(len(rows), NS_MAX, dtype=np.int64))
         done._align(final=True)
         return done
 
     def _clone(self) -> RunAccumulator:
-        """A copy sharing nothing mutable (cheaper than deepcopy: arrays that are only ever
-        replaced, never written in place, are shared)."""
+        """A copy sharing nothing mutable."""
         twin = copy.copy(self)
-        twin.ranks = {}
-        for rank, rs in self.ranks.items():
-            c = RankState.__new__(RankState)
-            c.__dict__.update(rs.__dict__)
-            c.columns = set(rs.columns)
-            c.pending = None if rs.pending is None else dict(rs.pending)
-            c.piece_ns = rs.piece_ns.copy()
-            c.sums = dict(rs.sums)
-            twin.ranks[rank] = c
+        twin.table = self.table.copy()
         twin.tail = self.tail.copy()
         twin.windows = self.windows.copy()
-        twin.stragglers = {k: StragglerCounters(*v.to_json()) for k, v in self.stragglers.items()}
         twin.hosts = {k: copy.deepcopy(v) for k, v in self.hosts.items()}
         return twin
 
@@ -674,7 +708,7 @@ class RunAccumulator:
         return {
             "version": STATE_VERSION,
             "config": self.config.fingerprint(),
-            "ranks": [rs.to_json(self._tail_of(rs.rank)) for rs in self.ranks.values()],
+            "ranks": [rs.to_json(self._tail_of(rs.rank)) for rs in self.table.states()],
             "windows": self.windows.to_json(),
             "watermark": self.watermark,
             "stragglers": {str(k): v.to_json() for k, v in self.stragglers.items()},
@@ -689,12 +723,15 @@ class RunAccumulator:
         acc = cls(RunConfig.from_fingerprint(data["config"]))
         for raw in data["ranks"]:
             rs = RankState.from_json(raw, len(acc.ctx.pieces))
-            acc.ranks[rs.rank] = rs
+            acc.table.put(rs)
             step, arrival, comm = (np.array(x, dtype=np.int64) for x in raw["tail"])
             acc.tail.add(np.full(len(step), rs.rank, dtype=np.int64), step, arrival, comm)
         acc.windows = WindowSums.from_json(data["windows"])
         acc.watermark = data["watermark"]
-        acc.stragglers = {int(k): StragglerCounters.from_json(v) for k, v in data["stragglers"].items()}
+        for k, v in data["stragglers"].items():
+            i = acc.table.row[int(k)]
+            acc.table.counters[i] = StragglerCounters.from_json(v).to_json()
+            acc.table.has_counters[i] = True
         acc.hosts = {k: HostSamples.from_json(v) for k, v in data["hosts"].items()}
         acc.max_t_seen = data["max_t_seen"]
         return acc

@@ -16,7 +16,9 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 
-from phantomhub.waste.accumulator import RankState, RankTotals, RunAccumulator
+import numpy as np
+
+from phantomhub.waste.accumulator import _SUM_KEYS, RankState, RankTotals, RunAccumulator
 from phantomhub.waste.diagnostics import (
     host_diagnostics,
     memory_diagnostics,
@@ -55,7 +57,10 @@ def build_analysis(
     cfg = acc.config
     start = cfg.allocation_start_ns
     span_ns = end_ns - start
-    reporting = sorted((rs for rs in acc.ranks.values() if rs.sums["rows"] > 0), key=lambda r: r.rank)
+    table = acc.table
+    rows = np.flatnonzero(table.sums[:, _SUM_KEYS.index("rows")] > 0)
+    reporting = table.states(rows[np.argsort(table.rank[rows], kind="stable")])  # in rank order
+    counters_of = acc.stragglers
     n_rep = len(reporting)
     totals = RankTotals.of(reporting)
     sums = totals.sums
@@ -107,7 +112,7 @@ def build_analysis(
 
     comm_gpu_ns = cat_ns["comm_exposed"] * gpu_per_slot
     comm_rate = float(cat_cents["comm_exposed"] / 100 / comm_gpu_ns) if comm_gpu_ns else 0.0
-    stragglers = stragglers_found(reporting, acc.stragglers, float(gpu_per_slot), comm_rate)
+    stragglers = stragglers_found(reporting, counters_of, float(gpu_per_slot), comm_rate)
 
     # -- recoverable: counterfactuals against demonstrated references (evidence.py) -------------
     profile = _profile(n_rep, totals, book.total_ns, mfu_compute)
@@ -157,7 +162,7 @@ def build_analysis(
         s = rs.sums
         live = s["live_steps"]
         compute_ns = s["useful_ns"] + s["inefficiency_ns"]
-        counters = acc.stragglers.get(rs.rank)
+        counters = counters_of.get(rs.rank)
         ranks.append(
             RankFigure(
                 rank=rs.rank,
@@ -235,7 +240,7 @@ def build_analysis(
     explain.update(_explain_memory(memory, n_rep, totals))
     explain.update(_explain_gpu_util(host.gpu_util_pct_mean, acc))
     for st in stragglers:
-        counters = acc.stragglers[st.rank]
+        counters = counters_of[st.rank]
         explain[f"stragglers.{st.rank}.caused_wait_gpu_seconds"] = Explained(
             st.caused_wait_gpu_seconds,
             "GPU-s",

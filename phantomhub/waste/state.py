@@ -6,7 +6,8 @@ three parts, each rewritten only when it changed:
 
 - ``header``: the run-wide scalars and per-host sample sums (JSON; small);
 - ``ranks``: one row per rank in fixed-width int64/float64 matrices, the straggler tails
-  concatenated with their lengths, the piece sums as one (ranks, pieces, 5) array;
+  concatenated with their lengths, the piece sums as one (ranks, pieces, 5) array: the
+  accumulator's rank table (``RankTable``) as it is, in rank order;
 - ``windows``: the chart sums as float64 arrays.
 
 Arrays are stored raw (``ndarray.tobytes``), so they round-trip bit for bit: integers exactly,
@@ -23,21 +24,17 @@ from typing import Any
 import numpy as np
 import orjson
 
-from phantomhub.waste.accumulator import _SUM_KEYS, STATE_VERSION, HostSamples, NotAppendable, RankState, RunAccumulator
-from phantomhub.waste.inputs import OPTIONAL_COLUMNS, OPTIONAL_INT_COLUMNS, RunConfig
-from phantomhub.waste.stragglers import StragglerCounters
+from phantomhub.waste.accumulator import _SUM_KEYS, PENDING_INT, STATE_VERSION, HostSamples, NotAppendable, RunAccumulator
+from phantomhub.waste.inputs import RunConfig
 from phantomhub.waste.windows import WindowSums
 
 _MAGIC = b"PHS1"
-NONE = np.iinfo(np.int64).min  # stands for None in the int matrices (no real value is this low)
-_PENDING_INT = ("step", "t_start_ns", "dur_ns", *OPTIONAL_INT_COLUMNS)
 _SCALARS = ("rank", "first_s", "last_e", "max_t_start", "horizon", "mem_peak_max", "mem_reserved_max",
             "mem_allocated_max", "columns", "pending", "tail_len", "straggler")  # fmt: skip
 _COUNTERS = ("aligned_steps", "slow_steps", "blamed_steps", "caused_wait_ns", "waited_ns", "excess2_ns")
-INT_COLUMNS: tuple[str, ...] = (*_SCALARS, *(f"p_{k}" for k in _PENDING_INT), *_SUM_KEYS, *(f"s_{k}" for k in _COUNTERS))
+INT_COLUMNS: tuple[str, ...] = (*_SCALARS, *(f"p_{k}" for k in PENDING_INT), *_SUM_KEYS, *(f"s_{k}" for k in _COUNTERS))
 _I = {name: i for i, name in enumerate(INT_COLUMNS)}
 FLOAT_COLUMNS = ("flops", "frag_sum", "p_flops")
-_COLUMN_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL_COLUMNS)}
 
 
 def arrays_pack(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -68,14 +65,6 @@ class StateParts:
     windows: dict[str, np.ndarray]
 
 
-def _opt(value: int | None) -> int:
-    return NONE if value is None else value
-
-
-def _back(value: int) -> int | None:
-    return None if value == NONE else value
-
-
 def state_pack(acc: RunAccumulator, *, ranks: bool = True) -> StateParts:
     """The accumulator's parts; ``ranks=False`` leaves the rank arrays out (unchanged ones)."""
     header = {
@@ -91,53 +80,39 @@ def state_pack(acc: RunAccumulator, *, ranks: bool = True) -> StateParts:
 
 
 def _ranks_pack(acc: RunAccumulator) -> dict[str, np.ndarray]:
-    ranks = sorted(acc.ranks.values(), key=lambda r: r.rank)
-    n_pieces = len(acc.ctx.pieces)
-    hosts: dict[str, int] = {}
-    int_rows: list[list[int]] = []
-    float_rows: list[tuple[float, float, float]] = []
+    """The rank table's columns, rows in rank order, as the matrices of the stored format."""
+    table = acc.table
+    t = table.take(np.argsort(table.rank, kind="stable"))
+    n = len(t)
     # The run's tail, stored rank by rank (each rank's rows in their order) with its length per rank.
     tail_rank, tail_step, tail_arrival, tail_comm = acc.tail.by_rank()
-    tail_len = dict.fromkeys([rs.rank for rs in ranks], 0)
+    tail_len = np.zeros(n, dtype=np.int64)
     if len(tail_rank):
-        who, n = np.unique(tail_rank, return_counts=True)
-        tail_len.update(zip(who.tolist(), n.tolist(), strict=True))
-        if len(tail_len) > len(ranks):
-            raise ValueError(f"tail rows of unknown ranks {sorted(set(tail_len) - set(acc.ranks))}")
-    no_pending = [0] * len(_PENDING_INT)
-    no_counters = [0] * len(_COUNTERS)
-    host_idx: list[int] = []
-    bits_of: dict[frozenset[str], int] = {}  # ranks mostly carry the same columns
-    for rs in ranks:
-        counters = acc.stragglers.get(rs.rank)
-        pending = rs.pending
-        flops = np.nan if pending is None or pending["flops"] is None else pending["flops"]
-        columns = frozenset(rs.columns)
-        bits = bits_of.get(columns)
-        if bits is None:
-            bits = bits_of[columns] = sum(_COLUMN_BIT[c] for c in columns)
-        int_rows.append(
-            [
-                rs.rank, _opt(rs.first_s), _opt(rs.last_e), _opt(rs.max_t_start), _opt(rs.horizon), rs.mem_peak_max,
-                rs.mem_reserved_max, rs.mem_allocated_max, bits, pending is not None, tail_len[rs.rank], counters is not None,
-                *(no_pending if pending is None else map(pending.__getitem__, _PENDING_INT)),
-                *map(rs.sums.__getitem__, _SUM_KEYS),
-                *(no_counters if counters is None else counters.to_json()),
-            ]
-        )  # fmt: skip
-        float_rows.append((rs.flops, rs.frag_sum, flops))
-        host_idx.append(hosts.setdefault(rs.host, len(hosts)))
-    # Straggler counters of ranks without a RankState cannot exist (attribute() counts known ranks).
-    extra = sorted(set(acc.stragglers) - set(acc.ranks))
-    if extra:
-        raise ValueError(f"straggler counters for unknown ranks {extra}")
-    ints = np.array(int_rows, dtype=np.int64).reshape(len(ranks), len(INT_COLUMNS))
-    floats = np.array(float_rows, dtype=np.float64).reshape(len(ranks), len(FLOAT_COLUMNS))
-    pieces = np.stack([rs.piece_ns for rs in ranks]) if ranks else np.zeros((0, n_pieces, 5), dtype=np.int64)
-
+        at = np.searchsorted(t.rank, tail_rank)
+        if (at >= n).any() or (t.rank[np.minimum(at, n - 1)] != tail_rank).any():
+            raise ValueError("tail rows of unknown ranks")
+        tail_len = np.bincount(at, minlength=n).astype(np.int64)
+    waiting = t.has_pending[:, None]
+    scalars = {
+        "rank": t.rank, "first_s": t.first_s, "last_e": t.last_e, "max_t_start": t.max_t_start, "horizon": t.horizon,
+        "mem_peak_max": t.mem[:, 0], "mem_reserved_max": t.mem[:, 1], "mem_allocated_max": t.mem[:, 2],
+        "columns": t.columns, "pending": t.has_pending, "tail_len": tail_len, "straggler": t.has_counters,
+    }  # fmt: skip
+    ints = np.empty((n, len(INT_COLUMNS)), dtype=np.int64)
+    for i, name in enumerate(_SCALARS):
+        ints[:, i] = scalars[name]
+    p_at, sum_at, s_at = _I[f"p_{PENDING_INT[0]}"], _I[_SUM_KEYS[0]], _I[f"s_{_COUNTERS[0]}"]
+    pending = np.stack([t.pending[k] for k in PENDING_INT], axis=1) if n else np.zeros((0, len(PENDING_INT)), dtype=np.int64)
+    ints[:, p_at : p_at + len(PENDING_INT)] = np.where(waiting, pending, 0)
+    ints[:, sum_at : sum_at + len(_SUM_KEYS)] = t.sums
+    ints[:, s_at : s_at + len(_COUNTERS)] = np.where(t.has_counters[:, None], t.counters, 0)
+    floats = np.stack([t.flops, t.frag_sum, np.where(t.has_pending, t.pending["flops"], np.nan)], axis=1)
+    hosts: dict[str, int] = {}
+    host_idx = [hosts.setdefault(h, len(hosts)) for h in t.host]
     names = np.frombuffer(orjson.dumps(list(hosts)), dtype=np.uint8)
-    return {"ints": ints, "floats": floats, "pieces": pieces, "host": np.array(host_idx, dtype=np.int64),
-            "host_names": names, "tail_step": tail_step, "tail_arrival": tail_arrival, "tail_comm": tail_comm}  # fmt: skip
+    return {"ints": ints, "floats": floats.reshape(n, len(FLOAT_COLUMNS)), "pieces": t.piece_ns,
+            "host": np.array(host_idx, dtype=np.int64), "host_names": names, "tail_step": tail_step,
+            "tail_arrival": tail_arrival, "tail_comm": tail_comm}  # fmt: skip
 
 
 def state_unpack(parts: StateParts) -> RunAccumulator:
@@ -150,50 +125,27 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
     if pieces.shape[1:] != (len(acc.ctx.pieces), 5) or ints.shape[1:] != (len(INT_COLUMNS),):
         raise NotAppendable("state shaped for another configuration")
     names = orjson.loads(r["host_names"].tobytes())
+    table = acc.table
+    n = len(ints)
+    # Copies: the stored arrays are read-only buffers, the table's columns are written in place.
+    table.rank = ints[:, _I["rank"]].copy()
+    table.row = {rank: i for i, rank in enumerate(table.rank.tolist())}
+    table.host = [names[i] for i in r["host"].tolist()]
+    for name in ("columns", "first_s", "last_e", "max_t_start", "horizon"):
+        setattr(table, name, ints[:, _I[name]].copy())
+    table.mem = ints[:, [_I["mem_peak_max"], _I["mem_reserved_max"], _I["mem_allocated_max"]]]
+    table.has_pending = ints[:, _I["pending"]] != 0
+    table.pending = {k: ints[:, _I[f"p_{k}"]].copy() for k in PENDING_INT}
+    table.pending["flops"] = floats[:, 2].copy()
+    sum_at, s_at = _I[_SUM_KEYS[0]], _I[f"s_{_COUNTERS[0]}"]
+    table.sums = ints[:, sum_at : sum_at + len(_SUM_KEYS)].copy()
+    table.counters = ints[:, s_at : s_at + len(_COUNTERS)].copy()
+    table.has_counters = ints[:, _I["straggler"]] != 0
+    table.flops, table.frag_sum = floats[:, 0].copy(), floats[:, 1].copy()
+    table.piece_ns = pieces.copy()
     tail_len = ints[:, _I["tail_len"]]
-    if tail_len.sum():  # the stored arrays are read-only buffers: the tail's own copies
-        tail_rank = np.repeat(ints[:, _I["rank"]], tail_len)
-        acc.tail.add(tail_rank, r["tail_step"].copy(), r["tail_arrival"].copy(), r["tail_comm"].copy())
-    pieces = pieces.copy()  # one copy; every rank gets a view of its rows
-    sum_at, n_scalar = _I[_SUM_KEYS[0]], len(_SCALARS)
-    p_end, s_end = n_scalar + len(_PENDING_INT), sum_at + len(_SUM_KEYS)
-    rows = ints.tolist()
-    frows = floats.tolist()
-    hosts = r["host"].tolist()
-    bits = list(_COLUMN_BIT.items())
-    columns_of: dict[int, frozenset[str]] = {}  # ranks mostly carry the same columns
-    for i, row in enumerate(rows):
-        mask = row[8]
-        named = columns_of.get(mask)
-        if named is None:
-            named = columns_of[mask] = frozenset(c for c, bit in bits if mask & bit)
-        rank = row[0]
-        pending: dict[str, Any] | None = None
-        if row[9]:
-            pending = dict(zip(_PENDING_INT, row[n_scalar:p_end], strict=True))
-            flops = frows[i][2]
-            pending["flops"] = None if flops != flops else flops  # NaN: FLOPs not counted
-        rs = RankState.__new__(RankState)  # every field set here (cheaper than the dataclass's defaults)
-        rs.__dict__.update(
-            rank=rank,
-            host=names[hosts[i]],
-            columns=set(named),
-            pending=pending,
-            first_s=_back(row[1]),
-            last_e=_back(row[2]),
-            max_t_start=_back(row[3]),
-            horizon=_back(row[4]),
-            piece_ns=pieces[i],
-            sums=dict(zip(_SUM_KEYS, row[sum_at:s_end], strict=True)),
-            flops=frows[i][0],
-            frag_sum=frows[i][1],
-            mem_peak_max=row[5],
-            mem_reserved_max=row[6],
-            mem_allocated_max=row[7],
-        )
-        if row[11]:
-            acc.stragglers[rank] = StragglerCounters(*row[s_end:])
-        acc.ranks[rank] = rs
+    if n and tail_len.sum():
+        acc.tail.add(np.repeat(table.rank, tail_len), r["tail_step"].copy(), r["tail_arrival"].copy(), r["tail_comm"].copy())
     w = parts.windows
     acc.windows = WindowSums(int(header["window_level"]), w["sums"].copy(), w["peak"].copy(), w["dur_hist"].copy())
     acc.watermark = header["watermark"]

@@ -139,10 +139,27 @@ def attribute(
     ranks: list[int], who: IntArray, step: IntArray, arrival: IntArray, comm: IntArray, counters: dict[int, StragglerCounters]
 ) -> None:
     """Fold complete steps of every rank into ``counters``: row ``j`` (step, arrival, comm)
-    belongs to ``ranks[who[j]]``. The rows may come in any order: every counter depends on the
-    values of a step's rows, not on which of two equal arrivals comes first."""
-    if not len(step):
+    belongs to ``ranks[who[j]]`` (``attribute_sums``)."""
+    added = attribute_sums(len(ranks), who, step, arrival, comm)
+    if added is None:
         return
+    for rank, row in zip(ranks, added.tolist(), strict=True):
+        c = counters.setdefault(rank, StragglerCounters())
+        c.aligned_steps += row[0]
+        c.slow_steps += row[1]
+        c.blamed_steps += row[2]
+        c.caused_wait_ns += row[3]
+        c.waited_ns += row[4]
+        c.excess2_ns += row[5]
+
+
+def attribute_sums(n: int, who: IntArray, step: IntArray, arrival: IntArray, comm: IntArray) -> IntArray | None:
+    """What complete steps add to the straggler counters of ``n`` ranks: an (n, 6) integer matrix
+    in ``StragglerCounters`` order, row ``j`` (step, arrival, comm) belonging to rank ``who[j]``;
+    None when no step was shared by two ranks. The rows may come in any order: every counter
+    depends on the values of a step's rows, not on which of two equal arrivals comes first."""
+    if not len(step):
+        return None
     order = order_by_step_then_arrival(step, arrival)
     step, arrival, comm, who = step[order], arrival[order], comm[order], who[order]
 
@@ -150,7 +167,7 @@ def attribute(
     sizes = np.diff(np.append(starts, len(step)))
     multi = sizes >= 2
     if not multi.any():
-        return
+        return None
     lo = starts + (sizes - 1) // 2
     hi = starts + sizes // 2
     median2 = arrival[lo] + arrival[hi]  # twice the median, kept integral
@@ -172,26 +189,8 @@ def attribute(
     g_share = np.repeat(share, sizes)
     g_excess2 = np.repeat(2 * latest - median2, sizes)
 
-    n = len(ranks)
-
-    def per_rank(values: IntArray) -> list[int]:
-        # Integer sums (exact at any size; a float bincount rounds once a sum passes 2**53).
-        out = np.zeros(n, dtype=np.int64)
-        np.add.at(out, who, values.astype(np.int64, copy=False))
-        sums: list[int] = out.tolist()
-        return sums
-
-    aligned = per_rank(g_multi.astype(np.int64))
-    slow_c = per_rank(slow.astype(np.int64))
-    blamed_c = per_rank(blamed.astype(np.int64))
-    caused = per_rank(np.where(blamed, g_share, 0))
-    waited = per_rank(wait)
-    excess2 = per_rank(np.where(blamed, g_excess2, 0))
-    for i, rank in enumerate(ranks):
-        c = counters.setdefault(rank, StragglerCounters())
-        c.aligned_steps += aligned[i]
-        c.slow_steps += slow_c[i]
-        c.blamed_steps += blamed_c[i]
-        c.caused_wait_ns += caused[i]
-        c.waited_ns += waited[i]
-        c.excess2_ns += excess2[i]
+    # Integer sums (exact at any size; a float bincount rounds once a sum passes 2**53).
+    out = np.zeros((n, 6), dtype=np.int64)
+    for j, values in enumerate((g_multi, slow, blamed, np.where(blamed, g_share, 0), wait, np.where(blamed, g_excess2, 0))):
+        np.add.at(out[:, j], who, values.astype(np.int64, copy=False))
+    return out
