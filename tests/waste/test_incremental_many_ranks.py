@@ -6,10 +6,12 @@ The oracle is ``analyze`` on all rows at once; on the database, a from-scratch `
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ from phantomhub.waste.models import RunAnalysisState
 from phantomhub.waste.selectors import rank_figures_of
 from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 from tests.conftest import Tenant
+from tests.waste import state_fixture
 from tests.waste.factories import MS, S
 from tests.waste.strategies import runs
 from tests.waste.test_waste_incremental import _ending_after_every_row, assert_same_analysis
@@ -84,6 +87,26 @@ def test_any_batch_split_over_ranks_equals_one_full_analysis(run, extra_ns, rnd,
     except NotAppendable:  # rows a live run could not append (the service then starts over)
         return
     assert_same(analyze(run), analysis_from(live_acc, end_ns=run.end_ns))
+
+
+def test_a_state_the_code_before_the_rank_table_stored_loads_repacks_to_its_bytes_and_goes_on():
+    # The oracle is bytes another version of the code wrote (tests/waste/state_fixture.py says
+    # how): the accumulator after two rounds of a 6-rank run, with pending rows, straggler tails
+    # and counters, packed by the code that kept a Python object per rank.
+    stored = state_fixture.decode(json.loads((Path(__file__).parent / "data" / "state_before_rank_table.json").read_text()))
+    # The same rows folded by this code pack to the same bytes.
+    assert state_fixture.packed(state_fixture.fixture_accumulator()) == stored
+    # The stored state, loaded, packs back to its bytes ...
+    header, ranks, windows = orjson.loads(stored["header"]), arrays_unpack(stored["ranks"]), arrays_unpack(stored["windows"])
+    acc = state_unpack(StateParts(header, ranks, windows))
+    assert state_fixture.packed(acc) == stored
+    # ... and with the remaining rounds analyses like a from-scratch pass over every row.
+    rounds = state_fixture.rounds()
+    for batches in rounds[state_fixture.FIXTURE_ROUNDS :]:
+        acc.add_steps_many(batches)
+    every = [b for batches in rounds for b in batches]
+    end = max(int(b.t_start_ns[-1] + b.dur_ns[-1]) for b in every) + 5 * S
+    assert_same(analyze(RunInputs(config=state_fixture.config(), end_ns=end, steps=every)), analysis_from(acc, end_ns=end))
 
 
 @st.composite
