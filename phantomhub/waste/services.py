@@ -717,7 +717,12 @@ def rollups_mark(days: Iterable[date]) -> None:
 def rollups_rebuild(*, days: Iterable[date] | None = None) -> list[date]:
     """Rebuild ProjectDay rows for pending days (or the given ones) from RunDay."""
     if days is None:
-        days = list(RollupPending.objects.values_list("day", flat=True))
+        if connection.vendor == "postgresql":  # every sweep asks: the statement as text
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT day FROM waste_rolluppending")
+                days = [row[0] for row in cursor.fetchall()]
+        else:
+            days = list(RollupPending.objects.values_list("day", flat=True))
     done: list[date] = []
     for day in sorted(set(days)):
         with transaction.atomic():
@@ -773,15 +778,44 @@ def runs_mark_crashed(*, now: datetime | None = None, org: OrgSettings | None = 
     crashed; analysis then bills them up to their last sign of life and sets finished_at there.
     ``org``: the organization's settings, when the caller has read them."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=(org or OrgSettings.get()).crash_after_s)
+    return _runs_mark_crashed(now - timedelta(seconds=(org or OrgSettings.get()).crash_after_s))
+
+
+def _runs_mark_crashed(cutoff: datetime) -> int:
+    if connection.vendor == "postgresql":  # the statement as text: the ORM's compiling was most of a sweep
+        with connection.cursor() as cursor:
+            cursor.execute(_MARK_CRASHED_SQL, [RunStatus.CRASHED.value, cutoff, RunStatus.RUNNING.value])
+            return int(cursor.rowcount)
     return Run.objects.filter(status=RunStatus.RUNNING, last_seen_at__lt=cutoff).update(
         status=RunStatus.CRASHED, ingest_seq=F("ingest_seq") + 1
     )
 
 
+_MARK_CRASHED_SQL = "UPDATE telemetry_run SET status = %s, ingest_seq = ingest_seq + 1 WHERE last_seen_at < %s AND status = %s"
+# runs_dirty_orm's query as one SELECT (a run is in at most one of its two halves: no UNION needed).
+_DIRTY_SQL = """
+SELECT r.id FROM telemetry_run r LEFT OUTER JOIN waste_runanalysis a ON a.run_id = r.id
+WHERE a.run_id IS NULL
+   OR (a.analysed_seq < r.ingest_seq
+       AND NOT (a.failed_seq = r.ingest_seq AND (a.failures >= %s OR (a.retry_at > %s AND a.retry_at IS NOT NULL))))
+ORDER BY r.allocation_start LIMIT %s
+"""
+
+
 def runs_dirty(limit: int = 500) -> list[uuid.UUID]:
     """Runs whose stored analysis is missing or older than their telemetry, oldest allocation
-    first: earlier runs finish first, so later ones find them as peers (evidence.py)."""
+    first: earlier runs finish first, so later ones find them as peers (evidence.py). On
+    PostgreSQL one SELECT as text (what ``runs_dirty_orm`` builds, without building it each
+    sweep: the ORM's compiling was most of a sweep with nothing to do)."""
+    if connection.vendor != "postgresql":
+        return runs_dirty_orm(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(_DIRTY_SQL, [MAX_ANALYSIS_FAILURES, timezone.now(), limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def runs_dirty_orm(limit: int = 500) -> list[uuid.UUID]:
+    """``runs_dirty`` through the ORM (SQLite; and the oracle the SQL is tested against)."""
     never = Run.objects.filter(analysis__isnull=True).values_list("id", "allocation_start")
     # A run whose analysis failed at its current telemetry waits for its retry time, and after
     # MAX_ANALYSIS_FAILURES for new telemetry.
@@ -898,10 +932,22 @@ class SweepResult:
     rollup_days: int
 
 
+def _sweep_settings() -> tuple[int, int]:
+    """The organization's crash threshold and analysis debounce, s (the row is made if missing)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT crash_after_s, analysis_debounce_s FROM waste_orgsettings WHERE id = 1")
+            found = cursor.fetchone()
+        if found is not None:
+            return int(found[0]), int(found[1])
+    org = OrgSettings.get()
+    return org.crash_after_s, org.analysis_debounce_s
+
+
 def analysis_sweep(*, inline: bool) -> SweepResult:
     """Mark silent runs crashed, analyse (or enqueue) every dirty run, rebuild pending rollups."""
-    org = OrgSettings.get()  # once per sweep: the crash threshold and the debounce interval
-    crashed = runs_mark_crashed(org=org)
+    crash_after_s, debounce_s = _sweep_settings()  # once per sweep
+    crashed = _runs_mark_crashed(timezone.now() - timedelta(seconds=crash_after_s))
     dirty = runs_dirty()
     analysed = enqueued = 0
     if inline:
@@ -910,6 +956,6 @@ def analysis_sweep(*, inline: bool) -> SweepResult:
                 analysed += 1
     else:
         for run_id in dirty:
-            enqueued += _analysis_enqueue_once(run_id, org.analysis_debounce_s)
+            enqueued += _analysis_enqueue_once(run_id, debounce_s)
     days = rollups_rebuild()
     return SweepResult(crashed, analysed, enqueued, len(days))

@@ -78,3 +78,36 @@ def test_telemetry_centuries_after_the_allocation_is_refused_not_looped_over(own
     Run.objects.filter(pk=run_id).update(finished_at=datetime(2099, 12, 31, tzinfo=UTC), status="finished")
     assert services.run_analyze_isolated(run_id=run_id) is None
     assert "spans more than 400 days" in RunAnalysis.objects.get(run_id=run_id).error
+
+
+def test_the_sweeps_dirty_run_query_picks_what_the_orm_query_picks(owner: Tenant) -> None:
+    # The SQL the sweep runs on PostgreSQL against its oracle, the ORM query it replaces, over
+    # runs in every state an analysis can be in (and the same order, oldest allocation first).
+    now = timezone.now()
+    states = {
+        "never analysed": None,
+        "up to date": {"analysed_seq": 3},
+        "stale": {"analysed_seq": 2},
+        "failed, retry due later": {"analysed_seq": -1, "failed_seq": 3, "failures": 2, "retry_at": now + timedelta(hours=1)},
+        "failed, retry due": {"analysed_seq": -1, "failed_seq": 3, "failures": 2, "retry_at": now - timedelta(seconds=1)},
+        "failed, no retry time": {"analysed_seq": -1, "failed_seq": 3, "failures": 1, "retry_at": None},
+        "failed too often": {"analysed_seq": -1, "failed_seq": 3, "failures": services.MAX_ANALYSIS_FAILURES, "retry_at": None},
+        "failed at older telemetry": {"analysed_seq": 1, "failed_seq": 2, "failures": 9, "retry_at": now + timedelta(hours=1)},
+    }
+    ids = {}
+    for i, (name, fields) in enumerate(states.items()):
+        run_id = uuid.UUID(make_run(owner, name=name))
+        Run.objects.filter(pk=run_id).update(ingest_seq=3, allocation_start=T0 - timedelta(minutes=10 * (len(states) - i)))
+        if fields is not None:
+            run = Run.objects.select_related("project").get(pk=run_id)
+            RunAnalysis.objects.update_or_create(
+                run=run, defaults={"project_id": run.project_id, "team_id": run.project.team_id, **fields}
+            )
+        ids[run_id] = name
+
+    picked = services.runs_dirty()
+
+    assert picked == services.runs_dirty_orm()
+    assert [ids[r] for r in picked] == ["never analysed", "stale", "failed, retry due", "failed, no retry time",
+                                        "failed at older telemetry"]  # fmt: skip
+    assert services.runs_dirty(limit=2) == services.runs_dirty_orm(limit=2) == picked[:2]
