@@ -3,10 +3,9 @@
     .venv/bin/python bench/big_job.py            # leaves its 1,024-rank run in phantomhub_bench_bigjob
     .venv/bin/python bench/sweep.py [--repeat 200] [--database-url postgres://...]
 
-`bench/big_job.py` times 20 sweeps per case right after writing and analysing its runs, so its
-p99 is the slowest of 20 on a machine still flushing that work. This times `--repeat` sweeps
-(`analysis_sweep(inline=True)`, what beat runs) once the database is quiet, after one untimed
-sweep, and prints p50 / p99 / max and the statements one sweep runs. Writes
+Times `--repeat` sweeps (`analysis_sweep(inline=True)`, what beat runs) in a fresh process, as
+a worker runs them, after one untimed sweep, and prints p50 / p99 / max and the statements one
+sweep runs. `bench/big_job.py` runs it for each of its cases once the writes have settled. Writes
 bench/results/sweep.json.
 """
 
