@@ -76,6 +76,9 @@ class NotAppendable(ValueError):
 
 @dataclass
 class RankState:
+    """One rank's state: a snapshot of its ``RankTable`` row, which finalisation and the JSON
+    form read (changing it changes nothing in the accumulator)."""
+
     rank: int
     host: str
     columns: set[str] = field(default_factory=set)
