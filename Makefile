@@ -81,7 +81,6 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/ingest.py
 	$(PY) bench/analysis.py
 	$(PY) bench/big_job.py
-	$(PY) bench/sweep.py
 	$(PY) bench/waste_model.py
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/savings.py

@@ -32,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -180,13 +181,13 @@ def sweep_case(run: Any, database_url: str) -> dict[str, Any]:
         gc_ms.append(TIMED_GC_MS[-1])
         assert result.analysed == 0
     slowest = np.argsort(times)[-max(len(times) // 100, 1) :]  # the sweeps at and above the p99
-    out_file = Path(f"/tmp/big_job_sweep_{os.getpid()}.json")
-    subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "sweep.py"), "--repeat", str(SWEEPS), "--database-url", database_url,
-         "--out", str(out_file)], check=True, capture_output=True,
-    )  # fmt: skip
-    fresh = json.loads(out_file.read_text())["ms"]
-    out_file.unlink()
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = Path(tmp) / "sweep.json"
+        subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "sweep.py"), "--repeat", str(SWEEPS), "--database-url", database_url,
+             "--out", str(out_file)], check=True, capture_output=True,
+        )  # fmt: skip
+        fresh = json.loads(out_file.read_text())["ms"]
     return {"ranks": run.gpu_count, "p50": pct(times, 50), "p99": pct(times, 99), "max": max(times), "n": len(times),
             "gc_ms_max": max(gc_ms), "gc_ms_in_slowest": [gc_ms[i] for i in slowest.tolist()],
             "fresh_process": fresh, "settled": "VACUUM ANALYZE, CHECKPOINT"}  # fmt: skip

@@ -177,7 +177,8 @@ class HostSamples:
 
 
 def _filled_many(batches: Sequence[StepColumns]) -> dict[str, Any]:
-    """``_filled`` of several batches, concatenated column by column."""
+    """The batches' columns concatenated, every column present: unmeasured stages and counters
+    0, memory -1, FLOPs NaN."""
     out: dict[str, Any] = {name: np.concatenate([getattr(b, name) for b in batches]) for name in ("step", "t_start_ns", "dur_ns")}
     for name in (*OPTIONAL_INT_COLUMNS, "flops"):
         parts = [getattr(b, name) for b in batches]
@@ -208,7 +209,7 @@ class StepBatches(list[StepColumns]):
 PENDING_INT = ("step", "t_start_ns", "dur_ns", *OPTIONAL_INT_COLUMNS)
 NONE = np.iinfo(np.int64).min  # stands for None in the rank table's int columns
 _COLUMN_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL_COLUMNS)}
-_COUNTERS = len(StragglerCounters().to_json())
+_N_COUNTERS = len(StragglerCounters().to_json())
 
 
 def _opt(value: int) -> int | None:
@@ -242,7 +243,7 @@ class RankTable:
         self.pending = {k: np.zeros(0, dtype=np.int64) for k in PENDING_INT}
         self.pending["flops"] = np.zeros(0, dtype=np.float64)  # NaN: not counted
         self.piece_ns = np.zeros((0, n_pieces, 5), dtype=np.int64)  # step-category ns per price piece
-        self.counters = np.zeros((0, _COUNTERS), dtype=np.int64)  # StragglerCounters, in its order
+        self.counters = np.zeros((0, _N_COUNTERS), dtype=np.int64)  # StragglerCounters, in its order
         self.has_counters = np.zeros(0, dtype=bool)
 
     def __len__(self) -> int:
