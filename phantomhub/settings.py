@@ -297,6 +297,17 @@ if METRICS_TOKEN is not None and len(METRICS_TOKEN) < 16 and not DEBUG:
 
 TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maximum=1.0)
 
+# The organization's currency: the price book's and every figure's (the `_usd` names assume the
+# default). A FOCUS invoice billed in another BillingCurrency is refused, never read as this one.
+CURRENCY = (env_str("PHANTOMHUB_CURRENCY", "USD") or "USD").upper()
+if not (len(CURRENCY) == 3 and CURRENCY.isalpha() and CURRENCY.isascii()):
+    raise ConfigError(f"PHANTOMHUB_CURRENCY={CURRENCY!r} is not an ISO 4217 code (USD, EUR, ...)")
+# FOCUS invoice import (docs/fleet.md, "The invoice"): a file of more than FOCUS_INLINE_LINES lines
+# is imported by a background job (the POST answers 202), not in its request; a body is at most
+# FOCUS_MAX_BYTES (the job's CSV waits in the database until it runs).
+FOCUS_INLINE_LINES = env_int("PHANTOMHUB_FOCUS_INLINE_LINES", 5000, minimum=1, maximum=1_000_000)
+FOCUS_MAX_BYTES = env_int("PHANTOMHUB_FOCUS_MAX_BYTES", 5 * 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024)
+
 # Alerts (docs/alerts.md). Links in alerts point at PUBLIC_URL (what people open the UI by).
 PUBLIC_URL = env_str("PHANTOMHUB_PUBLIC_URL", f"http://127.0.0.1:{PORT}") or f"http://127.0.0.1:{PORT}"
 # Webhook hosts alerts may be sent to; empty: any http/https host (link-local addresses never).

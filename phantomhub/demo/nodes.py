@@ -12,13 +12,13 @@ Everything here is synthetic: generated numbers for the demo, not a real cloud b
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
+
+from phantomhub.csvfile import csv_text
 
 NS = 10**9
 GIB = 2**30
@@ -106,11 +106,9 @@ def sample_times(last_ns: int | None, now: datetime, history: timedelta = HISTOR
 
 def focus_invoice(days: list[date]) -> str:
     """A synthetic FOCUS CSV: each demo node billed for whole days at USD_PER_GPU_HOUR_BILLED."""
-    out = io.StringIO()
     columns = ["BillingAccountId", "BillingCurrency", "BilledCost", "ChargeCategory", "ChargePeriodStart", "ChargePeriodEnd",
                "ResourceId", "ServiceName", "SkuId", "Tags"]  # fmt: skip
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
+    rows: list[list[Any]] = []
 
     def iso(moment: datetime) -> str:
         return moment.isoformat().replace("+00:00", "Z")
@@ -123,11 +121,11 @@ def focus_invoice(days: list[date]) -> str:
             cost = USD_PER_GPU_HOUR_BILLED * meta["gpu_count"] * 24
             tags = json.dumps({"phantomhub-node": hostname})
             ec2 = ["Amazon Elastic Compute Cloud", "p5.48xlarge-OnDemand", tags]
-            writer.writerow(["demo-account", "USD", f"{cost:.2f}", "Usage", *period, meta["resource_id"], *ec2])
-        writer.writerow(
+            rows.append(["demo-account", "USD", f"{cost:.2f}", "Usage", *period, meta["resource_id"], *ec2])
+        rows.append(
             ["demo-account", "USD", "41.30", "Usage", *period, "vol-0demo-checkpoints", "Amazon Elastic Block Store", "gp3", "{}"]
         )
-    return out.getvalue()
+    return csv_text(columns, rows)
 
 
 def nodes_seed(address: str, say: Callable[[str], None], now: datetime | None = None, history: timedelta = HISTORY) -> None:
@@ -141,7 +139,7 @@ def nodes_seed(address: str, say: Callable[[str], None], now: datetime | None = 
     from phantomhub.fleet.services import node_token_create, rules_replace
 
     now = now or datetime.now(UTC)
-    poster = Poster(address, node_token_create(name="demo nodes").raw)
+    poster = Poster(address, node_token_create(name="demo nodes", hostnames=list(LAYOUT)).raw)
     stored = 0
     days: set[date] = set()
     for hostname in LAYOUT:
@@ -164,3 +162,5 @@ def nodes_seed(address: str, say: Callable[[str], None], now: datetime | None = 
     result = focus_import(text=focus_invoice(sorted(days)), filename="demo-focus-synthetic.csv")
     if result.created:
         say(f"demo: synthetic FOCUS invoice imported: {result.lines_new} new lines, {result.matched} matched to nodes")
+    elif result.errors:  # e.g. PHANTOMHUB_CURRENCY is not the synthetic invoice's USD
+        say(f"demo: synthetic FOCUS invoice not imported ({result.errors[0]})")

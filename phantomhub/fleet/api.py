@@ -16,13 +16,13 @@ from rest_framework.views import APIView
 
 from phantomhub.accounts.models import Project, Team, TokenKind
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, TokenScopes, is_finance, is_org_admin
+from phantomhub.csvfile import csv_lines
 from phantomhub.errors import ApiError, invalid
 from phantomhub.fleet import focus, selectors, services
 from phantomhub.fleet.models import AttributionRule, InvoiceImport, MatchKind
 from phantomhub.fleet.wire import node_batch_parse
-from phantomhub.portal.exports import _lines
 from phantomhub.portal.periods import period_parse
-from phantomhub.pricing.api import CsvParser
+from phantomhub.pricing.api import CsvParser, csv_import_refused
 from phantomhub.schema import ErrorSerializer
 
 OBJ = OpenApiTypes.OBJECT
@@ -95,7 +95,7 @@ class FleetCsvApi(APIView):
         columns, read = CSV_TABLES[table]
         rows = read(period)
         response = StreamingHttpResponse(
-            _lines(columns, ([row.get(c) for c in columns] for row in rows)), content_type="text/csv"
+            csv_lines(columns, ([row.get(c) for c in columns] for row in rows)), content_type="text/csv"
         )
         response["Content-Disposition"] = f'attachment; filename="phantomhub-fleet-{table}-{period.label}.csv"'
         return response
@@ -189,44 +189,59 @@ class FinanceOrAdmin(TokenScopes):
         return False
 
 
+# `errors` cannot be a declared field of a Serializer subclass (it is the serializer's own): the
+# schema's row is built by inline_serializer, and the list answers that same class, many.
+InvoiceImportRow = inline_serializer(
+    "InvoiceImportRow",
+    {
+        "id": serializers.IntegerField(),
+        "filename": serializers.CharField(),
+        "status": serializers.ChoiceField(choices=["queued", "running", "done", "failed"]),
+        "lines": serializers.IntegerField(help_text="lines of the file (estimated from its newlines until checked)"),
+        "lines_checked": serializers.IntegerField(help_text="progress of a running import"),
+        "lines_new": serializers.IntegerField(),
+        "matched_lines": serializers.IntegerField(),
+        "errors": serializers.ListField(child=serializers.CharField(), help_text="a failed import's first errors"),
+        "error_count": serializers.IntegerField(help_text="all of a failed import's errors"),
+        "imported_at": serializers.DateTimeField(),
+        "updated_at": serializers.DateTimeField(),
+        "sha256": serializers.CharField(),
+    },
+)
+
+
 class InvoiceImportApi(APIView):
     permission_classes = [FinanceOrAdmin]
     parser_classes = [CsvParser]
 
+    @property
+    def max_csv_bytes(self) -> int:
+        return int(settings.FOCUS_MAX_BYTES)
+
     @extend_schema(
-        responses=inline_serializer(
-            "InvoiceImportRow",
-            {
-                "id": serializers.IntegerField(),
-                "filename": serializers.CharField(),
-                "lines": serializers.IntegerField(),
-                "lines_new": serializers.IntegerField(),
-                "imported_at": serializers.DateTimeField(),
-                "sha256": serializers.CharField(),
-            },
-            many=True,
-        ),
-        summary="Invoices imported (FOCUS CSV), newest first",
+        responses=type(InvoiceImportRow)(many=True),
+        summary="Invoice imports (FOCUS CSV), newest first: status, progress, errors",
     )
     def get(self, request: Request) -> Response:
-        rows = InvoiceImport.objects.order_by("-imported_at")[:200]
-        return Response(
-            [
-                {"id": r.pk, "filename": r.filename, "lines": r.lines, "lines_new": r.lines_new,
-                 "imported_at": r.imported_at.isoformat(), "sha256": r.content_sha256}
-                for r in rows
-            ]
-        )  # fmt: skip
+        rows = InvoiceImport.objects.defer("text").order_by("-imported_at", "-pk")[:200]
+        return Response([focus.invoice_import_view(r) for r in rows])
 
     @extend_schema(
         request={"text/csv": str},
         parameters=[OpenApiParameter("filename", str, description="the file's name, kept with the import")],
-        responses={201: OBJ, 200: OBJ, 400: ErrorSerializer},
-        summary="Import a FOCUS CSV invoice: all or nothing, idempotent (201 imported, 200 already imported)",
+        responses={201: OBJ, 200: OBJ, 202: InvoiceImportRow, 400: ErrorSerializer, 413: ErrorSerializer},
+        summary=(
+            "Import a FOCUS CSV invoice: all or nothing, idempotent (201 imported, 200 already imported; "
+            "202 queued: a file over PHANTOMHUB_FOCUS_INLINE_LINES lines is a background job, listed by GET)"
+        ),
     )
     def post(self, request: Request) -> Response:
-        result = focus.focus_import(text=str(request.data), filename=request.query_params.get("filename", ""), actor=request.user)
+        text, filename = str(request.data), request.query_params.get("filename", "")
+        if focus.lines_estimate(text) > settings.FOCUS_INLINE_LINES:
+            job, queued = focus.invoice_import_queue(text=text, filename=filename, actor=request.user)
+            body = focus.invoice_import_view(job) | {"duplicate_file": not queued}
+            return Response(body, status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK)
+        result = focus.focus_import(text=text, filename=filename, actor=request.user)
         if result.errors:
-            fields = {err.split(":", 1)[0]: err.split(":", 1)[1].strip() for err in result.errors}
-            raise ApiError("invalid", "; ".join(result.errors[:10]), fields=fields)
+            raise csv_import_refused(result.errors, result.error_count)
         return Response(result.as_dict(), status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK)

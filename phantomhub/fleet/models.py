@@ -206,13 +206,32 @@ class AttributionRule(models.Model):
         return f"{self.position}: {self.match} {self.key} {self.pattern}"
 
 
+class ImportStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 class InvoiceImport(models.Model):
+    """One FOCUS file. A small one is imported in its request (stored `done`); a large one is a
+    background job (phantomhub/fleet/focus.py): `queued` with its CSV in `text` until the job
+    ends, `running` with `lines_checked` as progress, then `done` (text emptied) or `failed` with the
+    first errors and their `error_count` (nothing of it stored: all or nothing)."""
+
     content_sha256 = models.CharField(max_length=64, unique=True)
     filename = models.CharField(max_length=255, blank=True)
     lines = models.PositiveIntegerField(default=0)
     lines_new = models.PositiveIntegerField(default=0)
     imported_at = models.DateTimeField(auto_now_add=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    status = models.CharField(max_length=8, choices=ImportStatus.choices, default=ImportStatus.DONE)
+    lines_checked = models.PositiveIntegerField(default=0)
+    matched_lines = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    error_count = models.PositiveIntegerField(default=0)
+    text = models.TextField(blank=True)  # the CSV while its job waits or runs (bounded by the upload cap)
+    updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"{self.filename or self.content_sha256[:12]} ({self.lines} lines)"

@@ -17,3 +17,12 @@ def fleet_derive() -> int:
 def fleet_purge() -> int:
     """Beat, hourly: raw samples older than PHANTOMHUB_FLEET_RAW_DAYS (derived rows stay)."""
     return services.raw_samples_purge()
+
+
+@shared_task(acks_late=True)
+def invoice_import(import_id: int) -> str:
+    """A large FOCUS file posted to the API (enqueued on commit): check it all, then store it or
+    record why not (phantomhub/fleet/focus.py)."""
+    from phantomhub.fleet.focus import invoice_import_run
+
+    return invoice_import_run(import_id=import_id)

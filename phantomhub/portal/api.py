@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import uuid
 from typing import Any, cast
 
@@ -34,7 +32,7 @@ from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.waste.baseline import run_vs_baseline
-from phantomhub.waste.model import CATEGORIES, DEFAULT_RECOVERABILITY
+from phantomhub.waste.model import DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
 from phantomhub.waste.selectors import analysis_failure, analysis_series, analysis_view
 
@@ -340,29 +338,7 @@ class FinanceCsvApi(APIView):
     @extend_schema(responses={(200, "text/csv"): str})
     def get(self, request: Request, month: str) -> HttpResponse:
         review = _finance_view(request, month)
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        head = [
-            "team",
-            "project",
-            "runs",
-            "gpu_hours",
-            "cost_usd",
-            *[f"{c}_usd" for c in CATEGORIES],
-            "waste_usd",
-            "recoverable_usd",
-        ]
-        writer.writerow(head)
-
-        def line(team: str, project: str, row: dict[str, Any]) -> list[Any]:
-            cats = [f"{row['categories_usd'][c]:.2f}" for c in CATEGORIES]
-            return [team, project, row["runs"], f"{row['gpu_hours']:.3f}", f"{row['cost_usd']:.2f}", *cats,
-                    f"{row['waste_usd']:.2f}", f"{row['recoverable_usd']:.2f}"]  # fmt: skip
-
-        for row in review["rows"]:
-            writer.writerow(line(row["team"], row["project"], row))
-        writer.writerow(line("TOTAL", "", review["totals"]))
-        response = HttpResponse(out.getvalue(), content_type="text/csv")
+        response = HttpResponse(exports.finance_csv(review), content_type="text/csv")
         state = "closed" if review["closed"] else "open"
         response["Content-Disposition"] = f'attachment; filename="phantomhub-finance-{month}-{state}.csv"'
         return response

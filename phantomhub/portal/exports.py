@@ -1,46 +1,29 @@
 """CSV exports of what the portal lists: the runs list (its filters, every row) and leaderboards.
 
-Rows are written as they are read, so an export of thousands of runs streams instead of building
-one big string. Text a spreadsheet would run as a formula (=, +, -, @ first) is quoted with a
-leading apostrophe: run names come from training jobs, not from people we trust.
+Rows are written as they are read (phantomhub.csvfile, the one CSV writer), so an export of
+thousands of runs streams instead of building one big string, and text a spreadsheet would run as a
+formula is neutralised there: run names come from training jobs, not from people we trust.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable, Iterator
+from decimal import Decimal
 from typing import Any
+
+from phantomhub.csvfile import csv_lines, csv_text
+from phantomhub.waste.model import CATEGORIES
 
 RUN_COLUMNS = ["id", "name", "team", "project", "status", "gpu_model", "gpu_count", "started_at", "ended_at",
                "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "tags"]  # fmt: skip
 FIGURES = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu"]
 
 
-def _safe(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return "" if value is None else value
-
-
-def _lines(header: list[str], rows: Iterable[list[Any]]) -> Iterator[str]:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow([_safe(v) for v in row])
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-    if buffer.tell():  # no rows: the header alone
-        yield buffer.getvalue()
-
-
 def runs_csv(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
     def line(row: dict[str, Any]) -> list[Any]:
         return [";".join(row["tags"]) if key == "tags" else row[key] for key in RUN_COLUMNS]
 
-    return _lines(RUN_COLUMNS, (line(row) for row in rows))
+    return csv_lines(RUN_COLUMNS, (line(row) for row in rows))
 
 
 def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
@@ -62,4 +45,23 @@ def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
         extra = [row["fleet"]["uninstrumented_usd"], row["fleet"]["idle_held_usd"]] if fleet else []
         return [period["start"], period["end"], *who, *(row[k] for k in FIGURES), *compared, *extra]
 
-    return _lines(header, [line(row) for row in board["rows"]])
+    return csv_lines(header, [line(row) for row in board["rows"]])
+
+
+def _places(value: float, places: int) -> Decimal:
+    """A figure as a number with a fixed number of places (a Decimal, not text: it stays a number)."""
+    return Decimal(f"{value:.{places}f}")
+
+
+def finance_csv(review: dict[str, Any]) -> str:
+    """The month's cost review per team and project, and its TOTAL line."""
+    header = ["team", "project", "runs", "gpu_hours", "cost_usd", *[f"{c}_usd" for c in CATEGORIES], "waste_usd",
+              "recoverable_usd"]  # fmt: skip
+
+    def line(team: str, project: str, row: dict[str, Any]) -> list[Any]:
+        cats = [_places(row["categories_usd"][c], 2) for c in CATEGORIES]
+        return [team, project, row["runs"], _places(row["gpu_hours"], 3), _places(row["cost_usd"], 2), *cats,
+                _places(row["waste_usd"], 2), _places(row["recoverable_usd"], 2)]  # fmt: skip
+
+    rows = [line(row["team"], row["project"], row) for row in review["rows"]]
+    return csv_text(header, [*rows, line("TOTAL", "", review["totals"])])

@@ -128,17 +128,36 @@ class PriceDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+MAX_CSV_BYTES = 5 * 1024 * 1024
+MAX_CSV_ERRORS = 20  # an error body names this many lines, then counts the rest
+
+
 class CsvParser(BaseParser):
+    """A UTF-8 CSV body, at most MAX_CSV_BYTES (or the view's `max_csv_bytes`), as text."""
+
     media_type = "text/csv"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        raw = stream.read(5 * 1024 * 1024 + 1) if stream is not None else b""
-        if len(raw) > 5 * 1024 * 1024:
-            raise ApiError("payload_too_large", "CSV over 5 MiB", status_code=413)
+        cap = int(getattr((parser_context or {}).get("view"), "max_csv_bytes", MAX_CSV_BYTES))
+        raw = stream.read(cap + 1) if stream is not None else b""
+        if len(raw) > cap:
+            raise ApiError("payload_too_large", f"CSV over {cap / 2**20:g} MiB", status_code=413)
         try:
             return str(raw.decode("utf-8-sig"))
         except UnicodeDecodeError:
             raise ApiError("invalid", "body: CSV must be UTF-8", fields={"body": "not UTF-8"}) from None
+
+
+def csv_import_refused(errors: list[str], count: int) -> ApiError:
+    """A refused CSV import's 400: the first MAX_CSV_ERRORS errors (`line 7: ...`), each under its
+    line in `fields`, and how many more there are, so a file wrong on every line answers a page,
+    not megabytes."""
+    shown = errors[:MAX_CSV_ERRORS]
+    fields = {err.split(":", 1)[0]: err.split(":", 1)[1].strip() if ":" in err else err for err in shown}
+    message = "; ".join(shown)
+    if count > len(shown):
+        message += f"; … and {count - len(shown):,} more"
+    return ApiError("invalid", message, fields=fields)
 
 
 class PriceCsvApi(APIView):
@@ -158,8 +177,7 @@ class PriceCsvApi(APIView):
     def post(self, request: Request) -> Response:
         result = services.prices_import_csv(text=str(request.data), actor=request.user, actor_label="csv import")
         if result.errors:
-            fields = {err.split(":", 1)[0]: err.split(":", 1)[1].strip() for err in result.errors}
-            raise ApiError("invalid", "; ".join(result.errors[:10]), fields=fields)
+            raise csv_import_refused(result.errors, len(result.errors))
         return Response({"created": result.created}, status=status.HTTP_201_CREATED)
 
 

@@ -13,6 +13,7 @@ from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from phantomhub.csvfile import csv_text, csv_uncell
 from phantomhub.pricing.catalog import gpu_resolve
 from phantomhub.pricing.models import PriceAudit, PriceEntry
 from phantomhub.telemetry.models import PricingTier
@@ -265,7 +266,8 @@ def _csv_rows(text: str) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
 
 def _csv_row(raw: dict[str, str | None]) -> dict[str, Any]:
     def text(name: str) -> str:
-        return (raw.get(name) or "").strip()
+        # A file exported here and imported again: the export's neutralising apostrophe comes off.
+        return csv_uncell((raw.get(name) or "").strip())
 
     try:
         price = Decimal(text("usd_per_gpu_hour"))
@@ -294,11 +296,12 @@ def _csv_row(raw: dict[str, str | None]) -> dict[str, Any]:
 
 
 def prices_export_csv() -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for entry in PriceEntry.objects.order_by("gpu", "provider", "region", "tier", "effective_from"):
-        snap = _snapshot(entry)
-        snap["effective_to"] = snap["effective_to"] or ""
-        writer.writerow(snap)
-    return out.getvalue()
+    """The price book as CSV_FIELDS rows (what prices_import_csv reads back), through the one CSV
+    writer: a provider or note a spreadsheet would run as a formula is neutralised there."""
+
+    def row(entry: PriceEntry) -> list[Any]:
+        snap = _snapshot(entry) | {"usd_per_gpu_hour": entry.usd_per_gpu_hour}  # a number, not text
+        return [snap[name] for name in CSV_FIELDS]
+
+    entries = PriceEntry.objects.order_by("gpu", "provider", "region", "tier", "effective_from")
+    return csv_text(CSV_FIELDS, (row(entry) for entry in entries.iterator()))

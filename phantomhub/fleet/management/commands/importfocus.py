@@ -24,7 +24,8 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: {exc}") from None
         result = focus_import(text=text, filename=path.name)
         if result.errors:
-            raise CommandError("nothing imported:\n" + "\n".join(result.errors))
+            more = result.error_count - len(result.errors)
+            raise CommandError("nothing imported:\n" + "\n".join(result.errors) + (f"\n… and {more:,} more" if more else ""))
         if result.duplicate_file:
             self.stdout.write(f"{path.name}: already imported; nothing changed")
             return
