@@ -225,6 +225,16 @@ MAX_BODY_BYTES = env_int("PHANTOMHUB_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1
 MAX_INFLATED_BYTES = env_int("PHANTOMHUB_MAX_INFLATED_BYTES", 64 * 1024 * 1024, minimum=1024)
 MAX_BATCH_ROWS = env_int("PHANTOMHUB_MAX_BATCH_ROWS", 10_000, minimum=1, maximum=1_000_000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_INFLATED_BYTES
+# What one ingest request may cost the web process (docs/api.md "Limits", bench/ingest_limits.py).
+# Inflated bytes of one rank's batch (/steps, /samples, /batch: the agent's are at most
+# batch_max_bytes, 1 MiB) and of a node batch (/batches: at most 6 MiB of the peers' batches and
+# local rank 0's own, ~7 MiB); steps and samples of all ranks of one request (a node batch of
+# 7 MiB holds at most ~229,000 of the densest rows the agent sends, 32 bytes each).
+MAX_BATCH_INFLATED_BYTES = env_int("PHANTOMHUB_MAX_BATCH_INFLATED_BYTES", 8 * 1024 * 1024, minimum=1024)
+MAX_NODE_BATCH_INFLATED_BYTES = env_int("PHANTOMHUB_MAX_NODE_BATCH_INFLATED_BYTES", 16 * 1024 * 1024, minimum=1024)
+MAX_REQUEST_ROWS = env_int("PHANTOMHUB_MAX_REQUEST_ROWS", 250_000, minimum=1, maximum=10_000_000)
+# A body from someone not signed in (the sign-in's is ~100 bytes), compressed and inflated alike.
+MAX_ANONYMOUS_BODY_BYTES = env_int("PHANTOMHUB_MAX_ANONYMOUS_BODY_BYTES", 4096, minimum=512, maximum=1024 * 1024)
 
 # A token's last_used_at is written at most this often, so ingest is not one extra write a batch.
 TOKEN_TOUCH_INTERVAL_S = env_int("PHANTOMHUB_TOKEN_TOUCH_INTERVAL_S", 60, minimum=0)
@@ -233,6 +243,9 @@ TOKEN_TOUCH_INTERVAL_S = env_int("PHANTOMHUB_TOKEN_TOUCH_INTERVAL_S", 60, minimu
 # seconds), or None for no limit. The agent posts about one batch a second per rank, so the
 # default leaves a project token room for ~100 ranks at once; a throttled agent waits Retry-After.
 INGEST_RATE = env_rate("PHANTOMHUB_INGEST_RATE", "60000/min")
+# Rows (steps, samples, events) per token and window beside the requests: 2,000,000 a minute is
+# ~33,000 a second, 3x a 1,000-GPU job at 10 steps/s and a sample a second per GPU.
+INGEST_ROWS_RATE = env_rate("PHANTOMHUB_INGEST_ROWS_RATE", "2000000/min")
 
 # Celery. Without a broker URL the tasks run in-process (the embedded single-machine default).
 CELERY_BROKER_URL = REDIS_URL or "memory://"

@@ -10,6 +10,13 @@ One atomic increment a request (INCR on Redis), not DRF's list of timestamps per
 at thousands of requests a minute would move tens of KB through Redis for every batch. A fixed
 window can let through up to twice the rate across a window boundary; for a limit meant to stop
 a runaway client, not to meter it, that is fine.
+
+Requests are not all alike (one node batch may carry 250,000 rows), so each token also has a
+budget of rows per window, settings.INGEST_ROWS_RATE: the view counts a request's steps, samples
+and events (`ingest_rows_charge`, INCRBY) once its body is parsed, before anything is checked or
+written, and answers 429 with Retry-After when they take the token past its budget. Refused rows
+count too, so a token past its budget is refused before its next bodies are even read
+(`IngestRateThrottle` looks at the rows counter first) until the window ends.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
@@ -53,14 +61,29 @@ def _client_key(request: Request) -> str | None:
     return None  # unauthenticated: refused by the permissions before any write
 
 
-def _count(key: str, window_s: int) -> int:
-    """Increment the window's counter and return it; the counter expires a little after its window."""
+def _count(key: str, window_s: int, by: int = 1) -> int:
+    """Add `by` to the window's counter and return it; the counter expires a little after its window."""
     cache.add(key, 0, timeout=window_s + 5)
     try:
-        return cache.incr(key)
+        return cache.incr(key, by)
     except ValueError:  # expired between add and incr (a window boundary): start it again
-        cache.add(key, 1, timeout=window_s + 5)
-        return 1
+        cache.add(key, by, timeout=window_s + 5)
+        return by
+
+
+def _window(window_s: int) -> tuple[int, float]:
+    """The current window's number and the seconds left in it."""
+    now = _now()
+    window = int(now // window_s)
+    return window, (window + 1) * window_s - now
+
+
+def _retry_after_s(left_s: float) -> int:
+    return max(1, math.ceil(left_s))  # Retry-After is whole seconds; 0 would mean "now"
+
+
+def _rows_key(client: str, window_s: int, window: int) -> str:
+    return f"throttle:rows:{client}:{window_s}:{window}"
 
 
 def _log_cache_error(exc: Exception) -> None:
@@ -72,32 +95,64 @@ def _log_cache_error(exc: Exception) -> None:
 
 
 class IngestRateThrottle(BaseThrottle):
-    """At most settings.INGEST_RATE ingest requests per token per window (see the module docstring)."""
+    """At most settings.INGEST_RATE ingest requests per token per window, and none once the token's
+    rows of the window are past settings.INGEST_ROWS_RATE (see the module docstring)."""
 
     def __init__(self) -> None:
         self._wait_s: float | None = None
 
     def allow_request(self, request: Request, view: Any) -> bool:
         rate: tuple[int, int] | None = settings.INGEST_RATE
-        if rate is None or request.method != "POST" or _url_name(request) not in INGEST_URL_NAMES:
+        rows_rate: tuple[int, int] | None = settings.INGEST_ROWS_RATE
+        if (rate is None and rows_rate is None) or request.method != "POST" or _url_name(request) not in INGEST_URL_NAMES:
             return True
         client = _client_key(request)
         if client is None:
             return True
-        limit, window_s = rate
-        now = _now()
-        window = int(now // window_s)
         try:
+            if rows_rate is not None:
+                limit, window_s = rows_rate
+                window, left_s = _window(window_s)
+                if int(cache.get(_rows_key(client, window_s, window)) or 0) > limit:
+                    self._wait_s = left_s
+                    return False
+            if rate is None:
+                return True
+            limit, window_s = rate
+            window, left_s = _window(window_s)
             count = _count(f"throttle:ingest:{client}:{window_s}:{window}", window_s)
         except Exception as exc:  # a Redis outage must not turn ingest into 500s: let it through
             _log_cache_error(exc)
             return True
         if count <= limit:
             return True
-        self._wait_s = (window + 1) * window_s - now
+        self._wait_s = left_s
         return False
 
     def wait(self) -> float | None:
         if self._wait_s is None:
             return None
-        return max(1, math.ceil(self._wait_s))  # Retry-After is whole seconds; 0 would mean "now"
+        return _retry_after_s(self._wait_s)
+
+
+def ingest_rows_charge(request: Request, rows: int) -> None:
+    """Count an ingest request's rows (steps, samples, events) against its token's budget of
+    settings.INGEST_ROWS_RATE; past it, 429 with Retry-After (the seconds to the window's end)."""
+    rate: tuple[int, int] | None = settings.INGEST_ROWS_RATE
+    client = _client_key(request)
+    if rate is None or rows <= 0 or client is None:
+        return
+    limit, window_s = rate
+    window, left_s = _window(window_s)
+    try:
+        total = _count(_rows_key(client, window_s, window), window_s, rows)
+    except Exception as exc:  # as for requests: a Redis outage lets ingest through
+        _log_cache_error(exc)
+        return
+    if total > limit:
+        wait_s = _retry_after_s(left_s)
+        raise Throttled(
+            wait=wait_s,
+            detail=f"rows: this request's {rows:,} rows take this token past its {limit:,} rows per "
+            f"{window_s} s; try again in {wait_s} s",
+        )

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -18,11 +19,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
+from phantomhub.accounts.throttles import ingest_rows_charge
 from phantomhub.errors import ApiError, fields_within, invalid, query_int
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry import selectors, services
 from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
-from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS
+from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS, columns_rows
 from phantomhub.telemetry.models import EventKind, PricingTier, Run, RunStatus
 
 MAX_EVENTS = 1000
@@ -123,6 +125,33 @@ class FastJSONRenderer(JSONRenderer):
 
 class IngestApiView(APIView):
     renderer_classes = [FastJSONRenderer]
+
+
+class RankBatchApiView(IngestApiView):
+    """One rank's rows: inflated bodies capped at MAX_BATCH_INFLATED_BYTES (the agent's are at
+    most its batch_max_bytes, 1 MiB; 10,000 steps and 10,000 samples as plain arrays ~5 MiB)."""
+
+    @property
+    def max_inflated_bytes(self) -> int:
+        return int(settings.MAX_BATCH_INFLATED_BYTES)
+
+
+def _rows_admit(request: Request, rows: int, field: str) -> None:
+    """A request's rows (steps, samples, events) within MAX_REQUEST_ROWS (413 naming `field`),
+    then counted against its token's rows budget (429 past it): before any row is checked."""
+    limit = settings.MAX_REQUEST_ROWS
+    if rows > limit:
+        message = f"{rows:,} rows is over the limit of {limit:,} per request (send them in more requests)"
+        raise ApiError("payload_too_large", f"{field}: {message}", fields={field: message}, status_code=413)
+    ingest_rows_charge(request, rows)
+
+
+def _rows_sent(body: Any) -> int:
+    """Rows one rank's batch body claims: its steps, samples and events, unchecked."""
+    if not isinstance(body, dict):
+        return 0
+    events = body.get("events")
+    return columns_rows(body.get("steps")) + columns_rows(body.get("samples")) + (len(events) if isinstance(events, list) else 0)
 
 
 class HealthApi(APIView):
@@ -341,7 +370,7 @@ SampleBatchSerializer = inline_serializer(
 )
 
 
-class RunStepsApi(IngestApiView):
+class RunStepsApi(RankBatchApiView):
     @extend_schema(
         request=StepBatchSerializer,
         responses={200: StepIngestResultSerializer, **_ERRORS},
@@ -350,6 +379,7 @@ class RunStepsApi(IngestApiView):
     def post(self, request: Request, run_id: uuid.UUID) -> Response:
         run = _run_for_write(request, run_id)
         body = _object(request.data, {"rank", "host", "steps"}, {"rank", "steps"})
+        _rows_admit(request, _rows_sent(body), "steps")
         rank = _int_field(body, "rank", 0, 1_000_000)
         result = services.steps_ingest(run=run, rank=rank, host=_host(body), steps=body["steps"])
         return Response(result.as_dict())
@@ -378,7 +408,7 @@ class RunStepsApi(IngestApiView):
         return Response(page)
 
 
-class RunSamplesApi(IngestApiView):
+class RunSamplesApi(RankBatchApiView):
     @extend_schema(
         request=SampleBatchSerializer,
         responses={200: IngestResultSerializer, **_ERRORS},
@@ -387,6 +417,7 @@ class RunSamplesApi(IngestApiView):
     def post(self, request: Request, run_id: uuid.UUID) -> Response:
         run = _run_for_write(request, run_id)
         body = _object(request.data, {"rank", "host", "samples"}, {"rank", "samples"})
+        _rows_admit(request, _rows_sent(body), "samples")
         rank = _int_field(body, "rank", 0, 1_000_000)
         result = services.samples_ingest(run=run, rank=rank, host=_host(body), samples=body["samples"])
         return Response(result.as_dict())
@@ -446,6 +477,7 @@ class RunEventsApi(IngestApiView):
     def post(self, request: Request, run_id: uuid.UUID) -> Response:
         run = _run_for_write(request, run_id)
         _object(request.data, {"events"}, {"events"})
+        _rows_admit(request, _rows_sent(request.data), "events")
         serializer = EventBatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = services.events_ingest(run=run, events=serializer.validated_data["events"])
@@ -505,7 +537,7 @@ def _rank_batch(data: Any) -> services.RankBatch:
     )
 
 
-class RunBatchApi(IngestApiView):
+class RunBatchApi(RankBatchApiView):
     @extend_schema(
         request=RankBatchSerializer,
         responses={200: RankBatchResultSerializer, **_ERRORS},
@@ -513,6 +545,7 @@ class RunBatchApi(IngestApiView):
     )
     def post(self, request: Request, run_id: uuid.UUID) -> Response:
         run = _run_for_write(request, run_id)
+        _rows_admit(request, _rows_sent(request.data), "body")
         sent = _rank_batch(request.data)
         result = services.batch_ingest(
             run=run,
@@ -549,6 +582,12 @@ NodeBatchResultSerializer = inline_serializer(
 
 
 class RunNodeBatchApi(IngestApiView):
+    @property
+    def max_inflated_bytes(self) -> int:
+        # The agent's node batch: at most 6 MiB of its peers' batches (phantomhub_agent._node
+        # MAX_RAW_BYTES) and local rank 0's own (batch_max_bytes, 1 MiB), ~7 MiB.
+        return int(settings.MAX_NODE_BATCH_INFLATED_BYTES)
+
     @extend_schema(
         request=NodeBatchSerializer,
         responses={200: NodeBatchResultSerializer, **_ERRORS},
@@ -559,6 +598,7 @@ class RunNodeBatchApi(IngestApiView):
         raw = _object(request.data, {"batches"}, {"batches"})["batches"]
         if not isinstance(raw, list) or not 1 <= len(raw) <= services.MAX_NODE_BATCHES:
             raise invalid("batches", f"must be an array of 1 to {services.MAX_NODE_BATCHES} rank batches")
+        _rows_admit(request, sum(map(_rows_sent, raw)), "batches")
         batches = []
         for i, data in enumerate(raw):
             where = f"batches[{i}]"

@@ -126,6 +126,20 @@ def packed_length(raw: dict[str, Any]) -> int | None:
     return rows
 
 
+def columns_rows(body: Any) -> int:
+    """Rows a columnar object claims (its longest column: an array's length, a packed column's
+    from its text's length), before any check; 0 for what is not one (its check says why)."""
+    if not isinstance(body, dict):
+        return 0
+    rows = 0
+    for raw in body.values():
+        if isinstance(raw, list):
+            rows = max(rows, len(raw))
+        elif isinstance(raw, dict):
+            rows = max(rows, packed_length(raw) or 0)
+    return rows
+
+
 def _b64decode(field: str, text: str, what: str) -> bytes:
     try:
         # base64.b64decode(validate=True) is this call behind two Python frames (~1 µs a column).
