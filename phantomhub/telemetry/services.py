@@ -290,6 +290,11 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
             raise _too_late(run, f"events[{i}].t_ns", "the event")
     # Inside a batch (touch=False) no savepoint of its own: a failure refuses the whole batch.
     with transaction.atomic(savepoint=touch):
+        # The ranks whose counters may move first, then the run: the order every writer takes
+        # them in (ranks_lock), so this and a rank's own batch cannot deadlock.
+        counted = [event.get("rank", 0) for event in events if event["kind"] == EventKind.COUNTERS]
+        if counted:
+            ranks_lock(run.pk, counted, hand_out=0)
         # One writer of a run's events at a time keeps accepted/duplicate counts exact.
         locked = Run.objects.select_for_update().only(*_EVENT_RUN_FIELDS).filter(pk=run.pk).first()
         if locked is None:

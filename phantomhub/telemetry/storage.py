@@ -119,25 +119,28 @@ def columns_from_payloads(kind: Kind, payloads: Sequence[bytes], names: Iterable
     return {name: records[name].astype(np.float64 if name in kind.floats else np.int64) for name in names}
 
 
-def ranks_lock(run_id: uuid.UUID, ranks: Sequence[int]) -> dict[int, RankMarks]:
+def ranks_lock(run_id: uuid.UUID, ranks: Sequence[int], *, hand_out: int = 2) -> dict[int, RankMarks]:
     """Take the ranks' rows (created when missing) until the transaction ends, in rank order, and
-    hand out two chunk sequence numbers to each (one a kind): one statement for all the ranks."""
+    hand out `hand_out` chunk sequence numbers to each (two: one a kind; none for a writer that
+    only needs the rows, as the events endpoint does): one statement for all the ranks.
+
+    Every writer of a run takes its ranks' rows before the run's row; this is where."""
     ordered = sorted(set(ranks))
     pg = connection.vendor == "postgresql"
     if pg:
-        rows = "SELECT %s::uuid, r, '', '{}'::jsonb, 0, NULL::int8, 0, 2 FROM unnest(%s::int4[]) AS r ORDER BY r"
-        params: list[Any] = [run_id, ordered]
+        rows = "SELECT %s::uuid, r, '', '{}'::jsonb, 0, NULL::int8, 0, %s FROM unnest(%s::int4[]) AS r ORDER BY r"
+        params: list[Any] = [run_id, hand_out, ordered]
     else:
-        rows = "VALUES " + ", ".join(["(%s, %s, '', '{}', 0, NULL, 0, 2)"] * len(ordered))
-        params = [value for rank in ordered for value in (run_id.hex, rank)]
+        rows = "VALUES " + ", ".join(["(%s, %s, '', '{}', 0, NULL, 0, %s)"] * len(ordered))
+        params = [value for rank in ordered for value in (run_id.hex, rank, hand_out)]
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows, chunk_seq) "
-            f"{rows} ON CONFLICT (run_id, rank) DO UPDATE SET chunk_seq = telemetry_runrank.chunk_seq + 2 "
+            f"{rows} ON CONFLICT (run_id, rank) DO UPDATE SET chunk_seq = telemetry_runrank.chunk_seq + %s "
             "RETURNING rank, chunk_seq, last_step, last_sample_ns",
-            params,
+            [*params, hand_out],
         )
-        return {rank: RankMarks(seq - 2, last_step, last_ns) for rank, seq, last_step, last_ns in cursor.fetchall()}
+        return {rank: RankMarks(seq - hand_out, last_step, last_ns) for rank, seq, last_step, last_ns in cursor.fetchall()}
 
 
 def batches_insert(
