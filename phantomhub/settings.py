@@ -323,9 +323,18 @@ FOCUS_MAX_BYTES = env_int("PHANTOMHUB_FOCUS_MAX_BYTES", 5 * 1024 * 1024, minimum
 
 # Alerts (docs/alerts.md). Links in alerts point at PUBLIC_URL (what people open the UI by).
 PUBLIC_URL = env_str("PHANTOMHUB_PUBLIC_URL", f"http://127.0.0.1:{PORT}") or f"http://127.0.0.1:{PORT}"
-# Webhook hosts alerts may be sent to; empty: any http/https host (link-local addresses never).
+# The public-host allowlist: webhook hosts a team's admins may point its rules at (exact names,
+# e.g. hooks.slack.com); organization admins may use any host the egress policy lets through.
 ALERT_WEBHOOK_HOSTS = [h.lower() for h in env_list("PHANTOMHUB_ALERT_WEBHOOK_HOSTS", [])]
+# The whole of one webhook call (connect, TLS, request, answer); phantomhub/egress.py ends it then.
 ALERT_WEBHOOK_TIMEOUT_S = env_float("PHANTOMHUB_ALERT_WEBHOOK_TIMEOUT_S", 5.0, minimum=0.1, maximum=60)
+# Outbound calls to user-given URLs (phantomhub/egress.py, docs/alerts.md "Egress") reach public
+# addresses only; these host names and networks are the only way to an internal one.
+EGRESS_ALLOW_HOSTS = [h.lower() for h in env_list("PHANTOMHUB_EGRESS_ALLOW_HOSTS", [])]
+EGRESS_ALLOW_NETWORKS = env_networks("PHANTOMHUB_EGRESS_ALLOW_NETWORKS")
+if "*" in EGRESS_ALLOW_NETWORKS:
+    raise ConfigError("PHANTOMHUB_EGRESS_ALLOW_NETWORKS: name the networks; '*' would open every internal address")
+EGRESS_MAX_RESPONSE_BYTES = env_int("PHANTOMHUB_EGRESS_MAX_RESPONSE_BYTES", 65_536, minimum=0, maximum=16 * 2**20)
 # A failed delivery is retried after base × 3^(attempt−1) seconds, up to ALERT_MAX_ATTEMPTS tries.
 ALERT_RETRY_BASE_S = env_float("PHANTOMHUB_ALERT_RETRY_BASE_S", 10.0, minimum=0.01, maximum=3600)
 ALERT_MAX_ATTEMPTS = env_int("PHANTOMHUB_ALERT_MAX_ATTEMPTS", 6, minimum=1, maximum=50)

@@ -1,16 +1,23 @@
 """The alerts API (docs/api.md, "Alerts"): rules, alert states (mute, snooze), the delivery log.
 
-Reads: what the caller's role lets them see (selectors.rules_visible). Writes: organization
-admins for every rule, a team's admins for its team's and projects' rules, signed in (personal
-tokens only read, project tokens reach nothing here: accounts/permissions.py TokenScopes).
+Reads: what the caller's role lets them see (selectors.rules_visible, states_visible,
+deliveries_visible: a member sees no other team's runs through an org-wide rule). A rule's
+destinations (webhook URL, signing secret, email addresses; a Slack URL is a credential) are
+null to those who may not change it. Writes: organization admins for every rule, a team's admins
+for its team's and projects' rules, signed in (personal tokens only read, project tokens reach
+nothing here: accounts/permissions.py TokenScopes). A team's admins may point webhooks only at
+PHANTOMHUB_ALERT_WEBHOOK_HOSTS; every URL passes the egress policy (phantomhub/egress.py).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -19,9 +26,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from phantomhub import egress
 from phantomhub.accounts.models import Project, Team
+from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.alerts import selectors, services
-from phantomhub.alerts.delivery import url_problem
 from phantomhub.alerts.evaluate import run_link
 from phantomhub.alerts.models import (
     AlertDelivery,
@@ -38,6 +46,7 @@ from phantomhub.schema import ErrorSerializer
 
 OBJ = OpenApiTypes.OBJECT
 MAX_EMAILS = 20
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # CR/LF would end an email header
 SILENT_FOR_S_MIN = 90.0  # the agent sends a rank's batch every 60 s (flush_interval_s): silence shorter is normal
 
 
@@ -49,8 +58,14 @@ def _writable(user: Any, rule: AlertRule) -> bool:
     return selectors.rule_writable(user=user, scope=rule.scope, team_id=rule.team_id, project=rule.project)
 
 
-def rule_view(rule: AlertRule, *, user: Any) -> dict[str, Any]:
-    writable = _writable(user, rule)
+def _firing(user: Any) -> dict[int, int]:
+    """Firing alerts per rule, of those the caller sees (an org rule's count is theirs too)."""
+    rows = selectors.states_visible(user).filter(state="firing").order_by().values_list("rule_id").annotate(n=Count("id"))
+    return {int(rule_id): int(n) for rule_id, n in rows}
+
+
+def rule_view(rule: AlertRule, *, user: Any, editor: selectors.Editor | None = None, firing: int | None = None) -> dict[str, Any]:
+    writable = (editor or selectors.editor_of(user)).may_edit(rule)
     now = timezone.now()
     return {
         "id": rule.pk,
@@ -62,22 +77,23 @@ def rule_view(rule: AlertRule, *, user: Any) -> dict[str, Any]:
         "params": rule.params,
         "for_s": rule.for_s,
         "window_s": rule.window_s,
-        "webhook_url": rule.webhook_url,
+        # Where it sends, to those who may change the rule (they configure the receiver); null to
+        # the others: a webhook URL (Slack's above all) is a credential, addresses are personal.
+        "webhook_url": rule.webhook_url if writable else None,
         "webhook_format": rule.webhook_format,
-        # The signing secret, to those who may change the rule (they configure the receiver).
         "webhook_secret": rule.webhook_secret if writable else None,
-        "email_to": rule.email_to,
+        "email_to": rule.email_to if writable else None,
         "enabled": rule.enabled,
         "muted": rule.muted,
         "snoozed_until": _iso(rule.snoozed_until if rule.snoozed_until and rule.snoozed_until > now else None),
-        "firing": rule.states.filter(state="firing").count(),
+        "firing": firing if firing is not None else _firing(user).get(rule.pk, 0),
         "writable": writable,
         "created_at": _iso(rule.created_at),
         "updated_at": _iso(rule.updated_at),
     }
 
 
-def state_view(state: AlertState, *, user: Any) -> dict[str, Any]:
+def state_view(state: AlertState, *, user: Any, editor: selectors.Editor | None = None) -> dict[str, Any]:
     return {
         "id": state.pk,
         "rule": state.rule_id,
@@ -99,11 +115,11 @@ def state_view(state: AlertState, *, user: Any) -> dict[str, Any]:
         "muted": state.muted,
         "snoozed_until": _iso(state.snoozed_until),
         "evaluated_at": _iso(state.evaluated_at),
-        "writable": _writable(user, state.rule),
+        "writable": (editor or selectors.editor_of(user)).may_edit(state.rule),
     }
 
 
-def delivery_view(item: AlertDelivery) -> dict[str, Any]:
+def delivery_view(item: AlertDelivery, *, editor: selectors.Editor) -> dict[str, Any]:
     return {
         "id": item.pk,
         "rule": item.rule_id,
@@ -112,7 +128,7 @@ def delivery_view(item: AlertDelivery) -> dict[str, Any]:
         "subject_label": item.alert.subject_label if item.alert else None,
         "event": item.event,
         "channel": item.channel,
-        "target": item.target,
+        "target": item.target if editor.may_edit(item.rule) else None,  # as rule_view's webhook_url
         "status": item.status,
         "attempts": item.attempts,
         "status_code": item.status_code,
@@ -159,8 +175,21 @@ def _target(data: dict[str, Any]) -> tuple[Team | None, Project | None]:
     return team, project
 
 
-def _changes(request: Request, data: dict[str, Any]) -> dict[str, Any]:
-    """Validated model fields of a rule from the input, 4xx naming the field at fault."""
+def _webhook_check(request: Request, url: str) -> None:
+    """A new webhook URL: on the public-host allowlist unless an organization admin sets it (403
+    naming webhook_url), and through the egress policy now (400 with its reason)."""
+    if not is_org_admin(request.user) and egress.url_host(url) not in settings.ALERT_WEBHOOK_HOSTS:
+        message = "only organization admins may send to hosts outside PHANTOMHUB_ALERT_WEBHOOK_HOSTS"
+        listed = ", ".join(settings.ALERT_WEBHOOK_HOSTS) or "none are listed"
+        raise ApiError("forbidden", f"webhook_url: {message} ({listed})", fields={"webhook_url": message}, status_code=403)
+    problem = egress.url_problem(url)
+    if problem:
+        raise invalid("webhook_url", problem)
+
+
+def _changes(request: Request, data: dict[str, Any], *, before: AlertRule | None = None) -> dict[str, Any]:
+    """Validated model fields of a rule from the input, 4xx naming the field at fault. A webhook
+    URL is checked when it is new or changed (`before`: the rule as it was)."""
     team, project = _target(data)
     if not selectors.rule_writable(user=request.user, scope=data["scope"], team_id=team.pk if team else None, project=project):
         raise ApiError(
@@ -168,17 +197,18 @@ def _changes(request: Request, data: dict[str, Any]) -> dict[str, Any]:
             "rules are set by organization admins, and a team's by its admins",
             status_code=403,
         )
+    name = data["name"].strip()
+    if CONTROL_CHARS.search(name):
+        raise invalid("name", "must be one line of text, without control characters")
     url = data["webhook_url"].strip()
-    if url:
-        problem = url_problem(url)
-        if problem:
-            raise invalid("webhook_url", problem)
+    if url and (before is None or url != before.webhook_url):
+        _webhook_check(request, url)
     params = params_clean(data["kind"], data.get("params") or {})
     if data["kind"] == RuleKind.SILENT_RUN and data["for_s"] < SILENT_FOR_S_MIN:
         # A shorter silence is every healthy run between two of its flushes (SILENT_FOR_S_MIN).
         raise invalid("for_s", f"a silent-run rule needs at least {SILENT_FOR_S_MIN:.0f} s of silence")
     changes = {
-        "name": data["name"].strip() or "alert",
+        "name": name or "alert",
         "kind": data["kind"],
         "scope": data["scope"],
         "team": team,
@@ -220,7 +250,9 @@ class AlertRuleListApi(APIView):
             kind: [{"name": p.name, "lo": p.lo, "hi": p.hi, "choices": list(p.choices), "help": p.help} for p in spec]
             for kind, spec in PARAMS.items()
         }
-        return Response({"rules": [rule_view(r, user=request.user) for r in rules], "kinds": kinds})
+        editor, firing = selectors.editor_of(request.user), _firing(request.user)
+        views = [rule_view(r, user=request.user, editor=editor, firing=firing.get(r.pk, 0)) for r in rules]
+        return Response({"rules": views, "kinds": kinds})
 
     @extend_schema(request=RuleInput, responses={201: OBJ, 400: ErrorSerializer, 403: ErrorSerializer})
     def post(self, request: Request) -> Response:
@@ -253,7 +285,7 @@ class AlertRuleDetailApi(APIView):
         data = RuleInput(data={**merged, **request.data})
         data.is_valid(raise_exception=True)
         with transaction.atomic():
-            services.rule_save(rule=rule, changes=_changes(request, dict(data.validated_data)))
+            services.rule_save(rule=rule, changes=_changes(request, dict(data.validated_data), before=rule))
         return Response(rule_view(rule, user=request.user))
 
     @extend_schema(responses={204: None})
@@ -272,7 +304,8 @@ class AlertRuleTestApi(APIView):
         if not rule.webhook_url and not rule.email_to:
             raise invalid("webhook_url", "the rule has no webhook URL and no email address to test")
         made = services.rule_test_send(rule=rule)
-        return Response({"deliveries": [delivery_view(d) for d in made]})
+        editor = selectors.editor_of(request.user)
+        return Response({"deliveries": [delivery_view(d, editor=editor) for d in made]})
 
 
 class StateInput(serializers.Serializer[Any]):
@@ -302,7 +335,8 @@ class AlertStateListApi(APIView):
         if request.query_params.get("rule"):
             states = states.filter(rule_id=query_int(request.query_params, "rule", 0, 1, 2**31))
         limit = query_int(request.query_params, "limit", 100, 1, 500)
-        return Response({"alerts": [state_view(s, user=request.user) for s in states.order_by("-id")[:limit]]})
+        editor = selectors.editor_of(request.user)
+        return Response({"alerts": [state_view(s, user=request.user, editor=editor) for s in states.order_by("-id")[:limit]]})
 
 
 class AlertStateDetailApi(APIView):
@@ -344,4 +378,5 @@ class AlertDeliveryListApi(APIView):
                 raise invalid("status", "must be pending, sent or failed")
             items = items.filter(status=wanted)
         limit = query_int(request.query_params, "limit", 100, 1, 500)
-        return Response({"deliveries": [delivery_view(d) for d in items.order_by("-id")[:limit]]})
+        editor = selectors.editor_of(request.user)
+        return Response({"deliveries": [delivery_view(d, editor=editor) for d in items.order_by("-id")[:limit]]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from phantomhub.alerts.models import AlertRule, AlertState
+from phantomhub.egress import text_clean
 
 FIGURE_NAMES = {
     "waste_share": "waste share",
@@ -67,20 +68,28 @@ def generic(rule: AlertRule, state: AlertState, event: str, *, url: str | None) 
     }
 
 
+def slack_escape(text: object) -> str:
+    """Text as Slack shows it literally: control characters gone, and `&`, `<`, `>` escaped
+    (Slack's own rules), so a run named `<!channel>` pings nobody and `<url|label>` links nowhere."""
+    return text_clean(text, max_chars=3000).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack(body: dict[str, Any]) -> dict[str, Any]:
     """Slack incoming-webhook shape: `text` (notifications) and one mrkdwn section."""
     icon = ":white_check_mark:" if body["event"] == "resolved" else ":rotating_light:"
-    link = f" <{body['url']}|open the run>" if body.get("url") else ""
-    text = f"{icon} {body['summary']}{link}"
+    link = f" <{slack_escape(body['url'])}|open the run>" if body.get("url") else ""
+    text = f"{icon} {slack_escape(body['summary'])}{link}"
     return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]}
 
 
 def email(body: dict[str, Any]) -> tuple[str, str]:
-    subject = f"[PhantomHub] {body['summary']}"[:250]
-    lines = [body["summary"], ""]
+    """The subject (one line: it is a header) and the text; every value is one clean line, so a
+    name with CR/LF adds no header and no line."""
+    subject = text_clean(f"[PhantomHub] {body['summary']}", max_chars=250)
+    lines = [text_clean(body["summary"], max_chars=2000), ""]
     if body.get("url"):
-        lines += [f"Run page: {body['url']}", ""]
+        lines += [f"Run page: {text_clean(body['url'], max_chars=2000)}", ""]
     lines.append("Evidence:")
     for key, value in sorted(body["evidence"].items()):
-        lines.append(f"  {key}: {value}")
+        lines.append(f"  {text_clean(key, max_chars=200)}: {text_clean(value, max_chars=2000)}")
     return subject, "\n".join(lines) + "\n"

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.accounts.models import Membership, Project, Role
+from phantomhub.accounts.models import Membership, Project, Role, Team
 from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
-from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState, Scope
+from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState, DeliveryEvent, Scope
 from phantomhub.telemetry.models import RunStatus
 from phantomhub.waste.models import RunAnalysis
 
@@ -131,8 +132,48 @@ def _baseline_same_gpu(*, project_id: int, gpu_key: str, metric: str, exclude_ru
 
 
 def states_visible(principal: Any) -> QuerySet[AlertState]:
-    return AlertState.objects.filter(rule__in=rules_visible(principal)).select_related("rule", "run")
+    """Alert states of the rules the principal sees, each decided by its subject too: a run's
+    state only where the run's project is visible to them (an org-wide rule watches every team's
+    runs), an idle GPU's only where its holder's team is theirs or it has no team."""
+    states = AlertState.objects.filter(rule__in=rules_visible(principal)).select_related("rule", "rule__project", "run")
+    if isinstance(principal, ProjectPrincipal) or principal is None or user_sees_everything(principal):
+        return states
+    teams = list(Team.objects.filter(memberships__user=principal).values_list("slug", flat=True))
+    unattributed = Q(evidence__team__isnull=True) | Q(evidence__team=None)
+    return states.filter(
+        Q(run__isnull=False, run__project__in=projects_visible(principal))
+        | Q(run__isnull=True) & (unattributed | Q(evidence__team__in=teams))
+    )
 
 
 def deliveries_visible(principal: Any) -> QuerySet[AlertDelivery]:
-    return AlertDelivery.objects.filter(rule__in=rules_visible(principal)).select_related("rule", "alert")
+    """Deliveries of the alerts the principal sees (states_visible), and those of no alert: tests,
+    and a team's or project's rule's whose alert was pruned. An org-wide rule's delivery whose
+    alert is gone cannot say whose run it was about, so only those who see everything see it."""
+    items = AlertDelivery.objects.filter(rule__in=rules_visible(principal)).select_related("rule", "rule__project", "alert")
+    if isinstance(principal, ProjectPrincipal) or principal is None or user_sees_everything(principal):
+        return items
+    no_alert = Q(alert__isnull=True) & (Q(event=DeliveryEvent.TEST) | ~Q(rule__scope=Scope.ORG))
+    return items.filter(Q(alert__in=states_visible(principal)) | no_alert)
+
+
+@dataclass(frozen=True)
+class Editor:
+    """Which rules one person may change (rule_writable), read once for a whole listing."""
+
+    org_admin: bool
+    teams: frozenset[int]
+
+    def may_edit(self, rule: AlertRule) -> bool:
+        if self.org_admin:
+            return True
+        if rule.scope == Scope.ORG:
+            return False
+        team = rule.project.team_id if rule.project is not None else rule.team_id
+        return team is not None and team in self.teams
+
+
+def editor_of(principal: Any) -> Editor:
+    if isinstance(principal, ProjectPrincipal) or not getattr(principal, "is_authenticated", False):
+        return Editor(False, frozenset())
+    return Editor(is_org_admin(principal), frozenset(teams_administered(principal)))

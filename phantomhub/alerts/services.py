@@ -15,8 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
+from phantomhub import egress
 from phantomhub.alerts import delivery, payloads
 from phantomhub.alerts.evaluate import Observation, observe, run_link
 from phantomhub.alerts.models import (
@@ -182,8 +184,9 @@ def alerts_prune(*, now: datetime) -> int:
 
 
 def alerts_evaluate(*, now: datetime | None = None, send: bool = True) -> EvaluateResult:
-    """Evaluate every enabled rule, then attempt the deliveries that are due. One rule that fails
-    (bad data in one analysis) is logged and does not stop the others."""
+    """Evaluate every enabled rule, then attempt the deliveries that are due, then prune. Each
+    step runs whatever the one before did: a rule that fails (bad data in one analysis) is logged
+    and does not stop the others, and a delivery that fails does not stop pruning."""
     now = now or timezone.now()
     result = EvaluateResult()
     for rule in AlertRule.objects.filter(enabled=True).select_related("team", "project"):
@@ -193,42 +196,63 @@ def alerts_evaluate(*, now: datetime | None = None, send: bool = True) -> Evalua
         except Exception:
             log.exception("alert rule %s could not be evaluated", rule.pk)
     if send:
-        sent, failed = deliveries_send_due()
-        result.sent, result.failed = sent, failed
-    alerts_prune(now=now)
+        try:
+            result.sent, result.failed = deliveries_send_due()
+        except Exception:
+            log.exception("due alert deliveries could not be read")
+    try:
+        alerts_prune(now=now)
+    except Exception:
+        log.exception("old alerts could not be pruned")
     return result
 
 
+def _send(item: AlertDelivery) -> delivery.Attempt:
+    if item.channel == DeliveryChannel.WEBHOOK:
+        secret = item.rule.webhook_secret
+        return delivery.webhook_post(url=item.target, body=item.body.encode(), secret=secret, delivery_id=item.pk)
+    to = [a.strip() for a in item.target.split(",") if a.strip()]
+    return delivery.email_send(to=to, subject=item.subject, text=item.body)
+
+
 def delivery_attempt(*, item: AlertDelivery) -> AlertDelivery:
-    """One attempt; on failure either the next attempt is scheduled (backoff) or it gave up."""
+    """One attempt; on failure either the next attempt is scheduled (backoff) or it gave up.
+
+    The attempt is counted, and its retry scheduled, before it is made: one that raises, hangs
+    past its claim or takes the worker down with it still uses up one of ALERT_MAX_ATTEMPTS, so
+    no delivery is re-sent forever. Whatever happens ends with a stored, sanitised reason."""
     from django.conf import settings
 
-    if item.channel == DeliveryChannel.WEBHOOK:
-        attempt = delivery.webhook_post(
-            url=item.target, body=item.body.encode(), secret=item.rule.webhook_secret, delivery_id=item.pk
-        )
-    else:
-        to = [a.strip() for a in item.target.split(",") if a.strip()]
-        attempt = delivery.email_send(to=to, subject=item.subject, text=item.body)
-    now = timezone.now()
+    if item.attempts >= settings.ALERT_MAX_ATTEMPTS:
+        item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
+        item.error = egress.text_clean(item.error or "out of attempts")
+        item.save(update_fields=["status", "next_attempt_at", "error"])
+        return item
     item.attempts += 1
+    item.next_attempt_at = timezone.now() + timedelta(seconds=delivery.retry_delay_s(item.attempts))
+    AlertDelivery.objects.filter(pk=item.pk).update(attempts=F("attempts") + 1, next_attempt_at=item.next_attempt_at)
+    try:
+        attempt = _send(item)
+    except Exception:
+        log.exception("alert delivery %s: the attempt raised", item.pk)
+        attempt = delivery.Attempt(False, True, None, "the attempt failed inside PhantomHub (see the server log)")
     item.status_code = attempt.status_code
-    item.error = attempt.error
+    item.error = egress.text_clean(attempt.error)
     if attempt.ok:
-        item.status, item.sent_at, item.next_attempt_at = DeliveryStatus.SENT, now, None
+        item.status, item.sent_at, item.next_attempt_at = DeliveryStatus.SENT, timezone.now(), None
     elif attempt.retry and item.attempts < settings.ALERT_MAX_ATTEMPTS:
         item.status = DeliveryStatus.PENDING
-        item.next_attempt_at = now + timedelta(seconds=delivery.retry_delay_s(item.attempts))
     else:
         item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
-    item.save(update_fields=["attempts", "status_code", "error", "status", "sent_at", "next_attempt_at"])
+    item.save(update_fields=["status_code", "error", "status", "sent_at", "next_attempt_at"])
     return item
 
 
 def deliveries_send_due(*, now: datetime | None = None, limit: int = 200) -> tuple[int, int]:
     """Attempt every pending delivery whose time has come, oldest first; returns (sent, failed
     attempts). Each is claimed first (its next attempt moved CLAIM_S ahead, atomically), so two
-    evaluators never attempt the same delivery at once."""
+    evaluators never attempt the same delivery at once; one that fails in any way is logged and
+    counted failed, and the others are still attempted."""
     now = now or timezone.now()
     sent = failed = 0
     due = list(
@@ -237,13 +261,18 @@ def deliveries_send_due(*, now: datetime | None = None, limit: int = 200) -> tup
         .values_list("pk", "next_attempt_at")[:limit]
     )
     for pk, at in due:
-        claimed = AlertDelivery.objects.filter(pk=pk, status=DeliveryStatus.PENDING, next_attempt_at=at).update(
-            next_attempt_at=timezone.now() + timedelta(seconds=CLAIM_S)
-        )
-        if not claimed:
+        try:
+            claimed = AlertDelivery.objects.filter(pk=pk, status=DeliveryStatus.PENDING, next_attempt_at=at).update(
+                next_attempt_at=timezone.now() + timedelta(seconds=CLAIM_S)
+            )
+            if not claimed:
+                continue
+            item = AlertDelivery.objects.select_related("rule").get(pk=pk)
+            delivery_attempt(item=item)
+        except Exception:
+            log.exception("alert delivery %s could not be attempted", pk)
+            failed += 1
             continue
-        item = AlertDelivery.objects.select_related("rule").get(pk=pk)
-        delivery_attempt(item=item)
         if item.status == DeliveryStatus.SENT:
             sent += 1
         else:
@@ -262,7 +291,12 @@ def rule_test_send(*, rule: AlertRule) -> list[AlertDelivery]:
     out = []
     for item in made:
         item.rule = rule
-        out.append(delivery_attempt(item=item))
+        try:
+            out.append(delivery_attempt(item=item))
+        except Exception:  # the log row keeps what happened; the caller still gets an answer
+            log.exception("alert delivery %s: the test attempt could not be recorded", item.pk)
+            item.refresh_from_db()
+            out.append(item)
     return out
 
 

@@ -97,8 +97,19 @@ class Receiver:
             return list(self.got)
 
 
+LOOPBACK_ALLOWED = "127.0.0.1/32"  # the only address a test may send to: its own listener
+
+
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
+def loopback_allowed(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The egress allowlist lets this test's calls reach 127.0.0.1 (and only that): in this
+    process, and in a worker or server it starts (they read the environment)."""
+    settings.EGRESS_ALLOW_NETWORKS = [LOOPBACK_ALLOWED]
+    monkeypatch.setenv("PHANTOMHUB_EGRESS_ALLOW_NETWORKS", LOOPBACK_ALLOWED)
+
+
+@pytest.fixture
+def receiver(loopback_allowed: None) -> Iterator[Receiver]:
     state = Receiver(url="")
 
     class Handler(http.server.BaseHTTPRequestHandler):

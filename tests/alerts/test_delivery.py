@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from phantomhub.alerts import services
-from phantomhub.alerts.delivery import url_problem
+from phantomhub.egress import REASON_CONNECT, url_problem
 from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
 from tests.alerts.conftest import Receiver
 
@@ -89,12 +89,12 @@ def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
     assert [g.path for g in receiver.got] == ["/hook"]  # the signed body went nowhere else
 
 
-def test_a_network_error_is_retried() -> None:
+def test_a_network_error_is_retried(loopback_allowed: None) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nobody listens there
     [item] = services.rule_test_send(rule=_rule(f"http://127.0.0.1:{port}/hook"))
-    assert item.status == "pending" and item.status_code is None and "refused" in item.error.lower()
+    assert item.status == "pending" and item.status_code is None and item.error == REASON_CONNECT
 
 
 def test_the_slack_payload_has_text_and_a_section(receiver: Receiver) -> None:
@@ -118,12 +118,12 @@ def test_urls_that_are_refused(url: str, why: str) -> None:
     assert problem is not None and why in problem
 
 
-def test_the_host_allowlist(settings: Any, receiver: Receiver) -> None:
-    settings.ALERT_WEBHOOK_HOSTS = ["hooks.example.com"]
-    assert url_problem("https://hooks.example.com/x") is None
-    assert "not in the allowed webhook hosts" in (url_problem(receiver.url) or "")
-    [item] = services.rule_test_send(rule=_rule(receiver.url))  # stored before the list changed
-    assert item.status == "failed" and not receiver.got
+def test_a_stored_url_the_policy_now_refuses_is_not_called(settings: Any, receiver: Receiver) -> None:
+    rule = _rule(receiver.url)  # stored while the allowlist let 127.0.0.1 through
+    settings.EGRESS_ALLOW_NETWORKS = []
+    [item] = services.rule_test_send(rule=rule)
+    assert item.status == "failed" and item.attempts == 1 and not receiver.got
+    assert item.error == "refused: 127.0.0.1 is a loopback address"
 
 
 def test_email_through_a_real_smtp_receiver(settings: Any) -> None:

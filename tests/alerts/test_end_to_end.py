@@ -20,7 +20,7 @@ from torch import nn
 
 import phantomhub_agent as pa
 from tests.agent.conftest import PYTHON, REPO, LiveServer, _clean_agent_env, agent_kwargs, spool_dir  # noqa: F401
-from tests.alerts.conftest import Received, Receiver
+from tests.alerts.conftest import LOOPBACK_ALLOWED, Received, Receiver
 
 pytestmark = [pytest.mark.live_server, pytest.mark.slow]
 torch.set_num_threads(1)
@@ -53,6 +53,7 @@ class EmbeddedServer(LiveServer):
 def server(tmp_path: Path) -> Iterator[EmbeddedServer]:
     live = EmbeddedServer(tmp_path)
     live.env["PHANTOMHUB_PUBLIC_URL"] = "https://phantomhub.example.com"
+    live.env["PHANTOMHUB_EGRESS_ALLOW_NETWORKS"] = LOOPBACK_ALLOWED  # the test's receiver, and only it
     live.setup()
     live.start()
     yield live
