@@ -4,19 +4,31 @@ cannot store NUL, which is where those used to end)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import io
 import json
+import os
 import uuid
+import zlib
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Profile
+from phantomhub.errors import ApiError
 from phantomhub.telemetry import parsers
 from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.parsers import MAX_JSON_DEPTH, json_body_parse
+from phantomhub_agent import _node as node
+from tests import rawrows
 from tests.conftest import Tenant, steps_body
+
+MIB = 1024 * 1024
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 
@@ -161,3 +173,133 @@ def test_nan_and_infinite_settings_get_a_400(admin: APIClient) -> None:
         response = _post_raw(admin, "/api/v1/portal/settings", body, method="put")
         assert response.status_code == 400, (body, response.content)
     assert admin.get("/api/v1/portal/settings").json()["target_mfu"] == 0.5
+
+
+# -- what one request may cost: inflated bytes, rows, and bodies from someone not signed in ---------
+
+
+class _CountingInflater:
+    """parsers.inflate_lib with a tally of the bytes its decompressors produced."""
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.error = zlib.error
+
+    def decompressobj(self, wbits: int) -> Any:
+        inner, tally = zlib.decompressobj(wbits), self
+
+        class Counted:
+            @property
+            def unconsumed_tail(self) -> bytes:
+                return inner.unconsumed_tail
+
+            def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+                out = inner.decompress(data, max_length)
+                tally.produced += len(out)
+                return out
+
+        return Counted()
+
+
+@pytest.fixture
+def inflater(monkeypatch: pytest.MonkeyPatch) -> _CountingInflater:
+    counting = _CountingInflater()
+    monkeypatch.setattr(parsers, "inflate_lib", counting)
+    return counting
+
+
+def _post_gzip(client: APIClient, path: str, raw: bytes) -> Any:
+    return client.post(path, gzip.compress(raw, 9), content_type="application/json", HTTP_CONTENT_ENCODING="gzip")
+
+
+def test_the_ingest_endpoints_cap_inflated_bodies_far_below_the_global_cap() -> None:
+    assert settings.MAX_INFLATED_BYTES == 64 * MIB
+    # The agent's rank batch is at most batch_max_bytes (1 MiB); its node batch at most 6 MiB of
+    # peers' batches and its own (phantomhub_agent._node.MAX_RAW_BYTES), ~7 MiB.
+    assert settings.MAX_BATCH_INFLATED_BYTES == 8 * MIB and settings.MAX_NODE_BATCH_INFLATED_BYTES == 16 * MIB
+    assert node.MAX_RAW_BYTES + 1 * MIB < settings.MAX_NODE_BATCH_INFLATED_BYTES
+
+
+@pytest.mark.parametrize(("path", "cap"), [("batches", 16 * MIB), ("batch", 8 * MIB), ("steps", 8 * MIB)])
+def test_a_gzip_body_past_an_endpoint_s_inflated_cap_is_refused_before_inflating_beyond_it(
+    owner: Tenant, inflater: _CountingInflater, path: str, cap: int
+) -> None:
+    run_id = owner.create_run()
+    bomb = b'{"batches": [{"rank": 0, "steps": {"step": [' + b"0," * (20 * MIB) + b"0]}}]}"  # 40 MiB inflated
+    response = _post_gzip(owner.client, f"/api/v1/runs/{run_id}/{path}", bomb)
+    assert response.status_code == 413, response.content
+    assert response.json()["error"]["fields"] == {"body": f"inflated request body is over the limit of {cap} bytes"}
+    assert inflater.produced <= cap + 1  # never a byte more than the cap tells apart
+    assert rawrows.steps() == []
+
+
+def test_a_gzip_body_is_read_and_inflated_chunk_by_chunk_up_to_either_cap() -> None:
+    raw = json.dumps(steps_body(20_000)).encode()
+    sent = gzip.compress(raw, 1)
+    assert parsers._read_inflated(io.BytesIO(sent), len(sent), len(raw)) == raw
+    stream = io.BytesIO(gzip.compress(os.urandom(3 * MIB), 1))  # a body without a declared length
+    with pytest.raises(ApiError) as caught:
+        parsers._read_inflated(stream, 2 * MIB, 64 * MIB)
+    assert caught.value.status_code == 413 and caught.value.message == f"request body is over the limit of {2 * MIB} bytes"
+    assert stream.tell() <= 2 * MIB + parsers._CHUNK  # it stopped reading there
+    with pytest.raises(ApiError) as caught:
+        parsers._read_inflated(io.BytesIO(sent), len(sent), len(raw) - 1)
+    assert caught.value.message == f"inflated request body is over the limit of {len(raw) - 1} bytes"
+
+
+def test_a_node_batch_over_the_rows_per_request_bound_is_413_naming_the_field(owner: Tenant) -> None:
+    run_id = owner.create_run()
+    body = {"batches": [steps_body(20, rank=k) for k in range(8)]}  # 160 steps
+    body["batches"][3]["samples"] = {"t_ns": {"i8": base64.b64encode(b"\0" * 8 * 50).decode()}}  # packed: 50 rows
+    with override_settings(MAX_REQUEST_ROWS=200):
+        response = owner.client.post(f"/api/v1/runs/{run_id}/batches", body, format="json")
+        assert response.status_code == 413, response.content
+        error = response.json()["error"]
+        assert error["code"] == "payload_too_large"
+        assert error["fields"] == {"batches": "210 rows is over the limit of 200 per request (send them in more requests)"}
+        assert rawrows.steps() == []
+        body["batches"][3].pop("samples")
+        assert owner.client.post(f"/api/v1/runs/{run_id}/batches", body, format="json").status_code == 200
+
+
+def test_a_rank_batch_over_the_rows_per_request_bound_is_413_naming_its_part(owner: Tenant) -> None:
+    run_id = owner.create_run()
+    with override_settings(MAX_REQUEST_ROWS=50):
+        response = owner.post_steps(run_id, steps_body(51))
+    assert response.status_code == 413 and set(response.json()["error"]["fields"]) == {"steps"}
+
+
+def test_the_rows_bound_lets_the_agent_s_largest_node_batch_through() -> None:
+    # ~7 MiB of rank batches whose densest rows are steps of three packed int64 columns (32 bytes).
+    assert (node.MAX_RAW_BYTES + 1 * MIB) // 32 < settings.MAX_REQUEST_ROWS
+
+
+def test_a_100_kb_gzip_sign_in_body_is_413_before_a_byte_is_inflated(inflater: _CountingInflater) -> None:
+    padding = "a" * (64 * MIB)
+    body = gzip.compress(json.dumps({"username": "ada", "password": padding}).encode(), 9)
+    assert 60_000 < len(body) < 120_000
+    response = APIClient().post("/api/v1/portal/session", body, content_type="application/json", HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413
+    assert response.json()["error"]["fields"] == {"body": "request body is over the limit of 4096 bytes"}
+    assert inflater.produced == 0
+
+
+def test_a_small_gzip_sign_in_body_that_inflates_far_stops_at_4_kib(inflater: _CountingInflater) -> None:
+    body = gzip.compress(b'{"username": "ada", "password": "' + b"a" * (2 * MIB) + b'"}', 9)
+    assert len(body) < 4096
+    response = APIClient().post("/api/v1/portal/session", body, content_type="application/json", HTTP_CONTENT_ENCODING="gzip")
+    assert response.status_code == 413
+    assert response.json()["error"]["fields"] == {"body": "inflated request body is over the limit of 4096 bytes"}
+    assert inflater.produced <= 4097
+
+
+def test_people_signed_in_by_session_keep_the_usual_caps() -> None:
+    user = User.objects.create_user("ada")
+    Profile.objects.create(user=user, is_org_admin=True)
+    client = APIClient(enforce_csrf_checks=True)  # the CSRF check parses the body while DRF authenticates
+    client.force_login(user)
+    csrf = client.get("/api/v1/portal/session").json()["csrf_token"]
+    body = json.dumps({"target_mfu": 0.4, "note": "x" * 10_000})
+    response = client.put("/api/v1/portal/settings", body, content_type="application/json", HTTP_X_CSRFTOKEN=csrf)
+    assert response.status_code == 200, response.content  # read whole: not a 413
+    assert response.json()["target_mfu"] == 0.4
