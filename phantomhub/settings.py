@@ -297,6 +297,12 @@ CELERY_BEAT_SCHEDULE = {
 # derived per-day rows stay), and the FOCUS tag whose value names a node's hostname.
 FLEET_RAW_DAYS = env_int("PHANTOMHUB_FLEET_RAW_DAYS", 14, minimum=1, maximum=3650)
 FLEET_FOCUS_NODE_TAG = env_str("PHANTOMHUB_FOCUS_NODE_TAG", "phantomhub-node")
+# What one node may make the server do (docs/fleet.md, "Trust"): a GPU sample older than the
+# node's newest accepted one by more than the replay window is refused (72 h: a collector's spool
+# replays a weekend's outage); owners (holders) per request, and new owners per node and UTC day.
+FLEET_REPLAY_WINDOW_S = env_int("PHANTOMHUB_FLEET_REPLAY_WINDOW_S", 72 * 3600, minimum=60, maximum=3650 * 86_400)
+FLEET_MAX_OWNERS_PER_REQUEST = env_int("PHANTOMHUB_FLEET_MAX_OWNERS_PER_REQUEST", 256, minimum=1, maximum=2000)
+FLEET_MAX_NEW_OWNERS_PER_NODE_DAY = env_int("PHANTOMHUB_FLEET_MAX_NEW_OWNERS_PER_NODE_DAY", 2000, minimum=1, maximum=1_000_000)
 
 # GET /metrics publishes org-wide spend. With a token it needs `Authorization: Bearer <token>`;
 # without one it is open only when debugging or when explicitly opened (PHANTOMHUB_METRICS_PUBLIC=1,

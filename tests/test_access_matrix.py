@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.accounts.services import personal_token_create, project_token_create
+from phantomhub.fleet.models import AttributionJob
 from phantomhub.fleet.services import node_token_create
 from phantomhub.pricing.models import PriceEntry
 from tests.alerts.factories import MATRIX_RULE, matrix_kwargs
@@ -106,6 +107,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("fleet-rules", "get"): ORG_READ,
     ("fleet-rules", "put"): ADMIN_WRITE,
     ("fleet-rules-preview", "post"): ADMIN_WRITE,
+    ("fleet-rules-job", "get"): "401 403 403 ok 403 403 403 ok",  # a re-attribution job's progress: admins
     ("fleet-invoices", "get"): "401 403 403 ok 403 403 ok ok",  # finance and admins; the personal token is the admin's
     ("fleet-invoices", "post"): "401 403 403 403 403 403 ok ok",  # finance imports the invoice
     # Alerts: people read the rules of what they see; org admins, and a team's admins for its
@@ -197,6 +199,7 @@ class World:
     run_id: str
     price_id: int
     token_id: int
+    job_id: int
 
 
 @pytest.fixture
@@ -218,8 +221,9 @@ def world(owner: Tenant, outsider: Tenant) -> World:
     assert price is not None
     spare = project_token_create(project=owner.project, name="spare").token
     clients["node"] = APIClient()
-    clients["node"].credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='matrix').raw}")
-    return World(clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk)
+    clients["node"].credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='matrix', hostnames=['matrix-node']).raw}")
+    job = AttributionJob.objects.create()
+    return World(clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk, job_id=job.pk)
 
 
 def _kwargs(name: str, world: World) -> dict[str, Any]:
@@ -247,6 +251,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-finance-close": {"month": "2026-09"},
         "portal-finance-reopen": {"month": "2026-09"},
         "fleet-csv": {"table": "nodes"},
+        "fleet-rules-job": {"job_id": world.job_id},
     }.get(name, {})
 
 

@@ -82,7 +82,7 @@ class Profile(models.Model):
 class TokenKind(models.TextChoices):
     PROJECT = "project"  # ingest and read for one project; what the agent uses
     PERSONAL = "personal"  # read-only, acts with its owner's permissions (integrations)
-    NODE = "node"  # org-wide, may only POST node telemetry (the node collector); reads nothing
+    NODE = "node"  # may only POST node telemetry for its hostnames (the node collector); reads nothing
 
 
 class ApiToken(models.Model):
@@ -97,6 +97,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A node token's hostnames (exact, or shell globs like `gpu-a-*`): the nodes it may report
+    # for. Empty for other kinds; a node token naming none reports for no node.
+    hostnames = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [

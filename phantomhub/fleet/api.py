@@ -15,11 +15,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.accounts.models import Project, Team, TokenKind
-from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, TokenScopes, is_finance, is_org_admin
+from phantomhub.accounts.permissions import OrgAdminOnly, ReadAnyoneWriteOrgAdmin, TokenScopes, is_finance, is_org_admin
 from phantomhub.csvfile import csv_lines
 from phantomhub.errors import ApiError, invalid
 from phantomhub.fleet import focus, selectors, services
-from phantomhub.fleet.models import AttributionRule, InvoiceImport, MatchKind
+from phantomhub.fleet.models import AttributionJob, AttributionRule, InvoiceImport, MatchKind
 from phantomhub.fleet.wire import node_batch_parse
 from phantomhub.portal.periods import period_parse
 from phantomhub.pricing.api import CsvParser, csv_import_refused
@@ -54,14 +54,15 @@ class NodeSamplesApi(APIView):
     @extend_schema(
         request=OBJ,
         responses={200: NodeIngestResult, 400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSerializer, 413: ErrorSerializer},
-        summary="Store one node collector interval: GPU and process samples (columnar, idempotent)",
+        summary="Store one node collector interval: GPU and process samples (columnar, idempotent); "
+        "403 naming node.hostname when the node token does not name the node",
     )
     def post(self, request: Request) -> Response:
         if getattr(request.auth, "kind", None) != TokenKind.NODE:
             raise ApiError("forbidden", "node telemetry needs a node token", status_code=403)
         batch = node_batch_parse(request.data)
         _within_retention(batch.gpus["t_ns"])
-        return Response(services.node_samples_ingest(batch=batch).as_dict())
+        return Response(services.node_samples_ingest(batch=batch, token=request.auth).as_dict())
 
 
 class FleetSummaryApi(APIView):
@@ -69,18 +70,19 @@ class FleetSummaryApi(APIView):
         parameters=[PERIOD], responses=OBJ, summary="The Fleet page: coverage, classes, idle-held GPUs now, top nodes and holders"
     )
     def get(self, request: Request) -> Response:
-        return Response(selectors.fleet_summary(period=period_parse(request.query_params.get("period"))))
+        period = period_parse(request.query_params.get("period"))
+        return Response(selectors.fleet_summary(period=period, visible=selectors.fleet_teams_visible(request.user)))
 
 
 CSV_TABLES = {
     "nodes": (["node", "gpu_model", "gpu_count", "provider", "region", "billed_gpu_hours", "coverage", "cost_usd",
                "instrumented_usd", "busy_uninstrumented_usd", "idle_held_usd", "empty_usd", "unknown_gpu_hours",
                "collector_sent", "collector_spooled", "collector_dropped", "counters_at"],
-              selectors.fleet_nodes),
+              lambda period, visible: selectors.fleet_nodes(period)),
     "holders": (["holder", "kind", "team", "project", "gpu_hours", "busy_uninstrumented_usd", "idle_held_usd", "cost_usd"],
-                selectors.fleet_holders),
+                lambda period, visible: selectors.fleet_holders(period, visible=visible)),
     "teams": (["team", "team_name", "instrumented_usd", "busy_uninstrumented_usd", "idle_held_usd", "empty_usd"],
-              selectors.fleet_teams),
+              lambda period, visible: selectors.fleet_teams(period, visible=visible)),
 }  # fmt: skip
 
 
@@ -93,7 +95,7 @@ class FleetCsvApi(APIView):
             raise ApiError("not_found", f"no fleet table {table!r} (nodes, holders, teams)", status_code=404)
         period = period_parse(request.query_params.get("period"))
         columns, read = CSV_TABLES[table]
-        rows = read(period)
+        rows = read(period, selectors.fleet_teams_visible(request.user))  # holders and teams: the viewer's
         response = StreamingHttpResponse(
             csv_lines(columns, ([row.get(c) for c in columns] for row in rows)), content_type="text/csv"
         )
@@ -151,19 +153,55 @@ def _rules_in(body: Any) -> list[services.RuleInput]:
     return out
 
 
+def _job_out(job: AttributionJob) -> dict[str, Any]:
+    return {
+        "id": job.pk, "status": job.status, "owners_total": job.owners_total, "owners_done": job.owners_done,
+        "owners_moved": job.owners_moved, "error": job.error or None, "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+    }  # fmt: skip
+
+
 class AttributionRulesApi(APIView):
     permission_classes = [ReadAnyoneWriteOrgAdmin]
 
-    @extend_schema(responses=OBJ, summary="The attribution rules, in order (first match wins)")
+    @extend_schema(
+        responses=OBJ,
+        summary="The attribution rules, in order (first match wins); people other than organization admins and "
+        "finance see the rules of their teams (`hidden`: how many others); admins also get the latest job",
+    )
     def get(self, request: Request) -> Response:
-        rules = AttributionRule.objects.select_related("team", "project").order_by("position")
-        return Response({"rules": [_rule_out(r) for r in rules]})
+        rules = list(AttributionRule.objects.select_related("team", "project").order_by("position"))
+        visible = selectors.fleet_teams_visible(request.user)
+        shown = [r for r in rules if visible is None or r.team_id in visible]
+        body: dict[str, Any] = {"rules": [_rule_out(r) for r in shown], "hidden": len(rules) - len(shown)}
+        if is_org_admin(request.user):
+            job = AttributionJob.objects.order_by("-pk").first()
+            body["job"] = _job_out(job) if job else None
+        return Response(body)
 
-    @extend_schema(request=OBJ, responses=OBJ, summary="Replace the attribution rules and re-attribute the fleet's time")
+    @extend_schema(
+        request=OBJ,
+        responses={202: OBJ},
+        summary="Replace the attribution rules; the fleet's time is re-attributed by a background job (202, its id "
+        "and status; progress at GET /api/v1/fleet/rules/jobs/{id})",
+    )
     def put(self, request: Request) -> Response:
-        moved = services.rules_replace(rules=_rules_in(request.data))
+        job = services.rules_save(rules=_rules_in(request.data), actor=request.user)
         rules = AttributionRule.objects.select_related("team", "project").order_by("position")
-        return Response({"rules": [_rule_out(r) for r in rules], "owners_moved": moved})
+        body = {"rules": [_rule_out(r) for r in rules], "hidden": 0, "job": _job_out(job)}
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+class AttributionJobApi(APIView):
+    permission_classes = [OrgAdminOnly]
+
+    @extend_schema(responses={200: OBJ, 404: ErrorSerializer}, summary="A re-attribution job: status and progress")
+    def get(self, request: Request, job_id: int) -> Response:
+        job = AttributionJob.objects.filter(pk=job_id).first()
+        if job is None:
+            raise ApiError("not_found", f"no attribution job {job_id}", status_code=404)
+        return Response(_job_out(job))
 
 
 class AttributionPreviewApi(APIView):

@@ -24,7 +24,7 @@ from fractions import Fraction
 
 from django.db import transaction
 
-from phantomhub.fleet.models import DayDerived, DayPending, FleetDay, GpuClass, GpuSample, Node, Owner
+from phantomhub.fleet.models import DayDerived, DayPending, FleetDay, GpuClass, GpuSample, Node, NodeSpec, Owner
 from phantomhub.pricing.selectors import gpu_key_for, price_segments
 from phantomhub.telemetry.bounds import ns_of
 from phantomhub.telemetry.models import PricingTier
@@ -40,16 +40,42 @@ def _day_bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
+def _specs(node: Node, lo: int, hi: int) -> list[tuple[int, int, NodeSpec]]:
+    """The node's specs in force over [lo, hi) ns, each with the span it covers: from its
+    valid_from_ns to the next one's (time before the first is priced as the first)."""
+    history = list(NodeSpec.objects.filter(node=node).order_by("valid_from_ns"))
+    if not history:  # a node without history: its description is its spec from the beginning
+        history = [NodeSpec(node=node, valid_from_ns=0, gpu_model=node.gpu_model, provider=node.provider, region=node.region)]
+    out = []
+    for i, spec in enumerate(history):
+        begin = lo if i == 0 else max(spec.valid_from_ns, lo)
+        until = min(history[i + 1].valid_from_ns, hi) if i + 1 < len(history) else hi
+        if begin < until:
+            out.append((begin, until, spec))
+    return out
+
+
+def _at(t_ns: int) -> datetime:
+    """The moment of `t_ns`, rounded up to the microsecond (a datetime's precision)."""
+    return datetime.fromtimestamp(0, tz=UTC) + timedelta(microseconds=-(-t_ns // 1000))
+
+
 class _Prices:
-    """The price in force at any moment of one node-day (1/10,000 USD per GPU-hour), by bisection."""
+    """The price in force at any moment of one node-day (1/10,000 USD per GPU-hour), by bisection:
+    for each span, the price-book entries of the node's spec in force then (NodeSpec), so a spec
+    change re-prices only the time after it."""
 
     def __init__(self, node: Node, start: datetime, end: datetime) -> None:
-        segments = price_segments(
-            gpu=gpu_key_for(node.gpu_model), provider=node.provider, region=node.region,
-            tier=PricingTier.ON_DEMAND, start=start, end=end,
-        )  # fmt: skip
-        self.starts = [ns_of(s.start) for s in segments]
-        self.prices = [0 if s.usd_per_gpu_hour is None else int(s.usd_per_gpu_hour * PRICE_SCALE) for s in segments]
+        self.starts: list[int] = []
+        self.prices: list[int] = []
+        for begin, until, spec in _specs(node, ns_of(start), ns_of(end)):
+            segments = price_segments(
+                gpu=gpu_key_for(spec.gpu_model), provider=spec.provider, region=spec.region,
+                tier=PricingTier.ON_DEMAND, start=_at(begin), end=_at(until),
+            )  # fmt: skip
+            for k, seg in enumerate(segments):
+                self.starts.append(begin if k == 0 else ns_of(seg.start))  # the spec's own ns, exactly
+                self.prices.append(0 if seg.usd_per_gpu_hour is None else int(seg.usd_per_gpu_hour * PRICE_SCALE))
 
     def at(self, t_ns: int) -> int:
         i = bisect.bisect_right(self.starts, t_ns) - 1

@@ -46,12 +46,34 @@ class Node(models.Model):
     counters = models.JSONField(default=dict, blank=True)
     counters_t_ns = models.BigIntegerField(null=True, blank=True)
     counters_at = models.DateTimeField(null=True, blank=True)
+    # The newest GPU sample time accepted: a sample older than this by more than
+    # FLEET_REPLAY_WINDOW_S is refused (a spool replays within that window).
+    last_t_ns = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["hostname"]
 
     def __str__(self) -> str:
         return self.hostname
+
+
+class NodeSpec(models.Model):
+    """What a node is (GPU model, provider, region) from `valid_from_ns` on. Appended when a
+    request's new samples report a different spec, never rewritten: derivation prices each sample
+    with the spec in force at its time, so a change never re-prices history already priced."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="specs")
+    valid_from_ns = models.BigIntegerField()
+    gpu_model = models.CharField(max_length=128, blank=True)
+    provider = models.CharField(max_length=64, blank=True)
+    region = models.CharField(max_length=64, blank=True)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "valid_from_ns"], name="nodespec_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} from {self.valid_from_ns}: {self.gpu_model} {self.provider} {self.region}"
 
 
 class Owner(models.Model):
@@ -65,6 +87,12 @@ class Owner(models.Model):
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The node whose request created it: new owners per node and UTC day are bounded
+    # (FLEET_MAX_NEW_OWNERS_PER_NODE_DAY).
+    first_node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["first_node", "created_at"], name="owner_first_node_created")]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.data}"
@@ -204,6 +232,32 @@ class AttributionRule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.position}: {self.match} {self.key} {self.pattern}"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"  # a later rule save queued its own job; that one finishes the work
+
+
+class AttributionJob(models.Model):
+    """Re-attribution of every owner after a rule save: a background job, never the request path.
+    Progress is `owners_done` of `owners_total`; `owners_moved` changed team or project."""
+
+    status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    owners_total = models.PositiveIntegerField(default=0)
+    owners_done = models.PositiveIntegerField(default=0)
+    owners_moved = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=500, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"attribution job {self.pk}: {self.status} {self.owners_done}/{self.owners_total}"
 
 
 class ImportStatus(models.TextChoices):

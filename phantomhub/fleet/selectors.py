@@ -10,7 +10,8 @@ from typing import Any
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from phantomhub.accounts.models import Project, Team
+from phantomhub.accounts.models import Membership, Project, Team
+from phantomhub.accounts.selectors import user_sees_everything
 from phantomhub.fleet.attribution import Rule, owner_attribute, owner_label
 from phantomhub.fleet.models import CLASS_NAMES, PRICED_CLASSES, FleetDay, GpuClass, GpuState, Node, Owner
 from phantomhub.portal.periods import Period
@@ -51,13 +52,39 @@ def usd_per_gpu_hour_now(node: Node, at: datetime | None = None) -> float | None
     return None if price is None else float(price)
 
 
+# Who sees which holders (docs/fleet.md, "Who sees what"): None is everyone's (organization
+# admins, finance); else the ids of the viewer's teams. Holders outside them are summed into
+# one row per kind of absence, never named.
+Visible = frozenset[int] | None
+OTHER_TEAMS = "other teams"
+UNATTRIBUTED = "unattributed"
+
+
+def fleet_teams_visible(user: Any) -> Visible:
+    """The teams whose holders `user` sees on the fleet (None: all of them)."""
+    if user_sees_everything(user):
+        return None
+    user_id = getattr(user, "pk", None)
+    if user_id is None:
+        return frozenset()
+    return frozenset(Membership.objects.filter(user_id=user_id).values_list("team_id", flat=True))
+
+
+def _hidden(team_id: int | None, visible: Visible) -> str | None:
+    """Why a row of this team is not shown by name to this viewer (None: it is shown)."""
+    if visible is None or (team_id is not None and team_id in visible):
+        return None
+    return OTHER_TEAMS if team_id is not None else UNATTRIBUTED
+
+
 def _slugs() -> tuple[dict[int, Team], dict[int, Project]]:
     return {t.pk: t for t in Team.objects.all()}, {p.pk: p for p in Project.objects.all()}
 
 
-def idle_held_now(*, min_minutes: float = 0, now: datetime | None = None) -> list[dict[str, Any]]:
+def idle_held_now(*, min_minutes: float = 0, now: datetime | None = None, visible: Visible = None) -> list[dict[str, Any]]:
     """GPUs idle-held right now, longest first: node (hostname), gpu_index, holder (display string),
-    team and project (slugs or None), since (aware datetime), usd_per_hour (float, 0 when unpriced)."""
+    team and project (slugs or None), since (aware datetime), usd_per_hour (float, 0 when unpriced).
+    A holder outside `visible` teams reads "other teams" (or "unattributed"), with no team or project."""
     now = now or timezone.now()
     now_ns = int(now.timestamp() * NS)
     states = GpuState.objects.filter(cls=GpuClass.IDLE_HELD).select_related("node", "holder", "holder__team", "holder__project")
@@ -73,13 +100,14 @@ def idle_held_now(*, min_minutes: float = 0, now: datetime | None = None) -> lis
         if node.pk not in prices:
             prices[node.pk] = usd_per_gpu_hour_now(node, now)
         owner = state.holder
+        hidden = _hidden(owner.team_id if owner else None, visible) if owner else None
         out.append(
             {
                 "node": node.hostname,
                 "gpu_index": state.gpu_index,
-                "holder": owner_label(owner.data if owner else None),
-                "team": owner.team.slug if owner and owner.team else None,
-                "project": owner.project.slug if owner and owner.project else None,
+                "holder": hidden or owner_label(owner.data if owner else None),
+                "team": owner.team.slug if owner and owner.team and not hidden else None,
+                "project": owner.project.slug if owner and owner.project and not hidden else None,
                 "since": datetime.fromtimestamp(state.since_ns / NS, tz=UTC),
                 "usd_per_hour": prices[node.pk] or 0.0,
             }
@@ -162,56 +190,92 @@ def fleet_nodes(period: Period, limit: int | None = None) -> list[dict[str, Any]
     return out[:limit] if limit else out
 
 
-def fleet_holders(period: Period, limit: int | None = None) -> list[dict[str, Any]]:
-    """Holders of uninstrumented time (busy or idle-held) by dollars over the period."""
+def _holder_row(
+    label: str, kind: str | None, team: str | None, project: str | None, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    cols = _class_columns(rows)
+    return {
+        "holder": label,
+        "kind": kind,
+        "team": team,
+        "project": project,
+        "gpu_hours": _hours(sum(r["ns"] or 0 for r in rows)),
+        "busy_uninstrumented_usd": cols["busy_uninstrumented_usd"],
+        "idle_held_usd": cols["idle_held_usd"],
+        "cost_usd": _usd(sum(r["cents"] or 0 for r in rows)),
+    }
+
+
+def fleet_holders(period: Period, limit: int | None = None, *, visible: Visible = None) -> list[dict[str, Any]]:
+    """Holders of uninstrumented time (busy or idle-held) by dollars over the period. Holders of
+    teams outside `visible` are summed into an "other teams" row, unattributed holders into an
+    "unattributed" row (`aggregated`: true, after the named rows and never cut by `limit`), so
+    the rows add up to the same total for every viewer."""
     per: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
+    hidden: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rows = _days(period).filter(cls__in=[GpuClass.BUSY_UNINSTRUMENTED, GpuClass.IDLE_HELD])
-    for row in rows.values("holder_id", "cls").annotate(ns=Sum("gpu_ns"), cents=Sum("cost_cents")):
-        per[row["holder_id"]].append(row)
+    for row in rows.values("holder_id", "team_id", "cls").annotate(ns=Sum("gpu_ns"), cents=Sum("cost_cents")):
+        why = _hidden(row["team_id"], visible) if row["holder_id"] is not None else None
+        if why:
+            hidden[why].append(row)
+        else:
+            per[row["holder_id"]].append(row)
     owners = {o.pk: o for o in Owner.objects.filter(pk__in=[k for k in per if k is not None]).select_related("team", "project")}
     out: list[dict[str, Any]] = []
-    for holder_id, rows in per.items():
+    for holder_id, held in per.items():
         owner = owners.get(holder_id) if holder_id is not None else None
-        cols = _class_columns(rows)
         out.append(
             {
-                "holder": owner_label(owner.data if owner else None),
-                "kind": owner.kind if owner else None,
-                "team": owner.team.slug if owner and owner.team else None,
-                "project": owner.project.slug if owner and owner.project else None,
-                "gpu_hours": _hours(sum(r["ns"] or 0 for r in rows)),
-                "busy_uninstrumented_usd": cols["busy_uninstrumented_usd"],
-                "idle_held_usd": cols["idle_held_usd"],
-                "cost_usd": _usd(sum(r["cents"] or 0 for r in rows)),
+                **_holder_row(
+                    owner_label(owner.data if owner else None), owner.kind if owner else None,
+                    owner.team.slug if owner and owner.team else None, owner.project.slug if owner and owner.project else None,
+                    held,
+                ),
+                "aggregated": False,
             }
-        )
+        )  # fmt: skip
     out.sort(key=lambda r: (-float(r["cost_usd"]), str(r["holder"])))
-    return out[:limit] if limit else out
+    out = out[:limit] if limit else out
+    for why in (OTHER_TEAMS, UNATTRIBUTED):
+        if hidden.get(why):
+            out.append({**_holder_row(why, None, None, None, hidden[why]), "aggregated": True})
+    return out
 
 
-def fleet_teams(period: Period) -> list[dict[str, Any]]:
-    """Per team (and unattributed): GPU dollars by class; instrumented dollars are the runs' own."""
+def fleet_teams(period: Period, *, visible: Visible = None) -> list[dict[str, Any]]:
+    """Per team (and unattributed): GPU dollars by class; instrumented dollars are the runs' own.
+    Teams outside `visible` are one "other teams" row (`aggregated`: true)."""
     per: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
+    others: list[dict[str, Any]] = []
     for row in _days(period).values("team_id", "cls").annotate(cents=Sum("cost_cents")):
-        per[row["team_id"]].append(row)
+        if _hidden(row["team_id"], visible) == OTHER_TEAMS:
+            others.append(row)
+        else:
+            per[row["team_id"]].append(row)
     teams, _ = _slugs()
     out = [
         {
             "team": teams[tid].slug if tid is not None and tid in teams else None,
             "team_name": teams[tid].label if tid is not None and tid in teams else "unattributed",
             **_class_columns(rows),
+            "aggregated": False,
         }
         for tid, rows in per.items()
     ]
-    return sorted(out, key=lambda r: (r["team"] is None, r["team"] or ""))
+    out.sort(key=lambda r: (r["team"] is None, r["team"] or ""))
+    if others:
+        out.append({"team": None, "team_name": OTHER_TEAMS, **_class_columns(others), "aggregated": True})
+    return out
 
 
-def fleet_summary(*, period: Period) -> dict[str, Any]:
+def fleet_summary(*, period: Period, visible: Visible = None) -> dict[str, Any]:
+    """The Fleet page. Totals, classes and nodes are everyone's; holders, teams and idle-held GPUs
+    name only the `visible` teams' holders (the rest summed, see fleet_holders)."""
     classes = fleet_classes(period)
     billed = sum(classes[c]["gpu_hours"] for c in PRICED_CLASSES)
     inst = classes["instrumented"]["gpu_hours"]
     now = timezone.now()
-    idle = idle_held_now(now=now)
+    idle = idle_held_now(now=now, visible=visible)
     return {
         "period": period.as_dict(),
         "billed_gpu_hours": round(billed, 3),
@@ -220,8 +284,9 @@ def fleet_summary(*, period: Period) -> dict[str, Any]:
         "cost_usd": round(sum(classes[c]["usd"] for c in PRICED_CLASSES), 2),
         "classes": classes,
         "nodes": fleet_nodes(period, limit=20),
-        "holders": fleet_holders(period, limit=20),
-        "teams": fleet_teams(period),
+        "holders": fleet_holders(period, limit=20, visible=visible),
+        "teams": fleet_teams(period, visible=visible),
+        "sees_all_teams": visible is None,
         "idle_held_now": [
             {**row, "since": row["since"].isoformat(), "held_minutes": round((now - row["since"]).total_seconds() / 60, 1)}
             for row in idle

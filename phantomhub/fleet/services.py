@@ -1,46 +1,73 @@
-"""Writes of the fleet: node tokens, node samples (ingest), attribution rules.
+"""Writes of the fleet: node tokens, node samples (ingest), attribution rules and their jobs.
 
-Ingest stores, classifies each GPU sample once (phantomhub/fleet/classify.py) and marks the
-node-days to re-derive; it never prices anything (phantomhub/fleet/derive.py does, off the
-request path).
+Ingest, in order: the node row is locked; the request is checked against what this node may do
+(samples within the replay window of its newest, owners within their bounds); its spec (GPU
+model, provider, region) is appended to the node's history when its new samples report another;
+samples are stored, each classified once (phantomhub/fleet/classify.py), and the node-days to
+re-derive are marked. It never prices anything (phantomhub/fleet/derive.py does, off the request
+path). A refusal raises inside the transaction, so nothing of a refused request is written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 import orjson
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from phantomhub.accounts.models import ApiToken, Project, Team, TokenKind
 from phantomhub.accounts.services import TOKEN_PREFIX, IssuedToken, token_digest
+from phantomhub.errors import ApiError, invalid
 from phantomhub.fleet.attribution import Rule, owner_attribute
 from phantomhub.fleet.classify import gpu_classify
 from phantomhub.fleet.models import (
+    AttributionJob,
     AttributionRule,
     DayPending,
     FleetDay,
     GpuSample,
     GpuState,
+    JobStatus,
     Node,
+    NodeSpec,
     Owner,
     ProcessSample,
 )
+from phantomhub.fleet.trust import hostname_allowed, hostnames_clean
 from phantomhub.fleet.wire import NodeBatch
 
 NS = 10**9
+SPEC_FIELDS = ("gpu_model", "provider", "region")
+log = logging.getLogger(__name__)
 
 
-def node_token_create(*, name: str = "") -> IssuedToken:
+def node_token_create(*, name: str = "", hostnames: Any) -> IssuedToken:
+    """A node token for these hostnames (exact or globs); ValueError when they are not valid."""
+    patterns = hostnames_clean(hostnames)
     raw = TOKEN_PREFIX + secrets.token_urlsafe(30)
-    token = ApiToken.objects.create(kind=TokenKind.NODE, prefix=raw[:12], digest=token_digest(raw), name=name)
+    token = ApiToken.objects.create(kind=TokenKind.NODE, prefix=raw[:12], digest=token_digest(raw), name=name, hostnames=patterns)
     return IssuedToken(token=token, raw=raw)
+
+
+def node_token_check(*, token: Any, hostname: str) -> None:
+    """403 naming node.hostname unless the node token names this hostname."""
+    patterns = getattr(token, "hostnames", None) or []
+    if not hostname_allowed(patterns, hostname):
+        raise ApiError(
+            "forbidden",
+            f"this node token reports for {', '.join(patterns[:5]) or 'no hostname'}, not {hostname!r}",
+            fields={"node.hostname": "not a hostname of this node token"},
+            status_code=403,
+        )
 
 
 def day_of_ns(t_ns: int) -> date:
@@ -55,47 +82,117 @@ def rules_load() -> list[Rule]:
     return [Rule(r.match, r.key, r.pattern, r.team_id, r.project_id) for r in AttributionRule.objects.order_by("position")]
 
 
-def _run_project(owner: dict[str, Any]) -> Project | None:
-    return Project.objects.filter(slug=owner.get("project", "")).first()
+def _run_project(owner: dict[str, Any], cache: dict[str, Project | None] | None = None) -> Project | None:
+    slug = owner.get("project", "")
+    if cache is not None and slug in cache:
+        return cache[slug]
+    project = Project.objects.filter(slug=slug).first()
+    if cache is not None:
+        cache[slug] = project
+    return project
 
 
-def owner_team_project(owner: dict[str, Any], rules: list[Rule]) -> tuple[int | None, int | None]:
+def owner_team_project(
+    owner: dict[str, Any], rules: list[Rule], projects: dict[str, Project | None] | None = None
+) -> tuple[int | None, int | None]:
     """Where an owner's time goes: a run to its project (and team), anything else by the rules."""
     if owner.get("kind") == "run":
-        project = _run_project(owner)
+        project = _run_project(owner, projects)
         return (project.team_id, project.pk) if project else (None, None)
     team_id, project_id, _ = owner_attribute(owner, rules)
     return team_id, project_id
 
 
-def _owners_resolve(owners: list[dict[str, Any]]) -> list[Owner]:
+def _day_start(now: datetime) -> datetime:
+    return datetime.combine(now.astimezone(UTC).date(), time(0), tzinfo=UTC)
+
+
+def _owners_resolve(node: Node, owners: list[dict[str, Any]], now: datetime) -> list[Owner]:
+    """The request's owners, the new ones created for this node within its daily bound (else a
+    400 naming the first owner past it)."""
+    if len(owners) > settings.FLEET_MAX_OWNERS_PER_REQUEST:
+        raise invalid("owners", f"at most {settings.FLEET_MAX_OWNERS_PER_REQUEST} owners in one request")
     digests = [owner_digest(o) for o in owners]
     found = {o.digest: o for o in Owner.objects.filter(digest__in=digests)}
-    missing = [(d, o) for d, o in zip(digests, owners, strict=True) if d not in found]
+    missing: dict[str, tuple[int, dict[str, Any]]] = {}
+    for index, (digest, owner) in enumerate(zip(digests, owners, strict=True)):
+        if digest not in found and digest not in missing:
+            missing[digest] = (index, owner)
     if missing:
+        limit = settings.FLEET_MAX_NEW_OWNERS_PER_NODE_DAY
+        today = Owner.objects.filter(first_node=node, created_at__gte=_day_start(now)).count() if node.pk else 0
+        if today + len(missing) > limit:
+            index = list(missing.values())[max(limit - today, 0)][0]
+            raise invalid(
+                f"owners[{index}]", f"node {node.hostname!r} may create at most {limit} new owners a day ({today} so far)"
+            )
         rules = rules_load()
         fresh = []
-        for digest, owner in dict(missing).items():
+        for digest, (_, owner) in missing.items():
             team_id, project_id = owner_team_project(owner, rules)
-            fresh.append(Owner(digest=digest, kind=owner["kind"], data=owner, team_id=team_id, project_id=project_id))
+            fresh.append(
+                Owner(digest=digest, kind=owner["kind"], data=owner, team_id=team_id, project_id=project_id, first_node=node)
+            )
         Owner.objects.bulk_create(fresh, ignore_conflicts=True)
         found = {o.digest: o for o in Owner.objects.filter(digest__in=digests)}
     return [found[d] for d in digests]
 
 
-def _node_upsert(batch: NodeBatch, now: datetime) -> Node:
+def _node_lock(batch: NodeBatch, now: datetime) -> Node:
+    """The node's row, locked (counters, spec and newest sample compare then write); created
+    with the request's description when new."""
     fields = {k: v for k, v in batch.node.items() if k != "hostname"}
-    node, created = Node.objects.select_for_update().get_or_create(  # row-locked: counters compare then write
+    node, _ = Node.objects.select_for_update().get_or_create(
         hostname=batch.node["hostname"], defaults={**fields, "interval_s": batch.interval_s, "last_seen_at": now}
     )
-    if not created:
-        for name, value in fields.items():
-            setattr(node, name, value)
+    return node
+
+
+def _replay_window_check(node: Node, batch: NodeBatch) -> None:
+    """A sample older than the node's newest accepted one (or the request's own newest) by more
+    than FLEET_REPLAY_WINDOW_S is refused: a collector's spool replays within that window, and
+    older history is not rewritten."""
+    times = batch.gpus["t_ns"]
+    newest = max([node.last_t_ns or 0, *times])
+    window_ns = settings.FLEET_REPLAY_WINDOW_S * NS
+    oldest = newest - window_ns
+    hours = settings.FLEET_REPLAY_WINDOW_S / 3600
+    for column, values in (("gpus.t_ns", times), ("processes.t_ns", batch.processes["t_ns"])):
+        for i, t in enumerate(values):
+            if t < oldest:
+                raise invalid(
+                    f"{column}[{i}]",
+                    f"older than node {node.hostname!r}'s newest sample by more than the replay window ({hours:g} h)",
+                )
+
+
+def _spec_latest(node: Node) -> NodeSpec:
+    spec = NodeSpec.objects.filter(node=node).order_by("-valid_from_ns").first()
+    if spec is None:  # a node from before spec history, or just created: its spec from the beginning
+        spec = NodeSpec.objects.create(node=node, valid_from_ns=0, **{f: getattr(node, f) for f in SPEC_FIELDS})
+    return spec
+
+
+def _node_update(node: Node, batch: NodeBatch, now: datetime) -> None:
+    """Describe the node as its newest samples do. Only a request with samples after the newest
+    accepted one moves it forward: a changed spec is appended to the history from its first such
+    sample (the time before keeps the spec it was priced with), and a replayed older request
+    changes neither the spec nor the description."""
+    times = batch.gpus["t_ns"]
+    newer = [t for t in times if node.last_t_ns is None or t > node.last_t_ns]
+    spec = _spec_latest(node)
+    if newer:
+        reported = {f: batch.node[f] for f in SPEC_FIELDS}
+        if reported != {f: getattr(spec, f) for f in SPEC_FIELDS}:
+            NodeSpec.objects.create(node=node, valid_from_ns=min(newer), **reported)
+        for name, value in batch.node.items():
+            if name != "hostname":
+                setattr(node, name, value)
         node.interval_s = batch.interval_s
-        node.last_seen_at = now
+        node.last_t_ns = max(newer)
+    node.last_seen_at = now
     _counters_keep(node, batch, now)
     node.save()
-    return node
 
 
 def _counters_keep(node: Node, batch: NodeBatch, now: datetime) -> None:
@@ -216,10 +313,16 @@ def _days_mark(node: Node, rows: list[GpuSample]) -> None:
 
 
 @transaction.atomic
-def node_samples_ingest(*, batch: NodeBatch) -> NodeIngestResult:
-    """Store one collector request, idempotently: unique on (node, gpu, t_ns) and (node, gpu, t_ns, pid)."""
-    node = _node_upsert(batch, timezone.now())
-    owners = _owners_resolve(batch.owners)
+def node_samples_ingest(*, batch: NodeBatch, token: Any = None) -> NodeIngestResult:
+    """Store one collector request, idempotently: unique on (node, gpu, t_ns) and (node, gpu, t_ns, pid).
+    With `token` (the request's node token), its hostnames must name the node (else a 403)."""
+    if token is not None:
+        node_token_check(token=token, hostname=batch.node["hostname"])
+    now = timezone.now()
+    node = _node_lock(batch, now)
+    _replay_window_check(node, batch)
+    owners = _owners_resolve(node, batch.owners, now)
+    _node_update(node, batch, now)
     by_id = {o.pk: o for o in owners}
     procs = _process_rows(node, batch, owners)
     gpus = _gpu_rows(node, batch, procs, by_id)
@@ -251,25 +354,49 @@ class RuleInput:
         return Rule(self.match, self.key, self.pattern, team_id, self.project.pk if self.project else None)
 
 
-def owners_reattribute() -> int:
-    """Apply the saved rules to every owner, and move their FleetDay rows with them. Returns the
-    number of owners whose team or project changed."""
-    rules = rules_load()
-    changed = 0
-    for owner in Owner.objects.all().iterator(chunk_size=2000):
-        team_id, project_id = owner_team_project(owner.data, rules)
+def _owners_reattribute_chunk(owners: list[Owner], rules: list[Rule], projects: dict[str, Project | None]) -> int:
+    """Apply `rules` to these owners and move their FleetDay rows with them: one UPDATE per
+    (team, project) they move to, not one per owner. Returns how many moved."""
+    moved: dict[tuple[int | None, int | None], list[int]] = defaultdict(list)
+    changed = []
+    for owner in owners:
+        team_id, project_id = owner_team_project(owner.data, rules, projects)
         if (team_id, project_id) == (owner.team_id, owner.project_id):
             continue
         owner.team_id, owner.project_id = team_id, project_id
-        owner.save(update_fields=["team", "project"])
-        FleetDay.objects.filter(holder=owner).update(team_id=team_id, project_id=project_id)
-        changed += 1
-    return changed
+        changed.append(owner)
+        moved[(team_id, project_id)].append(owner.pk)
+    if changed:
+        with transaction.atomic():
+            Owner.objects.bulk_update(changed, ["team", "project"], batch_size=1000)
+            for (team_id, project_id), ids in moved.items():
+                FleetDay.objects.filter(holder_id__in=ids).update(team_id=team_id, project_id=project_id)
+    return len(changed)
 
 
-@transaction.atomic
-def rules_replace(*, rules: list[RuleInput]) -> int:
-    """Save the ordered rules (replacing all) and re-attribute; returns the owners that moved."""
+REATTRIBUTE_CHUNK = 2000
+
+
+def owners_reattribute(*, progress: Any = None) -> int:
+    """Apply the saved rules to every owner, and move their FleetDay rows with them, in chunks by
+    id. `progress(done, moved)` after each chunk may return False to stop early. Returns the
+    number of owners whose team or project changed."""
+    rules = rules_load()
+    projects: dict[str, Project | None] = {}
+    done = moved = 0
+    last_pk = 0
+    while True:
+        chunk = list(Owner.objects.filter(pk__gt=last_pk).order_by("pk")[:REATTRIBUTE_CHUNK])
+        if not chunk:
+            return moved
+        moved += _owners_reattribute_chunk(chunk, rules, projects)
+        done += len(chunk)
+        last_pk = chunk[-1].pk
+        if progress is not None and progress(done, moved) is False:
+            return moved
+
+
+def _rules_store(rules: list[RuleInput]) -> None:
     AttributionRule.objects.all().delete()
     AttributionRule.objects.bulk_create(
         [
@@ -280,13 +407,83 @@ def rules_replace(*, rules: list[RuleInput]) -> int:
             for i, r in enumerate(rules)
         ]
     )  # fmt: skip
+
+
+@transaction.atomic
+def rules_replace(*, rules: list[RuleInput]) -> int:
+    """Save the ordered rules (replacing all) and re-attribute at once; returns the owners that
+    moved. For commands and the demo; the API saves with `rules_save` (a background job)."""
+    _rules_store(rules)
     return owners_reattribute()
+
+
+@transaction.atomic
+def rules_save(*, rules: list[RuleInput], actor: Any = None) -> AttributionJob:
+    """Save the ordered rules (replacing all) and queue the re-attribution of every owner as a
+    job, started once this transaction commits. Queued jobs of earlier saves are superseded."""
+    _rules_store(rules)
+    AttributionJob.objects.filter(status=JobStatus.QUEUED).update(status=JobStatus.SUPERSEDED, finished_at=timezone.now())
+    job = AttributionJob.objects.create(actor=actor if getattr(actor, "pk", None) else None, owners_total=Owner.objects.count())
+    transaction.on_commit(lambda: attribution_job_enqueue(job_id=job.pk))
+    return job
+
+
+def _job_in_thread(job_id: int) -> None:
+    try:
+        attribution_job_run(job_id=job_id)
+    except Exception:
+        log.exception("attribution job %s failed", job_id)
+    finally:
+        connection.close()  # this thread's own connection, opened for the job
+
+
+def attribution_job_enqueue(*, job_id: int) -> None:
+    """To the Celery worker; without a broker (the embedded default, where tasks run eagerly, in
+    the caller), to a daemon thread of this process, so the request that saved the rules still
+    answers at once."""
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        threading.Thread(target=_job_in_thread, args=(job_id,), name=f"attribution-job-{job_id}", daemon=True).start()
+        return
+    from phantomhub.fleet.tasks import fleet_reattribute  # tasks import this module
+
+    fleet_reattribute.delay(job_id)
+
+
+def attribution_job_run(*, job_id: int) -> AttributionJob:
+    """Run a queued job: re-attribute every owner, its progress saved after each chunk. A job a
+    later save superseded stops (that save's job does the work); running it twice does nothing."""
+    with transaction.atomic():
+        job = AttributionJob.objects.select_for_update().get(pk=job_id)
+        if job.status != JobStatus.QUEUED:
+            return job
+        job.status, job.started_at, job.owners_total = JobStatus.RUNNING, timezone.now(), Owner.objects.count()
+        job.save(update_fields=["status", "started_at", "owners_total"])
+
+    stopped: list[bool] = []
+
+    def progress(done: int, moved: int) -> bool:
+        job.owners_done, job.owners_moved = done, moved
+        job.owners_total = max(job.owners_total, done)
+        job.save(update_fields=["owners_done", "owners_moved", "owners_total"])
+        if AttributionJob.objects.filter(pk__gt=job.pk, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).exists():
+            stopped.append(True)
+            return False
+        return True
+
+    try:
+        owners_reattribute(progress=progress)
+    except Exception as exc:
+        job.status, job.error, job.finished_at = JobStatus.FAILED, str(exc)[:500], timezone.now()
+        job.save(update_fields=["status", "error", "finished_at"])
+        raise
+    job.status = JobStatus.SUPERSEDED if stopped else JobStatus.DONE
+    job.finished_at = timezone.now()
+    job.save(update_fields=["status", "finished_at"])
+    return job
 
 
 def raw_samples_purge(*, now_ns: int | None = None) -> int:
     """Delete raw GPU and process samples older than FLEET_RAW_DAYS, once their days are derived."""
-    from django.conf import settings
-
     now_ns = now_ns or int(timezone.now().timestamp() * NS)
     cutoff = now_ns - settings.FLEET_RAW_DAYS * 86_400 * NS
     pending = DayPending.objects.order_by("day").values_list("day", flat=True).first()

@@ -1,4 +1,4 @@
-"""Celery tasks of the fleet: derive pending node-days, purge old raw samples."""
+"""Celery tasks of the fleet: derive pending node-days, purge old raw samples, re-attribute after a rule save."""
 
 from __future__ import annotations
 
@@ -26,3 +26,9 @@ def invoice_import(import_id: int) -> str:
     from phantomhub.fleet.focus import invoice_import_run
 
     return invoice_import_run(import_id=import_id)
+
+
+@shared_task(acks_late=True)
+def fleet_reattribute(job_id: int) -> int:
+    """Enqueued on commit by a rule save: re-attribute every owner (an AttributionJob's progress)."""
+    return services.attribution_job_run(job_id=job_id).owners_moved

@@ -406,6 +406,9 @@ def _token_row_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         "created_at": serializers.DateTimeField(),
         "last_used_at": serializers.DateTimeField(allow_null=True),
         "revoked_at": serializers.DateTimeField(allow_null=True),
+        "hostnames": serializers.ListField(
+            child=serializers.CharField(), help_text="a node token's nodes (exact or globs); empty for other kinds"
+        ),
     }
 
 
@@ -416,6 +419,7 @@ def _token_row(token: ApiToken) -> dict[str, Any]:
         "created_at": token.created_at.isoformat(),
         "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
         "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
+        "hostnames": list(token.hostnames or []) if token.kind == TokenKind.NODE else [],
     }  # fmt: skip
 
 
@@ -430,6 +434,7 @@ class TokenListApi(APIView):
         kind = serializers.ChoiceField(choices=TokenKind.choices, default=TokenKind.PROJECT)
         project = serializers.SlugField(required=False)
         name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        hostnames = serializers.JSONField(required=False, default=None, help_text="a node token's nodes: exact or globs")
 
     def _people_only(self, request: Request) -> None:
         if isinstance(request.user, ProjectPrincipal) or getattr(request.auth, "kind", None) == TokenKind.PERSONAL:
@@ -466,7 +471,10 @@ class TokenListApi(APIView):
                 )
             from phantomhub.fleet.services import node_token_create
 
-            issued = node_token_create(name=data.validated_data["name"])
+            try:
+                issued = node_token_create(name=data.validated_data["name"], hostnames=data.validated_data["hostnames"])
+            except ValueError as exc:
+                raise invalid("hostnames", str(exc)) from None
         else:
             slug = data.validated_data.get("project")
             if not slug:

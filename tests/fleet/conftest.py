@@ -58,7 +58,7 @@ def node_body(
 @pytest.fixture
 def node_client(db: None) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='test').raw}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='test', hostnames=['*']).raw}")
     return client
 
 

@@ -33,6 +33,21 @@ def test_the_first_matching_rule_wins() -> None:
     assert owner_attribute({"kind": "user", "user": "bob"}, rules) == (None, None, None)
 
 
+def save_rules(admin: APIClient, rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """PUT the rules (202 with a queued job), run the job as the worker would once the save
+    commits, and return the job as the API shows it."""
+    from phantomhub.fleet.services import attribution_job_run
+
+    response = admin.put("/api/v1/fleet/rules", {"rules": rules}, format="json")
+    assert response.status_code == 202, response.content
+    job = response.json()["job"]
+    assert job["status"] == "queued"
+    attribution_job_run(job_id=job["id"])
+    answer = admin.get(f"/api/v1/fleet/rules/jobs/{job['id']}")
+    assert answer.status_code == 200, answer.content
+    return dict(answer.json())
+
+
 @pytest.fixture
 def admin(db: None) -> APIClient:
     user = User.objects.create_user("root", password="pw")
@@ -72,11 +87,8 @@ def test_saving_rules_re_attributes_and_unmatched_time_stays_unattributed(
 ) -> None:
     post_hour(node_client)
     fleet_derive_pending()
-    response = admin.put(
-        "/api/v1/fleet/rules", {"rules": [{"match": "slurm_account", "pattern": "vision", "team": "vision"}]}, format="json"
-    )
-    assert response.status_code == 200, response.content
-    assert response.json()["owners_moved"] == 1
+    job = save_rules(admin, [{"match": "slurm_account", "pattern": "vision", "team": "vision"}])
+    assert (job["status"], job["owners_moved"]) == ("done", 1)
     cents = {}
     for row in FleetDay.objects.select_related("team"):
         key = row.team.slug if row.team else None

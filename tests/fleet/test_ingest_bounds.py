@@ -117,7 +117,7 @@ def test_a_node_token_reads_nothing(node_client: APIClient) -> None:
 
 
 def test_createtoken_node_prints_a_working_node_token(db: None, capsys: Any) -> None:
-    call_command("createtoken", "--node", "--name", "rack-7")
+    call_command("createtoken", "--node", "--hostname", "gpu-a-*", "--name", "rack-7")
     raw = capsys.readouterr().out.strip()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -137,8 +137,12 @@ def test_organization_admins_create_list_and_revoke_node_tokens_in_settings(db: 
         clients[name].force_authenticate(user)
     refused = clients["member"].post("/api/v1/portal/tokens", {"kind": "node", "name": "rack"}, format="json")
     assert refused.status_code == 403 and "kind" in refused.json()["error"]["fields"]
-    issued = clients["admin"].post("/api/v1/portal/tokens", {"kind": "node", "name": "rack"}, format="json")
+    nameless = clients["admin"].post("/api/v1/portal/tokens", {"kind": "node", "name": "rack"}, format="json")
+    assert nameless.status_code == 400 and "hostnames" in nameless.json()["error"]["fields"]  # a node token names its nodes
+    body = {"kind": "node", "name": "rack", "hostnames": ["gpu-a-17"]}
+    issued = clients["admin"].post("/api/v1/portal/tokens", body, format="json")
     assert issued.status_code == 201 and issued.json()["kind"] == "node"
+    assert issued.json()["hostnames"] == ["gpu-a-17"]
     collector = APIClient()
     collector.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.json()['token']}")
     assert collector.post(URL, good(), format="json").status_code == 200

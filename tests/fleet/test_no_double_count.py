@@ -86,7 +86,8 @@ def test_a_live_runs_gpu_is_counted_once(
         run.finish()
         assert not (tmp_path / "runs" / f"{os.getpid()}.json").exists()  # the registry entry left with the run
         times = list(range(int(start.timestamp()) * NS + NS, int(end.timestamp()) * NS + NS, NS))
-        Poster(address, node_token_create(name="live").raw).post("/api/v1/nodes/samples", node_request(entry, times))
+        token = node_token_create(name="live", hostnames=["live-node"]).raw
+        Poster(address, token).post("/api/v1/nodes/samples", node_request(entry, times))
     while analysis_sweep(inline=True).analysed:
         pass
     fleet_derive_pending()
