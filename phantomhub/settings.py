@@ -140,6 +140,7 @@ CACHES = cache_from_url("PHANTOMHUB_REDIS_URL", REDIS_URL)
 # username alone) keeps anyone from locking another person out from elsewhere.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    "phantomhub.accounts.signin.AddressSignInLimitBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("PHANTOMHUB_SIGN_IN_FAILURE_LIMIT", 10, minimum=1, maximum=10_000)
@@ -150,6 +151,12 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # so Retry-After holds: r
 AXES_LOCKOUT_CALLABLE = "phantomhub.accounts.signin.lockout_response"
 AXES_DISABLE_ACCESS_LOG = True  # no row per successful sign-in; failures are still recorded
 AXES_VERBOSE = False
+# One password tried over many usernames never locks a (username, address) pair: an address with
+# PHANTOMHUB_SIGN_IN_ADDRESS_FAILURE_LIMIT failed sign-ins (any usernames) within the lockout time
+# gets 429 + Retry-After for all of them (phantomhub/accounts/signin.py): 30 guesses per address
+# per 15 minutes instead of unlimited; a team behind one NAT address needs 30 wrong passwords
+# within 15 minutes to be stopped (each person's own limit stays 10).
+SIGN_IN_ADDRESS_FAILURE_LIMIT = env_int("PHANTOMHUB_SIGN_IN_ADDRESS_FAILURE_LIMIT", 30, minimum=1, maximum=100_000)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -1,9 +1,16 @@
-"""Sign-in lockout (django-axes): the answer given while a username is locked out from an address.
+"""Sign-in lockout (django-axes): the answer given while a username is locked out from an address,
+and a limit per address across usernames.
 
 Axes counts failed sign-ins per (username, client address) in the database, so every web process
 agrees and the embedded default (SQLite, no Redis) is covered too; it refuses a locked-out pair
 before the password is hashed, on the portal's sign-in and on the admin's. Limits and cool-off
 come from PHANTOMHUB_SIGN_IN_FAILURE_LIMIT and PHANTOMHUB_SIGN_IN_LOCKOUT_S (docs/deployment.md).
+
+That pair never stops one password tried over many usernames from one address, so the same rows
+are also summed per address: once an address has PHANTOMHUB_SIGN_IN_ADDRESS_FAILURE_LIMIT failed
+sign-ins (any usernames) within the cool-off, `AddressSignInLimitBackend` refuses its sign-ins,
+before any password is hashed, with 429 and Retry-After until enough of them are older than the
+cool-off. Refused attempts are not recorded (as axes does), so waiting ends it.
 """
 
 from __future__ import annotations
@@ -11,13 +18,59 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from axes.helpers import get_client_parameters, get_client_username, get_cool_off
+from axes.helpers import get_client_ip_address, get_client_parameters, get_client_username, get_cool_off
 from axes.models import AccessAttempt
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db.models import Max, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from phantomhub.errors import error_body
+
+# Set on a request refused by the address limit: its Retry-After, for lockout_response.
+_ADDRESS_WAIT = "phantomhub_sign_in_address_wait_s"
+
+
+def address_retry_after_s(*, request: HttpRequest) -> int:
+    """Seconds until the request's address has fewer than SIGN_IN_ADDRESS_FAILURE_LIMIT failed
+    sign-ins within the cool-off (0: it has fewer now). Axes keeps one row per (username, address,
+    user agent) with its failures and the time of its last; a row leaves the count as a whole."""
+    cool_off = get_cool_off(request)
+    address = getattr(request, "axes_ip_address", None) or get_client_ip_address(request)
+    if cool_off is None or address is None:
+        return 0
+    now = timezone.now()
+    rows = (
+        AccessAttempt.objects.filter(ip_address=address, attempt_time__gt=now - cool_off)
+        .order_by("-attempt_time")
+        .values_list("attempt_time", "failures_since_start")
+    )
+    failures = 0
+    for attempt_time, count in rows:  # newest first: the row that takes the sum to the limit
+        failures += count
+        if failures >= settings.SIGN_IN_ADDRESS_FAILURE_LIMIT:
+            return max(1, math.ceil((attempt_time + cool_off - now).total_seconds()))
+    return 0
+
+
+class AddressSignInLimitBackend:
+    """An authentication backend that lets no sign-in through from an address past its limit
+    (after axes' own, before the one that hashes passwords): it marks the request as locked out,
+    which AxesMiddleware answers with lockout_response, and stops authentication there."""
+
+    def authenticate(self, request: HttpRequest | None, **credentials: Any) -> None:
+        if request is None:
+            return None
+        wait_s = address_retry_after_s(request=request)
+        if wait_s:
+            setattr(request, _ADDRESS_WAIT, wait_s)
+            request.axes_locked_out = True  # type: ignore[attr-defined]  # also: axes records no failure
+            raise PermissionDenied("too many failed sign-ins from this address")
+        return None
+
+    def get_user(self, user_id: Any) -> None:
+        return None
 
 
 def sign_in_retry_after_s(*, request: HttpRequest, credentials: dict[str, Any] | None) -> int:
@@ -43,8 +96,13 @@ def lockout_response(
     request: HttpRequest, original_response: HttpResponse | None, credentials: dict[str, Any] | None
 ) -> HttpResponse:
     """AXES_LOCKOUT_CALLABLE: 429 with Retry-After; the API's error shape under /api/."""
-    wait_s = sign_in_retry_after_s(request=request, credentials=credentials)
-    message = f"too many failed sign-ins for this username from this address; try again in {wait_s} s"
+    address_wait_s = getattr(request, _ADDRESS_WAIT, None)
+    if address_wait_s is not None:
+        wait_s = int(address_wait_s)
+        message = f"too many failed sign-ins from this address; try again in {wait_s} s"
+    else:
+        wait_s = sign_in_retry_after_s(request=request, credentials=credentials)
+        message = f"too many failed sign-ins for this username from this address; try again in {wait_s} s"
     if request.path.startswith("/api/"):
         response: HttpResponse = JsonResponse(error_body("throttled", message), status=429)
     else:

@@ -1,6 +1,8 @@
 """Guessing passwords: after PHANTOMHUB_SIGN_IN_FAILURE_LIMIT wrong ones for a username from one
 address, that pair gets 429 with Retry-After until the cool-off ends; real users who mistype a
-few times are not bothered, and nobody can lock another person out from elsewhere."""
+few times are not bothered, and nobody can lock another person out from elsewhere. One password
+tried over many usernames from one address is stopped too: after
+PHANTOMHUB_SIGN_IN_ADDRESS_FAILURE_LIMIT failures (any usernames) that address gets 429."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 SESSION = "/api/v1/portal/session"
 LIMIT: int = settings.AXES_FAILURE_LIMIT
+ADDRESS_LIMIT: int = settings.SIGN_IN_ADDRESS_FAILURE_LIMIT
 COOL_OFF_S = int(settings.AXES_COOLOFF_TIME.total_seconds())
 
 
@@ -86,3 +90,55 @@ def test_the_admin_sign_in_is_locked_out_too(ada: User) -> None:
     locked = client.post("/admin/login/", {"username": "ada", "password": "guess"})
     assert locked.status_code == 429 and int(locked["Retry-After"]) > 0
     assert _sign_in(APIClient(), "right-password").status_code == 429  # one count for both doors
+
+
+def test_the_address_limit_is_above_a_few_people_mistyping_and_far_below_a_spray() -> None:
+    assert 3 * LIMIT <= ADDRESS_LIMIT <= 100
+
+
+def _spray(client: APIClient, n: int, password: str = "Summer2026!") -> list[int]:
+    return [_sign_in(client, password, username=f"user{i}").status_code for i in range(n)]
+
+
+def test_one_password_over_many_usernames_from_one_address_gets_429_with_retry_after(ada: User) -> None:
+    sprayer = APIClient(REMOTE_ADDR="203.0.113.9")
+    assert _spray(sprayer, ADDRESS_LIMIT) == [400] * ADDRESS_LIMIT  # no username reached its own limit
+    refused = _sign_in(sprayer, "Summer2026!", username="user-next")
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "throttled" and "from this address" in error["message"]
+    assert COOL_OFF_S - 5 <= int(refused["Retry-After"]) <= COOL_OFF_S
+    # Every username, the right password too: the address is stopped, not one account.
+    assert _sign_in(sprayer, "right-password").status_code == 429
+    assert _sign_in(APIClient(REMOTE_ADDR="198.51.100.7"), "right-password").status_code == 200  # elsewhere: fine
+    # Refused attempts are not recorded: the count stays where it was, so waiting ends it.
+    assert (
+        sum(AccessAttempt.objects.filter(ip_address="203.0.113.9").values_list("failures_since_start", flat=True))
+        == ADDRESS_LIMIT
+    )
+
+
+def test_the_address_limit_ends_once_its_failures_are_older_than_the_cool_off(ada: User) -> None:
+    sprayer = APIClient(REMOTE_ADDR="203.0.113.9")
+    _spray(sprayer, ADDRESS_LIMIT)
+    attempts = AccessAttempt.objects.filter(ip_address="203.0.113.9")
+    attempts.update(attempt_time=timezone.now() - timedelta(seconds=COOL_OFF_S - 30))
+    retry = _sign_in(sprayer, "guess", username="someone")
+    assert retry.status_code == 429 and 25 <= int(retry["Retry-After"]) <= 30
+    attempts.update(attempt_time=timezone.now() - timedelta(seconds=COOL_OFF_S + 1))
+    assert _sign_in(sprayer, "right-password").status_code == 200
+
+
+def test_the_address_limit_counts_failures_not_usernames(ada: User) -> None:
+    client = APIClient(REMOTE_ADDR="203.0.113.9")
+    for name in ("ada", "bob", "eve"):  # three people mistyping just under their own limit
+        for _ in range(LIMIT - 1):
+            assert _sign_in(client, "typo", username=name).status_code == 400
+    expected = 200 if 3 * (LIMIT - 1) < ADDRESS_LIMIT else 429
+    assert _sign_in(client, "right-password").status_code == expected
+
+
+def test_the_admin_sign_in_is_under_the_address_limit_too(ada: User) -> None:
+    _spray(APIClient(REMOTE_ADDR="203.0.113.9"), ADDRESS_LIMIT)
+    admin = Client(REMOTE_ADDR="203.0.113.9").post("/admin/login/", {"username": "ada", "password": "right-password"})
+    assert admin.status_code == 429 and int(admin["Retry-After"]) > 0
