@@ -8,6 +8,8 @@ status below 500 other than 401/403/404, e.g. 200, 201, 204, or a 400/409 about 
 
 from __future__ import annotations
 
+import csv
+import io
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -313,3 +315,77 @@ def test_access_matrix(world: World, name: str, method: str, principal: str) -> 
     path = reverse(name, kwargs=_kwargs(name, world))
     response = _call(world.clients[principal], method, path, name)
     assert _outcome(response.status_code) == expected, (response.status_code, response.content[:300])
+
+
+# --- what each principal sees of the fleet's holders and of node tokens ---------------------------
+
+HOLDERS = {"slurm job 1 (ann, nlp)": 1.0, "slurm job 2 (bob, vision)": 2.0, "user carol": 4.0}
+MEMBER_HOLDERS = {"slurm job 1 (ann, nlp)": 1.0, "other teams": 2.0, "unattributed": 4.0}
+# principal → the holders named (with dollars) in the fleet summary and holders.csv, or the refusal.
+HOLDERS_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": HOLDERS,  # the organization admin's personal token
+    "member": MEMBER_HOLDERS,  # of the world's team (nlp): its holders, the rest summed
+    "lead": MEMBER_HOLDERS,
+    "finance": HOLDERS,
+    "admin": HOLDERS,
+    "node": 403,
+}
+# principal → the node tokens listed in Settings (name, hostnames), or the refusal.
+NODE_TOKENS_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": 403,  # tokens are managed by signed-in people
+    "member": [],
+    "lead": [],
+    "finance": [],
+    "admin": [("matrix", ["matrix-node"])],
+    "node": 403,
+}
+
+
+def _fleet_days(owner: Tenant, outsider: Tenant) -> None:
+    from phantomhub.fleet.models import FleetDay, GpuClass, Node, Owner
+
+    node = Node.objects.create(hostname="matrix-node")
+    held = [
+        ({"kind": "slurm", "job_id": "1", "account": "nlp", "user": "ann"}, owner.project.team, 100),
+        ({"kind": "slurm", "job_id": "2", "account": "vision", "user": "bob"}, outsider.project.team, 200),
+        ({"kind": "user", "user": "carol"}, None, 400),
+    ]
+    for i, (data, team, cents) in enumerate(held):
+        holder = Owner.objects.create(digest=f"{i:064x}", kind=data["kind"], data=data, team=team)
+        FleetDay.objects.create(
+            node=node, day="2026-09-21", cls=GpuClass.IDLE_HELD, holder=holder, team=team, gpu_ns=3600 * 10**9, cost_cents=cents
+        )
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_fleet_holders_each_principal_sees(world: World, owner: Tenant, outsider: Tenant, principal: str) -> None:
+    _fleet_days(owner, outsider)
+    client, expected = world.clients[principal], HOLDERS_SEEN[principal]
+    summary = client.get("/api/v1/fleet/summary?period=2026-09")
+    csv_response = client.get("/api/v1/fleet/holders.csv?period=2026-09")
+    if isinstance(expected, int):
+        assert (summary.status_code, csv_response.status_code) == (expected, expected)
+        return
+    assert {h["holder"]: h["cost_usd"] for h in summary.json()["holders"]} == expected
+    rows = csv.DictReader(io.StringIO(b"".join(csv_response.streaming_content).decode()))
+    assert {r["holder"]: float(r["cost_usd"]) for r in rows} == expected
+    named_teams = {h["team"] for h in summary.json()["holders"]} - {None}
+    assert named_teams == ({"nlp"} if expected is MEMBER_HOLDERS else {"nlp", "vision"})
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_node_tokens_each_principal_sees(world: World, principal: str) -> None:
+    response = world.clients[principal].get("/api/v1/portal/tokens")
+    expected = NODE_TOKENS_SEEN[principal]
+    if isinstance(expected, int):
+        assert response.status_code == expected
+        return
+    listed = [(t["name"], t["hostnames"]) for t in response.json() if t["kind"] == "node"]
+    assert listed == expected
+    assert all(t["hostnames"] == [] for t in response.json() if t["kind"] != "node")
