@@ -15,8 +15,8 @@ import pytest
 from django.utils import timezone
 
 from phantomhub.alerts import services
-from phantomhub.egress import REASON_CONNECT, url_problem
 from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
+from phantomhub.egress import REASON_CONNECT, url_problem
 from tests.alerts.conftest import Receiver
 
 pytestmark = pytest.mark.django_db
