@@ -1,10 +1,10 @@
 """Post demo runs through the real HTTP ingest API, served for the purpose by a local WSGI server.
 
-The server answers on a bounded pool of threads (SERVER_THREADS) and each request's database
-connection is closed when its request ends: a thread per request with persistent connections
-(CONN_MAX_AGE) left one idle PostgreSQL connection per request thread until the garbage collector
-found it, 40 to 81 at once during `make run`, enough to leave other databases on a shared server
-with "too many clients". The poster retries what the API says to retry (docs/api.md: 429 and 5xx,
+The server answers on a fixed pool of threads (SERVER_THREADS), whose database connections are
+closed when the server closes: a thread per request with persistent connections (CONN_MAX_AGE)
+left one idle PostgreSQL connection per request thread until the garbage collector found it, 40 to
+81 at once during `make run`, enough to leave other databases on a shared server with "too many
+clients". The poster retries what the API says to retry (docs/api.md: 429 and 5xx,
 with Retry-After, and network errors) as the agent does, with capped backoff and a deadline,
 instead of aborting the seeding on the first 503.
 """
@@ -15,11 +15,11 @@ import email.utils
 import gzip
 import http.client
 import json
+import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -29,7 +29,7 @@ from django.db import connections
 
 from phantomhub.demo.fleet import DemoRun
 
-SERVER_THREADS = 4  # requests served at once; at most this many database connections, each closed after its request
+SERVER_THREADS = 4  # requests served at once: at most this many database connections, closed with the server
 RETRY_BASE_S = 0.5
 RETRY_MAX_S = 30.0
 RETRY_DEADLINE_S = 300.0  # a request retried for this long without success aborts the seeding
@@ -41,28 +41,39 @@ class _Quiet(WSGIRequestHandler):
 
 
 class _Pooled(WSGIServer):
-    """A WSGI server whose requests run on a fixed pool of threads, each request's database
-    connections closed when it ends (Django's request_finished keeps them for CONN_MAX_AGE)."""
+    """A WSGI server whose requests are served by SERVER_THREADS threads: each keeps its database
+    connection from request to request as a web process does (CONN_MAX_AGE), and closes it when
+    the server closes. A thread per request left a connection behind in every thread."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pool = ThreadPoolExecutor(max_workers=SERVER_THREADS, thread_name_prefix="demo-server")
+        self.requests: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
+        self.workers = [threading.Thread(target=self._work, name=f"demo-server-{i}", daemon=True) for i in range(SERVER_THREADS)]
+        for worker in self.workers:
+            worker.start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        self.pool.submit(self._serve, request, client_address)
+        self.requests.put((request, client_address))
 
-    def _serve(self, request: Any, client_address: Any) -> None:
+    def _work(self) -> None:
         try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
+            while (item := self.requests.get()) is not None:
+                request, client_address = item
+                try:
+                    self.finish_request(request, client_address)
+                except Exception:
+                    self.handle_error(request, client_address)
+                finally:
+                    self.shutdown_request(request)
         finally:
-            self.shutdown_request(request)
             connections.close_all()
 
     def server_close(self) -> None:
         super().server_close()
-        self.pool.shutdown(wait=True)
+        for _ in self.workers:
+            self.requests.put(None)
+        for worker in self.workers:
+            worker.join()
 
 
 @contextmanager
@@ -101,10 +112,16 @@ def backoff_s(attempt: int, retry_after: float | None) -> float:
 
 
 class Poster:
-    def __init__(self, address: str, token: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.address = address
         self.token = token
-        self.sleep = sleep
+        self.sleep, self.clock = sleep, clock
         self.retries = 0
 
     def _send(self, path: str, data: bytes) -> tuple[int, str | None, bytes]:
@@ -121,7 +138,7 @@ class Poster:
         """POST a JSON body; 429, 5xx and network errors are retried (the batches are idempotent),
         any other error raises."""
         data = gzip.compress(json.dumps(body).encode(), 1)
-        deadline = time.monotonic() + RETRY_DEADLINE_S
+        deadline = self.clock() + RETRY_DEADLINE_S
         attempt = 0
         while True:
             try:
@@ -133,7 +150,7 @@ class Poster:
             if status not in (0, 429) and status < 500:
                 raise RuntimeError(f"POST {path}: {status} {payload[:300]!r}")
             delay = backoff_s(attempt, retry_after_s(retry_after))
-            if time.monotonic() + delay > deadline:
+            if self.clock() + delay > deadline:
                 raise RuntimeError(f"POST {path}: {status or 'no answer'} for {RETRY_DEADLINE_S:.0f} s: {payload[:300]!r}")
             self.retries += 1
             attempt += 1
