@@ -475,12 +475,14 @@ export interface OrgSettings {
 export interface ApiTokenRow {
   id: number;
   prefix: string;
-  kind: "project" | "personal" | string;
+  kind: "project" | "personal" | "node" | string;
   project: string | null;
   name: string;
   created_at: string;
   last_used_at: string | null;
   revoked_at: string | null;
+  /** A node token's nodes (exact hostnames or globs like gpu-a-*); empty for other kinds. */
+  hostnames: string[];
   token?: string;
 }
 

@@ -175,3 +175,65 @@ test("the invoice card shows billed, measured and unexplained per team with the 
   expect(screen.getByTestId("finance-invoice-total")).toHaveTextContent("$12.00$10.80$1.20");
   expect(screen.getByTestId("finance-invoice-unmatched")).toHaveTextContent("$3.00 of the invoice matches no node");
 });
+
+const member = { username: "mo", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "member" }] };
+const teamAdmin = { username: "lee", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "admin" }] };
+
+test("Settings offers each person only the token kinds they may create: a member no node token", async () => {
+  renderAt("/settings?tab=tokens", { "/api/v1/portal/tokens": [] }, member);
+  expect(await screen.findByRole("button", { name: "Create token" })).toBeInTheDocument();
+  expect(screen.queryByText("Node (collector)")).not.toBeInTheDocument();
+  expect(screen.queryByText("Project (ingest)")).not.toBeInTheDocument();
+  expect(screen.queryByLabelText("Hostnames it reports for")).not.toBeInTheDocument();
+});
+
+test("a team admin is offered project tokens but no node token", async () => {
+  renderAt("/settings?tab=tokens", { "/api/v1/portal/tokens": [] }, teamAdmin);
+  expect(await screen.findByText("Project (ingest)")).toBeInTheDocument();
+  expect(screen.queryByText("Node (collector)")).not.toBeInTheDocument();
+});
+
+test("an admin makes a node token for the hostnames it names, and the list shows them", async () => {
+  const issued = { id: 3, prefix: "phk_abcdefgh", kind: "node", project: null, name: "rack a", created_at: "2026-12-01T00:00:00Z",
+    last_used_at: null, revoked_at: null, hostnames: ["gpu-a-17", "gpu-b-*"], token: "phk_secret" };
+  const api = renderAt("/settings?tab=tokens", {
+    "/api/v1/portal/tokens": (_url: string, init?: RequestInit) => (init?.method === "POST" ? issued : [issued]),
+  });
+  const user = userEvent.setup();
+  await user.click(await screen.findByText("Node (collector)"));
+  await user.type(screen.getByLabelText("Hostnames it reports for"), "gpu-a-17, gpu-b-*");
+  await user.type(screen.getByLabelText("Name"), "rack a");
+  await user.click(screen.getByRole("button", { name: "Create token" }));
+  expect(await screen.findByText("phk_secret")).toBeInTheDocument();
+  const sent = api.calls.find((c) => c.init?.method === "POST");
+  expect(JSON.parse(String(sent?.init?.body))).toEqual({ kind: "node", name: "rack a", hostnames: ["gpu-a-17", "gpu-b-*"] });
+  expect(await screen.findByText("gpu-a-17, gpu-b-*")).toBeInTheDocument();
+});
+
+test("a member's Fleet page names their teams' holders and shows the others summed", async () => {
+  const holders = [
+    { holder: "pod ml-team/train-abc", kind: "k8s", team: "nlp", project: null, gpu_hours: 1, busy_uninstrumented_usd: 3.6, idle_held_usd: 0, cost_usd: 3.6, aggregated: false },
+    { holder: "other teams", kind: null, team: null, project: null, gpu_hours: 1, busy_uninstrumented_usd: 0, idle_held_usd: 3.59, cost_usd: 3.59, aggregated: true },
+  ];
+  renderAt("/fleet", { "/api/v1/fleet/summary": summary({ holders, sees_all_teams: false }) }, member);
+  const table = await screen.findByTestId("fleet-holders");
+  expect(within(table).getByText("other teams, summed")).toBeInTheDocument();
+  expect(within(table).getByText("pod ml-team/train-abc")).toBeInTheDocument();
+  expect(screen.getByText(/other teams' summed/)).toBeInTheDocument();
+});
+
+test("saving rules answers with a job whose progress the card follows until it is done", async () => {
+  const job = (status: string, done: number, moved: number) => ({ id: 9, status, owners_total: 10000, owners_done: done, owners_moved: moved,
+    error: null, created_at: "2026-12-01T00:00:00Z", started_at: null, finished_at: null });
+  let polls = 0;
+  renderAt("/settings?tab=attribution", {
+    "/api/v1/fleet/rules": (_url: string, init?: RequestInit) =>
+      init?.method === "PUT" ? new Response(JSON.stringify({ rules: [], hidden: 0, job: job("queued", 0, 0) }), { status: 202 }) : { rules: [], hidden: 0, job: null },
+    "/api/v1/fleet/rules/jobs/9": () => (++polls < 2 ? job("running", 4000, 4000) : job("done", 10000, 10000)),
+  });
+  const user = userEvent.setup();
+  await user.click(await screen.findByTestId("rules-save"));
+  expect(await screen.findByText(/Re-attribution queued: 10,000 holders/)).toBeInTheDocument();
+  expect(await screen.findByText(/Re-attributing: 4,000 of 10,000 holders/, {}, { timeout: 3000 })).toBeInTheDocument();
+  expect(await screen.findByText(/Re-attributed: 10,000 of 10,000 holders moved/, {}, { timeout: 3000 })).toBeInTheDocument();
+});

@@ -63,6 +63,8 @@ export interface FleetHolderRow {
   busy_uninstrumented_usd: number;
   idle_held_usd: number;
   cost_usd: number;
+  /** A sum of holders this person does not see by name: "other teams" or "unattributed". */
+  aggregated?: boolean;
 }
 
 export interface IdleHeldRow {
@@ -85,7 +87,9 @@ export interface FleetSummary {
   classes: Record<FleetClass | "unknown", FleetClassFigures>;
   nodes: FleetNodeRow[];
   holders: FleetHolderRow[];
-  teams: { team: string | null; team_name: string; instrumented_usd: number; busy_uninstrumented_usd: number; idle_held_usd: number; empty_usd: number }[];
+  teams: { team: string | null; team_name: string; instrumented_usd: number; busy_uninstrumented_usd: number; idle_held_usd: number; empty_usd: number; aggregated?: boolean }[];
+  /** False for people who see only their teams' holders by name (the rest are summed). */
+  sees_all_teams?: boolean;
   idle_held_now: IdleHeldRow[];
   node_count: number;
   /** When a node last reported (any node); "now" is what their latest reports say. */
@@ -113,7 +117,7 @@ function who(team: string | null, project: string | null): string {
 const IDLE_COLUMNS: Column<IdleHeldRow>[] = [
   { key: "node", header: "Node", render: (r) => <span className="nowrap">{r.node} · GPU {r.gpu_index}</span> },
   { key: "holder", header: "Holder", render: (r) => r.holder },
-  { key: "team", header: "Team / project", render: (r) => who(r.team, r.project) },
+  { key: "team", header: "Team / project", render: (r) => (r.holder === OTHER_TEAMS ? OTHER_TEAMS : who(r.team, r.project)) },
   { key: "since", header: "Held for", render: (r) => <span title={`since ${formatDateTime(r.since)}`}>{heldFor(r.held_minutes)}</span> },
   { key: "usd_per_hour", header: "Burning", align: "right", render: (r) => `${formatUsd(r.usd_per_hour)}/h` },
   { key: "so_far", header: "So far", align: "right", render: (r) => formatUsd((r.usd_per_hour * r.held_minutes) / 60) },
@@ -142,9 +146,15 @@ const NODE_COLUMNS: Column<FleetNodeRow>[] = [
   { key: "collector_dropped", header: "Collector", render: (r) => <CollectorCell row={r} /> },
 ];
 
+const OTHER_TEAMS = "other teams";
+
 const HOLDER_COLUMNS: Column<FleetHolderRow>[] = [
-  { key: "holder", header: "Holder", render: (r) => r.holder },
-  { key: "team", header: "Team / project", render: (r) => who(r.team, r.project) },
+  {
+    key: "holder",
+    header: "Holder",
+    render: (r) => (r.aggregated ? <em title="holders you do not see by name, summed">{r.holder}, summed</em> : r.holder),
+  },
+  { key: "team", header: "Team / project", render: (r) => (r.aggregated ? <span className="muted">–</span> : who(r.team, r.project)) },
   { key: "cost_usd", header: "Uninstrumented cost", align: "right", render: (r) => <strong>{formatUsd(r.cost_usd)}</strong> },
   { key: "busy_uninstrumented_usd", header: "Busy", align: "right", render: (r) => formatUsd(r.busy_uninstrumented_usd) },
   { key: "idle_held_usd", header: "Idle-held", align: "right", render: (r) => formatUsd(r.idle_held_usd) },
@@ -217,7 +227,7 @@ export function FleetPage() {
                 <Empty title="No node time in this period" />
               )}
             </Card>
-            <Card title="Holders of uninstrumented time" actions={<span className="card-links"><span className="muted small">pods, jobs and users no agent measures</span><CsvLink table="holders" period={period} /></span>}>
+            <Card title="Holders of uninstrumented time" actions={<span className="card-links"><span className="muted small">{d.sees_all_teams === false ? "your teams' pods, jobs and users no agent measures; other teams' summed" : "pods, jobs and users no agent measures"}</span><CsvLink table="holders" period={period} /></span>}>
               {d.holders.length > 0 ? (
                 <DataTable caption="Holders by uninstrumented cost" testId="fleet-holders" columns={HOLDER_COLUMNS} rows={d.holders} rowKey={(r) => r.holder} />
               ) : (

@@ -4,7 +4,7 @@ import { useSearchParams } from "react-router";
 import { apiFetch, ApiError } from "../api/client";
 import { useApi } from "../api/hooks";
 import { isAdmin, useSession } from "../api/session";
-import type { ApiTokenRow, GpuSpec, OrgSettings } from "../api/types";
+import type { ApiTokenRow, GpuSpec, OrgSettings, SessionUser } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
@@ -193,11 +193,32 @@ function OrgSettingsCard() {
   );
 }
 
+type TokenKindChoice = "project" | "personal" | "node";
+
+/** The token kinds this person may create: personal always; project tokens for the projects they
+ * administer (organization admins, team admins); node tokens for organization admins only. */
+export function tokenKindsFor(user: SessionUser | null | undefined): TokenKindChoice[] {
+  const kinds: TokenKindChoice[] = ["personal"];
+  if (isAdmin(user) || !!user?.teams.some((t) => t.role === "admin")) kinds.push("project");
+  if (isAdmin(user)) kinds.push("node");
+  return kinds;
+}
+
+const TOKEN_KIND_LABEL: Record<TokenKindChoice, string> = {
+  personal: "Personal (read)",
+  project: "Project (ingest)",
+  node: "Node (collector)",
+};
+
 function TokensCard() {
+  const { user } = useSession();
+  const kinds = tokenKindsFor(user);
   const state = useApi<ApiTokenRow[]>("tokens");
-  const [kind, setKind] = useState<"project" | "personal" | "node">("personal");
+  const [chosen, setKind] = useState<TokenKindChoice>("personal");
+  const kind: TokenKindChoice = kinds.includes(chosen) ? chosen : "personal";
   const [project, setProject] = useState("");
   const [name, setName] = useState("");
+  const [hostnames, setHostnames] = useState("");
   const [created, setCreated] = useState<ApiTokenRow | null>(null);
   const [error, setError] = useState<ApiError | null>(null);
   const [busy, setBusy] = useState(false);
@@ -207,7 +228,8 @@ function TokensCard() {
     setBusy(true);
     setError(null);
     try {
-      const body = kind === "project" ? { project, name } : { kind, name };
+      const nodes = hostnames.split(/[\s,]+/).filter(Boolean);
+      const body = kind === "project" ? { project, name } : kind === "node" ? { kind, name, hostnames: nodes } : { kind, name };
       setCreated(await apiFetch<ApiTokenRow>("tokens", { method: "POST", body }));
       setName("");
       state.reload();
@@ -231,20 +253,17 @@ function TokensCard() {
     <>
       <Card title="New token">
         <form className="inline-form" onSubmit={create}>
-          <Segmented
-            label="Token kind"
-            value={kind}
-            onChange={setKind}
-            options={[
-              { value: "personal", label: "Personal (read)" },
-              { value: "project", label: "Project (ingest)" },
-              { value: "node", label: "Node (collector)" },
-            ]}
-          />
+          {kinds.length > 1 && <Segmented label="Token kind" value={kind} onChange={setKind} options={kinds.map((k) => ({ value: k, label: TOKEN_KIND_LABEL[k] }))} />}
           {kind === "project" && (
             <label className="field" htmlFor="token-project">
               <span>Project slug</span>
               <input id="token-project" className="input" value={project} onChange={(e) => setProject(e.target.value)} required />
+            </label>
+          )}
+          {kind === "node" && (
+            <label className="field" htmlFor="token-hostnames">
+              <span>Hostnames it reports for</span>
+              <input id="token-hostnames" className="input" value={hostnames} placeholder="gpu-a-17, gpu-b-*" onChange={(e) => setHostnames(e.target.value)} required />
             </label>
           )}
           <label className="field" htmlFor="token-name">
@@ -278,7 +297,7 @@ function TokensCard() {
               columns={[
                 { key: "prefix", header: "Token", render: (t) => <code>{t.prefix}…</code> },
                 { key: "kind", header: "Kind", render: (t) => t.kind },
-                { key: "project", header: "Project", render: (t) => t.project ?? <span className="muted">–</span> },
+                { key: "project", header: "Project or nodes", render: (t) => t.project ?? (t.hostnames?.length ? <code>{t.hostnames.join(", ")}</code> : <span className="muted">–</span>) },
                 { key: "name", header: "Name", render: (t) => t.name || <span className="muted">–</span> },
                 { key: "created", header: "Created", render: (t) => formatDate(t.created_at) },
                 { key: "used", header: "Last used", render: (t) => (t.last_used_at ? formatDateTime(t.last_used_at) : <span className="muted">never</span>) },

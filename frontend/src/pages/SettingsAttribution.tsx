@@ -44,7 +44,43 @@ export interface AttributionPreview {
   totals: { team: string | null; project: string | null; gpu_hours: number; usd: number }[];
 }
 
+/** A re-attribution after a rule save: a background job (GET /api/v1/fleet/rules/jobs/{id}). */
+export interface AttributionJob {
+  id: number;
+  status: "queued" | "running" | "done" | "failed" | "superseded";
+  owners_total: number;
+  owners_done: number;
+  owners_moved: number;
+  error: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+export interface SavedRules {
+  rules: AttributionRule[];
+  /** Rules of teams this person does not see (organization admins and finance see all). */
+  hidden?: number;
+  /** The latest re-attribution job (organization admins only). */
+  job?: AttributionJob | null;
+}
+
 const RULES_API = "/api/v1/fleet/rules";
+const JOB_POLL_MS = 1000;
+
+export function jobRunning(job: AttributionJob | null | undefined): boolean {
+  return !!job && (job.status === "queued" || job.status === "running");
+}
+
+/** What the job has done so far, in words. */
+export function jobProgress(job: AttributionJob): string {
+  const n = (x: number) => x.toLocaleString("en-US");
+  if (job.status === "queued") return `Re-attribution queued: ${n(job.owners_total)} holders to go over.`;
+  if (job.status === "running") return `Re-attributing: ${n(job.owners_done)} of ${n(job.owners_total)} holders, ${n(job.owners_moved)} moved so far.`;
+  if (job.status === "done") return `Re-attributed: ${n(job.owners_moved)} of ${n(job.owners_done)} holders moved to another team or project.`;
+  if (job.status === "superseded") return "A later save took over this re-attribution.";
+  return `Re-attribution failed: ${job.error ?? "unknown error"}`;
+}
 
 /** What the API takes: blank team or project fields are left out. */
 export function rulesBody(rules: AttributionRule[]): { rules: Record<string, string>[] } {
@@ -115,7 +151,8 @@ function RuleRow({ rule, index, count, editable, onChange, onMove, onRemove }: {
 export function AttributionCard() {
   const { user } = useSession();
   const admin = isAdmin(user);
-  const saved = useApi<{ rules: AttributionRule[] }>(RULES_API);
+  const saved = useApi<SavedRules>(RULES_API);
+  const [job, setJob] = useState<AttributionJob | null>(null);
   const [rules, setRules] = useState<AttributionRule[]>([]);
   const [preview, setPreview] = useState<AttributionPreview | null>(null);
   const [error, setError] = useState<ApiError | null>(null);
@@ -124,14 +161,34 @@ export function AttributionCard() {
 
   useEffect(() => {
     if (saved.data) setRules(saved.data.rules.map((r) => ({ ...r, key: r.key ?? "" })));
+    if (saved.data?.job) setJob(saved.data.job);
   }, [saved.data]);
+
+  // While a job runs, its progress is asked for every second (the save itself answered at once).
+  const runningId = jobRunning(job) ? job!.id : null;
+  useEffect(() => {
+    if (runningId === null) return;
+    let live = true;
+    const timer = setInterval(async () => {
+      try {
+        const next = await apiFetch<AttributionJob>(`${RULES_API}/jobs/${runningId}`);
+        if (live) setJob(next);
+      } catch {
+        // a failed poll is retried at the next tick
+      }
+    }, JOB_POLL_MS);
+    return () => {
+      live = false;
+      clearInterval(timer);
+    };
+  }, [runningId]);
 
   const call = async (method: "POST" | "PUT", path: string) => {
     setBusy(true);
     setError(null);
     setNotice("");
     try {
-      return await apiFetch<AttributionPreview & { owners_moved?: number }>(path, { method, body: rulesBody(rules) });
+      return await apiFetch<AttributionPreview & { job?: AttributionJob }>(path, { method, body: rulesBody(rules) });
     } catch (err) {
       setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
       return null;
@@ -146,7 +203,8 @@ export function AttributionCard() {
   const onSave = async () => {
     const answer = await call("PUT", RULES_API);
     if (answer) {
-      setNotice(`Saved. ${answer.owners_moved ?? 0} holders moved to another team or project.`);
+      setNotice("Saved. The fleet's time is re-attributed in the background.");
+      if (answer.job) setJob(answer.job);
       saved.reload();
     }
   };
@@ -189,6 +247,17 @@ export function AttributionCard() {
             )}
             <FieldErrors error={error} />
             {notice && <p role="status" className="muted">{notice}</p>}
+            {job && (
+              <div data-testid="attribution-job" className="muted small">
+                <p>{jobProgress(job)}</p>
+                {jobRunning(job) && job.owners_total > 0 && (
+                  <progress aria-label="Re-attribution progress" max={job.owners_total} value={job.owners_done} />
+                )}
+              </div>
+            )}
+            {!!saved.data?.hidden && (
+              <p className="muted small" data-testid="rules-hidden">{saved.data.hidden} rules of other teams are not shown.</p>
+            )}
             {preview && (
               <div data-testid="rules-preview-result">
                 <h3 className="small">{preview.day ? `What ${formatDate(preview.day)} would map to (nothing saved yet)` : "No fleet data to preview yet"}</h3>
