@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.mail import BadHeaderError, send_mail
+from django.core.mail import send_mail
 
 from phantomhub import egress
 
@@ -58,12 +58,13 @@ def webhook_post(*, url: str, body: bytes, secret: str, delivery_id: int) -> Att
 
 
 def email_send(*, to: list[str], subject: str, text: str) -> Attempt:
-    """One email through the configured mail server (an operator's address, not a user's). A
-    header the mail library refuses (BadHeaderError) will be refused at every try: permanent."""
+    """One email through the configured mail server (an operator's address, not a user's). The
+    subject is sent as one clean line whatever was stored; a header or address the mail library
+    refuses (BadHeaderError, a ValueError) would be refused at every try: permanent."""
     try:
         send_mail(egress.text_clean(subject, max_chars=250), text, settings.DEFAULT_FROM_EMAIL, to, fail_silently=False)
-    except BadHeaderError:
-        return Attempt(False, False, None, "the message has an invalid header")
+    except ValueError:  # BadHeaderError, or an address with a line break
+        return Attempt(False, False, None, "the message has an invalid header or address")
     except TimeoutError:
         return Attempt(False, True, None, "the mail server timed out")
     except smtplib.SMTPRecipientsRefused:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 import time
 import uuid
@@ -139,3 +140,33 @@ def receiver(loopback_allowed: None) -> Iterator[Receiver]:
     yield state
     server.shutdown()
     server.server_close()
+
+
+@dataclass
+class Smtp:
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 that Django's SMTP backend sends to."""
+
+    got: list[Any] = field(default_factory=list)  # aiosmtpd envelopes: mail_from, rcpt_tos, content
+
+
+@pytest.fixture
+def smtp(settings: Any) -> Iterator[Smtp]:
+    aiosmtpd = pytest.importorskip("aiosmtpd.controller")
+    state = Smtp()
+
+    class Handler:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            state.got.append(envelope)
+            return "250 OK"
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    controller = aiosmtpd.Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+    try:
+        yield state
+    finally:
+        controller.stop()

@@ -17,7 +17,7 @@ from django.utils import timezone
 from phantomhub.alerts import services
 from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
 from phantomhub.egress import REASON_CONNECT, url_problem
-from tests.alerts.conftest import Receiver
+from tests.alerts.conftest import Receiver, Smtp
 
 pytestmark = pytest.mark.django_db
 
@@ -126,29 +126,11 @@ def test_a_stored_url_the_policy_now_refuses_is_not_called(settings: Any, receiv
     assert item.error == "refused: 127.0.0.1 is a loopback address"
 
 
-def test_email_through_a_real_smtp_receiver(settings: Any) -> None:
-    aiosmtpd = pytest.importorskip("aiosmtpd.controller")
-    got: list[Any] = []
-
-    class Handler:
-        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-            got.append(envelope)
-            return "250 OK"
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    controller = aiosmtpd.Controller(Handler(), hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
-        rule = AlertRule.objects.create(name="mail", kind="silent_run", email_to=["oncall@example.com"])
-        [item] = services.rule_test_send(rule=rule)
-    finally:
-        controller.stop()
-    assert item.status == "sent" and len(got) == 1 and got[0].rcpt_tos == ["oncall@example.com"]
-    assert b"Test of the alert rule" in got[0].content
+def test_email_through_a_real_smtp_receiver(smtp: Smtp) -> None:
+    rule = AlertRule.objects.create(name="mail", kind="silent_run", email_to=["oncall@example.com"])
+    [item] = services.rule_test_send(rule=rule)
+    assert item.status == "sent" and len(smtp.got) == 1 and smtp.got[0].rcpt_tos == ["oncall@example.com"]
+    assert b"Test of the alert rule" in smtp.got[0].content
 
 
 def test_old_log_rows_and_cleared_subjects_are_forgotten(receiver: Receiver) -> None:
