@@ -84,6 +84,7 @@ def test_an_admin_previews_a_rule_on_the_last_day_then_saves_it(fleet: Server, a
     assert api.get_json("/api/v1/fleet/rules")["rules"] == []  # a preview saves nothing
     page.get_by_test_id("rules-save").click()
     page.get_by_role("status").filter(has_text="Saved").wait_for()
+    page.get_by_test_id("attribution-job").filter(has_text="Re-attributed").wait_for()  # the job, off the request path
     assert api.get_json("/api/v1/fleet/rules")["rules"][0]["project"] == "asr"
     holders = api.get_json("/api/v1/fleet/summary?period=7d")["holders"]
     assert next(h for h in holders if h["kind"] == "slurm")["project"] == "asr"
