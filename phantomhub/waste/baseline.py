@@ -4,10 +4,12 @@ A run's **baseline** is the rolling median of the step composition of the projec
 finished runs that did the same work on the same GPU model:
 
 - same project, same GPU model (``RunAnalysis.gpu_key``), finished (``Run.status``), analysed to
-  the end (``RunAnalysis.complete``), started before this run;
-- a comparable step: FLOPs, tokens and samples per step per rank within ``PEER_TOLERANCE`` where
-  both report them — the peers' notion of comparability (``RunProfile.signature_matches`` in
-  waste/evidence.py), reused as is;
+  the end (``RunAnalysis.complete``), finished before this run finished (before now while it
+  runs): a CI gate's run counts a peer that started after it and finished first;
+- the same job shape (world size, and GPU count and dtype where both say) and a comparable step:
+  FLOPs, tokens and samples per step per rank within ``PEER_TOLERANCE`` where both report them —
+  the peers' notion of comparability (``RunProfile.signature_matches`` in waste/evidence.py),
+  reused as is;
 - the ``BASELINE_RUNS`` most recent such runs; each figure is the median over them, figure by
   figure (so the parts' medians need not add up to the median step).
 
@@ -37,6 +39,7 @@ from typing import Any
 
 import numpy as np
 from django.db.models import Sum
+from django.utils import timezone
 
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.evidence import PEER_TOLERANCE, PEERS_MAX, RunProfile
@@ -164,26 +167,23 @@ def _lookup(run: Run) -> _Lookup:
     candidates = RunAnalysis.objects.filter(
         project_id=row.project_id, gpu_key=row.gpu_key, complete=True, profile__isnull=False, run__status=RunStatus.FINISHED
     ).exclude(run_id=run.pk)
-    if row.started_at is not None:
-        candidates = candidates.filter(started_at__lt=row.started_at)
-    rows = list(candidates.order_by("-started_at").values_list("run_id", "profile")[: PEERS_MAX * 4])
+    candidates = candidates.filter(run__finished_at__lt=run.finished_at or timezone.now())
+    rows = list(candidates.order_by("-run__finished_at").values_list("run_id", "profile")[: PEERS_MAX * 4])
     matching: list[str] = []
+    same_shape = 0
     for run_id, raw in rows:
         peer = RunProfile.from_json(raw) if isinstance(raw, dict) else None
-        if peer is not None and profile.signature_matches(peer):
+        if peer is None or not profile.shape_matches(peer):
+            continue
+        same_shape += 1
+        if profile.signature_matches(peer):
             matching.append(str(run_id))
         if len(matching) == BASELINE_RUNS:
             break
     if not matching:
-        if not rows:
-            why = f"this project has no finished run on {gpu} before this one."
-        else:
-            runs_text = f"{len(rows)} finished run{'' if len(rows) == 1 else 's'}"
-            why = (
-                f"this project has {runs_text} on {gpu} before this one, none with a step within "
-                f"±{PEER_TOLERANCE:.0%} of this run's FLOPs, tokens and samples per step."
-            )
-        return _Lookup(row, profile, None, f"No comparable finished runs: {why}", len(rows))
+        return _Lookup(
+            row, profile, None, f"No comparable finished runs: {_none_comparable(profile, gpu, len(rows), same_shape)}", len(rows)
+        )
     # Only the two keys of each stored result that a composition needs (a big run's result holds
     # every rank's figures): the database extracts them.
     found = {
@@ -204,6 +204,30 @@ def _lookup(run: Run) -> _Lookup:
         row.gpu_key, _signature(profile), tuple(runs), len(rows), median_composition([r.composition for r in runs])
     )
     return _Lookup(row, profile, baseline, "", len(rows))
+
+
+def _shape_text(profile: RunProfile) -> str:
+    world, gpus, dtype = profile.shape()
+    parts = [f"{world} rank{'' if world == 1 else 's'}"]
+    if gpus is not None:
+        parts.append(f"{gpus} GPU{'' if gpus == 1 else 's'}")
+    if dtype is not None:
+        parts.append(dtype)
+    return ", ".join(parts)
+
+
+def _none_comparable(profile: RunProfile, gpu: str, finished: int, same_shape: int) -> str:
+    """Why no finished run of the project is a baseline, naming the first test they all failed."""
+    if not finished:
+        return f"this project has no finished run on {gpu} before this one."
+    runs_text = f"{finished} finished run{'' if finished == 1 else 's'}"
+    if not same_shape:
+        return f"this project has {runs_text} on {gpu} before this one, none of this run's shape ({_shape_text(profile)})."
+    return (
+        f"this project has {runs_text} on {gpu} before this one, {same_shape} of this run's shape "
+        f"({_shape_text(profile)}), none with a step within ±{PEER_TOLERANCE:.0%} of this run's FLOPs, tokens "
+        "and samples per step."
+    )
 
 
 def baseline_for(run: Run) -> Baseline | None:

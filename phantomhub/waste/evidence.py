@@ -5,9 +5,10 @@ For each category, recoverable = what the run spent on it minus what it would ha
 
 - ``own_stretch``: the run's own best sustained stretch of at least ``STRETCH_MIN_STEPS`` steps
   per rank (from the accumulator's time windows): a loader that kept up for that long can keep up;
-- ``peers``: finished runs of the same project on the same GPU model whose step is comparable
-  (FLOPs, tokens and samples per step per rank each within ``PEER_TOLERANCE`` where both report
-  them): the better quartile of their per-step figure;
+- ``peers``: finished runs of the same project on the same GPU model, with the same world size
+  (and GPU count and dtype where both runs say), whose step is comparable (FLOPs, tokens and
+  samples per step per rank each within ``PEER_TOLERANCE`` where both report them): the better
+  quartile of their per-step figure;
 - ``straggler``: the other ranks' measured wait for a slow rank (exposed communication only);
 - ``project_median``: the project's median start-up (or tear-down) for those idle parts;
 - ``none``: nothing demonstrated a better level; then nothing is called recoverable.
@@ -59,10 +60,27 @@ class RunProfile:
     mfu_compute: float | None
     startup_s: float | None  # mean over ranks: allocation start to the first step
     teardown_s: float | None  # mean over ranks: last step to the end
+    # The job's shape. Profiles stored before these were kept lack them (None): the reporting
+    # ranks stand in for the world size, and an unknown GPU count or dtype matches any.
+    world_size: int | None = None
+    gpu_count: int | None = None
+    dtype: str | None = None
+
+    def shape(self) -> tuple[int, int | None, str | None]:
+        """(world size, GPU count, dtype): what a peer must share to be compared at all."""
+        return (self.world_size or self.ranks, self.gpu_count, (self.dtype or "").lower() or None)
+
+    def shape_matches(self, other: RunProfile) -> bool:
+        """The same world size, and the same GPU count and dtype where both runs say: a 2-rank
+        job's step (with gradient sync and a possible straggler) is no reference for 1 rank."""
+        mine, theirs = self.shape(), other.shape()
+        return mine[0] == theirs[0] and all(a is None or b is None or a == b for a, b in zip(mine[1:], theirs[1:]))
 
     def signature_matches(self, other: RunProfile, tolerance: float = PEER_TOLERANCE) -> bool:
-        """Comparable steps: every per-step work figure both report agrees within ``tolerance``,
-        and at least one is reported by both."""
+        """Comparable runs: the same shape (``shape_matches``), and every per-step work figure
+        both report agrees within ``tolerance``, with at least one reported by both."""
+        if not self.shape_matches(other):
+            return False
         compared = 0
         for name in ("flops_per_step", "tokens_per_step", "samples_per_step"):
             a, b = getattr(self, name), getattr(other, name)

@@ -26,7 +26,7 @@ from phantomhub.waste.diagnostics import (
     window_series,
 )
 from phantomhub.waste.evidence import NO_REFERENCES, Recoverable, References, RunProfile, assess
-from phantomhub.waste.inputs import CATEGORIES, STEP_CATEGORIES
+from phantomhub.waste.inputs import CATEGORIES, STEP_CATEGORIES, RunConfig
 from phantomhub.waste.ledger import ledger_build
 from phantomhub.waste.money import cents_allocate, cents_round
 from phantomhub.waste.result import (
@@ -115,7 +115,7 @@ def build_analysis(
     stragglers = stragglers_found(reporting, counters_of, float(gpu_per_slot), comm_rate)
 
     # -- recoverable: counterfactuals against demonstrated references (evidence.py) -------------
-    profile = _profile(n_rep, totals, book.total_ns, mfu_compute)
+    profile = _profile(n_rep, totals, book.total_ns, mfu_compute, cfg)
     recov, idle_recov = assess(
         windows=acc.windows,
         start_ns=start,
@@ -313,9 +313,9 @@ def build_analysis(
     )
 
 
-def _profile(n: int, totals: RankTotals, total_ns: Mapping[str, int], mfu_compute: float | None) -> RunProfile:
-    """Per-rank step signature and per-step figures: what this run shows its future peers
-    (``totals`` over its ``n`` reporting ranks)."""
+def _profile(n: int, totals: RankTotals, total_ns: Mapping[str, int], mfu_compute: float | None, cfg: RunConfig) -> RunProfile:
+    """Per-rank step signature, per-step figures and the job's shape: what this run shows its
+    future peers (``totals`` over its ``n`` reporting ranks)."""
     sums = totals.sums
     live = sums["live_steps"]
     flops_steps = sums["flops_steps"]
@@ -339,6 +339,9 @@ def _profile(n: int, totals: RankTotals, total_ns: Mapping[str, int], mfu_comput
         mfu_compute=mfu_compute,
         startup_s=per_rank_s("startup"),
         teardown_s=per_rank_s("teardown"),
+        world_size=cfg.world_size,
+        gpu_count=cfg.gpu_count,
+        dtype=cfg.dtype or None,
     )
 
 

@@ -66,11 +66,13 @@ def windowed(rng: np.random.Generator, steps: int, means_ms: dict[str, float]) -
     return win, {k: float(per_step[k].mean()) for k in ("step", *PARTS)}
 
 
-def profile(flops: float | None = 1e12, tokens: float | None = 4096.0, samples: float | None = 8.0) -> dict[str, Any]:
+def profile(
+    flops: float | None = 1e12, tokens: float | None = 4096.0, samples: float | None = 8.0, **shape: Any
+) -> dict[str, Any]:
     p = RunProfile(
-        live_steps=100, ranks=1, flops_per_step=flops, tokens_per_step=tokens, samples_per_step=samples,
+        live_steps=100, ranks=shape.pop("ranks", 1), flops_per_step=flops, tokens_per_step=tokens, samples_per_step=samples,
         data_ns_per_step=None, comm_ns_per_step=None, host_ns_per_step=None, gap_ns_per_step=None,
-        mfu_compute=None, startup_s=None, teardown_s=None,
+        mfu_compute=None, startup_s=None, teardown_s=None, **shape,
     )  # fmt: skip
     return dataclasses.asdict(p)
 
@@ -141,13 +143,14 @@ def test_the_baseline_is_the_median_of_the_comparable_finished_runs(owner: Tenan
     inject(owner, started=start + timedelta(hours=10), windows=odd, status=RunStatus.CRASHED)
     inject(owner, started=start + timedelta(hours=11), windows=odd, status=RunStatus.RUNNING, complete=False)
     inject(outsider, started=start + timedelta(hours=12), windows=odd)  # another project
-    inject(owner, started=later + timedelta(hours=1), windows=odd)  # started after the run
+    inject(owner, started=later + timedelta(minutes=30), windows=odd)  # finished after the run
+    inject(owner, started=start + timedelta(hours=13), windows=odd, prof=profile(ranks=2))  # another world size
     run_win, _ = windowed(rng, 200, MEANS)
-    run = inject(owner, started=later, windows=run_win, status=RunStatus.RUNNING, complete=False)
+    run = inject(owner, started=later, windows=run_win)
 
     baseline = baseline_for(run)
     assert baseline is not None
-    assert len(baseline.runs) == 7 and baseline.candidates == 8  # the 7 and the run of other work
+    assert len(baseline.runs) == 7 and baseline.candidates == 9  # the 7, the run of other work and the 2-rank one
     assert baseline.composition.step_ms == pytest.approx(np.median([o["step"] for o in oracles]), rel=1e-9)
     for p in PARTS:
         assert baseline.composition.parts_ms[p] == pytest.approx(np.median([o[p] for o in oracles]), rel=1e-9)
@@ -189,6 +192,41 @@ def test_signature_matching_is_the_peers_tolerance(owner: Tenant, theirs: dict[s
     if not matches:
         assert "No comparable finished runs" in view["reason"] and "±10%" in view["reason"]
         assert view["metrics"] == [] and view["delta_usd_per_month"] is None
+
+
+def test_a_peer_that_started_later_but_finished_first_counts(owner: Tenant) -> None:
+    """A CI gate's run: a comparable peer started after it and finished before it did."""
+    rng = np.random.default_rng(9)
+    run = inject(owner, started=NOW - timedelta(hours=3), windows=windowed(rng, 50, MEANS)[0])
+    run.finished_at = NOW - timedelta(minutes=30)
+    run.save(update_fields=["finished_at"])
+    peer = inject(owner, started=NOW - timedelta(hours=2), windows=windowed(rng, 50, MEANS)[0])  # finished 1 h ago
+    baseline = baseline_for(run)
+    assert baseline is not None and [r.run_id for r in baseline.runs] == [str(peer.pk)]
+
+
+@pytest.mark.parametrize(
+    ("theirs", "mine", "matches"),
+    [
+        ({"ranks": 1}, {"ranks": 2}, False),  # profiles stored before the shape: reporting ranks
+        ({"world_size": 2, "ranks": 2}, {"world_size": 2, "ranks": 2}, True),
+        ({"world_size": 4, "ranks": 4}, {"world_size": 2, "ranks": 2}, False),
+        ({"world_size": 2, "gpu_count": 8}, {"world_size": 2, "gpu_count": 2}, False),
+        ({"world_size": 2, "gpu_count": None}, {"world_size": 2, "gpu_count": 2}, True),  # unknown matches
+        ({"dtype": "bf16"}, {"dtype": "BF16"}, True),
+        ({"dtype": "fp32"}, {"dtype": "bf16"}, False),
+    ],
+)
+def test_peers_share_the_runs_world_size_gpu_count_and_dtype(
+    owner: Tenant, theirs: dict[str, Any], mine: dict[str, Any], matches: bool
+) -> None:
+    rng = np.random.default_rng(4)
+    inject(owner, started=NOW - timedelta(days=1), windows=windowed(rng, 50, MEANS)[0], prof=profile(**theirs))
+    run = inject(owner, started=NOW - timedelta(hours=2), windows=windowed(rng, 50, MEANS)[0], prof=profile(**mine))
+    view = run_vs_baseline(run)
+    assert view["status"] == ("compared" if matches else "no_baseline"), view
+    if not matches:
+        assert "none of this run's shape" in view["reason"], view["reason"]
 
 
 def test_without_a_signature_or_an_analysis_it_says_why(owner: Tenant) -> None:
