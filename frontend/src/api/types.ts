@@ -596,10 +596,11 @@ export interface AlertRule {
   params: Record<string, number | string>;
   for_s: number;
   window_s: number;
-  webhook_url: string;
+  /** null: hidden, shown only to those who may change the rule (writable). */
+  webhook_url: string | null;
   webhook_format: "generic" | "slack";
   webhook_secret: string | null;
-  email_to: string[];
+  email_to: string[] | null;
   enabled: boolean;
   muted: boolean;
   snoozed_until: string | null;
@@ -654,7 +655,8 @@ export interface AlertDeliveryRow {
   subject_label: string | null;
   event: "firing" | "resolved" | "test";
   channel: "webhook" | "email";
-  target: string;
+  /** null: hidden, shown only to those who may change the rule. */
+  target: string | null;
   status: "pending" | "sent" | "failed";
   attempts: number;
   status_code: number | null;

@@ -166,7 +166,7 @@ describe("Settings → Alerts for people who may not write rules", () => {
     const member = { username: "mia", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "member" }] };
     const api = mockFetch({
       "/api/v1/portal/session": { authenticated: true, user: member, csrf_token: "tok" },
-      "/api/v1/alerts/rules": { rules: [rule({ writable: false, webhook_secret: null })], kinds: KINDS },
+      "/api/v1/alerts/rules": { rules: [rule({ writable: false, webhook_secret: null, webhook_url: null, email_to: null })], kinds: KINDS },
       "/api/v1/alerts/alerts": { alerts: [{ ...alertRow, writable: false }] },
       "/api/v1/alerts/deliveries": { deliveries: [] },
     });
@@ -178,6 +178,26 @@ describe("Settings → Alerts for people who may not write rules", () => {
     expect(await screen.findByTestId("alert-states")).toHaveTextContent("pretrain-a (llm)");
     expect(screen.queryByRole("button", { name: /Mute pretrain-a/ })).not.toBeInTheDocument();
     expect(await screen.findByText("Nothing sent yet")).toBeInTheDocument();
+  });
+
+  it("shows the rules and the log when the API hides where they send", async () => {
+    const member = { username: "mia", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "member" }] };
+    const hidden = rule({ writable: false, webhook_secret: null, webhook_url: null, email_to: null });
+    const api = mockFetch({
+      "/api/v1/portal/session": { authenticated: true, user: member, csrf_token: "tok" },
+      "/api/v1/alerts/rules": { rules: [hidden], kinds: KINDS },
+      "/api/v1/alerts/alerts": { alerts: [] },
+      "/api/v1/alerts/deliveries": { deliveries: [{ ...delivery, target: null }] },
+    });
+    vi.stubGlobal("fetch", api.fn);
+    renderAlerts();
+    const rules = await screen.findByTestId("alert-rules");
+    expect(rules).toHaveTextContent("loader stall");
+    expect(rules).toHaveTextContent("hidden");
+    expect(rules).not.toHaveTextContent("nowhere");
+    const log = await screen.findByTestId("alert-deliveries");
+    expect(log).toHaveTextContent("hidden");
+    expect(log).not.toHaveTextContent("hooks.example.com");
   });
 });
 
@@ -192,6 +212,14 @@ describe("alert rule helpers", () => {
     expect(alertFieldName("params.drop_pct")).toBe("% below baseline");
     expect(alertFieldName("for_s")).toBe("For (minutes)");
     expect(alertFieldName("email_to[0]")).toBe("Email to");
+  });
+
+  it("never sends destinations the API hid, so saving cannot clear them", () => {
+    const form = { name: "x", kind: "silent_run" as const, scope: "org" as const, team: "", project: "", params: {}, forMin: "10", windowMin: "5", webhookUrl: "", webhookFormat: "generic" as const, emails: "", enabled: true, rotate: false, destinationsHidden: true };
+    const body = ruleBody(form, KINDS.silent_run);
+    expect(body).not.toHaveProperty("webhook_url");
+    expect(body).not.toHaveProperty("email_to");
+    expect(ruleBody({ ...form, destinationsHidden: false }, KINDS.silent_run)).toMatchObject({ webhook_url: "", email_to: [] });
   });
 
   it("leaves text that is no number for the API to judge", () => {

@@ -85,6 +85,9 @@ interface FormState {
   emails: string;
   enabled: boolean;
   rotate: boolean;
+  /** The API hides a rule's webhook URL and addresses from those who may not change it (null):
+   * the form then neither shows nor sends them, so saving never clears them. */
+  destinationsHidden?: boolean;
 }
 
 const EMPTY: FormState = {
@@ -113,11 +116,12 @@ function formOf(rule: AlertRule): FormState {
     params: Object.fromEntries(Object.entries(rule.params).map(([k, v]) => [k, String(v)])),
     forMin: minutes(rule.for_s),
     windowMin: minutes(rule.window_s),
-    webhookUrl: rule.webhook_url,
+    webhookUrl: rule.webhook_url ?? "",
     webhookFormat: rule.webhook_format,
-    emails: rule.email_to.join(", "),
+    emails: (rule.email_to ?? []).join(", "),
     enabled: rule.enabled,
     rotate: false,
+    destinationsHidden: rule.webhook_url === null || rule.email_to === null,
   };
 }
 
@@ -140,12 +144,16 @@ export function ruleBody(form: FormState, specs: AlertParamSpec[]): Record<strin
     params,
     for_s: seconds(form.forMin),
     window_s: seconds(form.windowMin),
-    webhook_url: form.webhookUrl.trim(),
-    webhook_format: form.webhookFormat,
-    email_to: form.emails
-      .split(/[,\s]+/)
-      .map((s) => s.trim())
-      .filter(Boolean),
+    ...(form.destinationsHidden
+      ? {}
+      : {
+          webhook_url: form.webhookUrl.trim(),
+          webhook_format: form.webhookFormat,
+          email_to: form.emails
+            .split(/[,\s]+/)
+            .map((s) => s.trim())
+            .filter(Boolean),
+        }),
     enabled: form.enabled,
     ...(form.rotate ? { rotate_secret: true } : {}),
   };
@@ -245,21 +253,29 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
             <input id={id("project")} className="input" value={form.project} aria-invalid={bad("project")} onChange={(e) => set({ project: e.target.value })} />
           </label>
         )}
-        <label className="field" htmlFor={id("webhook")}>
-          <span>Webhook URL</span>
-          <input id={id("webhook")} className="input" value={form.webhookUrl} placeholder="https://hooks.example.com/…" aria-invalid={bad("webhook_url")} onChange={(e) => set({ webhookUrl: e.target.value })} />
-        </label>
-        <label className="field" htmlFor={id("format")}>
-          <span>Payload</span>
-          <select id={id("format")} className="select" value={form.webhookFormat} onChange={(e) => set({ webhookFormat: e.target.value as FormState["webhookFormat"] })}>
-            <option value="generic">generic JSON</option>
-            <option value="slack">Slack</option>
-          </select>
-        </label>
-        <label className="field" htmlFor={id("emails")}>
-          <span>Email to</span>
-          <input id={id("emails")} className="input" value={form.emails} placeholder="oncall@example.com" aria-invalid={bad("email_to")} onChange={(e) => set({ emails: e.target.value })} />
-        </label>
+        {form.destinationsHidden ? (
+          <p className="small muted" data-testid="alert-destinations-hidden">
+            Where this rule sends is shown only to those who may change it.
+          </p>
+        ) : (
+          <>
+            <label className="field" htmlFor={id("webhook")}>
+              <span>Webhook URL</span>
+              <input id={id("webhook")} className="input" value={form.webhookUrl} placeholder="https://hooks.example.com/…" aria-invalid={bad("webhook_url")} onChange={(e) => set({ webhookUrl: e.target.value })} />
+            </label>
+            <label className="field" htmlFor={id("format")}>
+              <span>Payload</span>
+              <select id={id("format")} className="select" value={form.webhookFormat} onChange={(e) => set({ webhookFormat: e.target.value as FormState["webhookFormat"] })}>
+                <option value="generic">generic JSON</option>
+                <option value="slack">Slack</option>
+              </select>
+            </label>
+            <label className="field" htmlFor={id("emails")}>
+              <span>Email to</span>
+              <input id={id("emails")} className="input" value={form.emails} placeholder="oncall@example.com" aria-invalid={bad("email_to")} onChange={(e) => set({ emails: e.target.value })} />
+            </label>
+          </>
+        )}
         <label className="field field-check" htmlFor={id("enabled")}>
           <input id={id("enabled")} type="checkbox" checked={form.enabled} onChange={(e) => set({ enabled: e.target.checked })} />
           <span>Enabled</span>
@@ -314,7 +330,7 @@ function RulesCard({ onChanged }: { onChanged: () => void }) {
     try {
       if (what === "test") {
         const out = await apiFetch<{ deliveries: AlertDeliveryRow[] }>(`${ALERTS}rules/${rule.id}/test`, { method: "POST" });
-        setNotice(out.deliveries.map((d) => `${d.channel} to ${d.target}: ${d.status}${d.status_code ? ` (HTTP ${d.status_code})` : ""}${d.error ? ` — ${d.error}` : ""}`).join("; "));
+        setNotice(out.deliveries.map((d) => `${d.channel}${d.target ? ` to ${d.target}` : ""}: ${d.status}${d.status_code ? ` (HTTP ${d.status_code})` : ""}${d.error ? ` — ${d.error}` : ""}`).join("; "));
       } else if (what === "delete") {
         await apiFetch(`${ALERTS}rules/${rule.id}`, { method: "DELETE" });
         setNotice(`Deleted ${rule.name}.`);
@@ -377,7 +393,14 @@ function RulesCard({ onChanged }: { onChanged: () => void }) {
                 key: "to",
                 header: "Sends to",
                 priority: "low",
-                render: (r) => [r.webhook_url ? `webhook (${r.webhook_format})` : "", ...r.email_to].filter(Boolean).join(", ") || <span className="muted">nowhere</span>,
+                render: (r) =>
+                  r.webhook_url === null || r.email_to === null ? (
+                    <span className="muted" title="shown only to those who may change the rule">
+                      hidden
+                    </span>
+                  ) : (
+                    [r.webhook_url ? `webhook (${r.webhook_format})` : "", ...r.email_to].filter(Boolean).join(", ") || <span className="muted">nowhere</span>
+                  ),
               },
               {
                 key: "state",
@@ -502,7 +525,12 @@ function DeliveriesCard({ nonce }: { nonce: number }) {
               { key: "rule", header: "Rule", render: (x) => x.rule_name },
               { key: "event", header: "Event", render: (x) => x.event },
               { key: "channel", header: "Channel", render: (x) => x.channel },
-              { key: "target", header: "To", priority: "low", render: (x) => <span className="break-all">{x.target}</span> },
+              {
+                key: "target",
+                header: "To",
+                priority: "low",
+                render: (x) => (x.target === null ? <span className="muted" title="shown only to those who may change the rule">hidden</span> : <span className="break-all">{x.target}</span>),
+              },
               { key: "status", header: "Status", render: (x) => <span className={`badge${x.status === "failed" ? " badge-warn" : ""}`}>{x.status}</span> },
               { key: "attempts", header: "Attempts", align: "right", render: (x) => x.attempts },
               { key: "code", header: "HTTP", align: "right", render: (x) => x.status_code ?? "–" },
