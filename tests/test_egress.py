@@ -368,3 +368,84 @@ def test_refusals_are_named_without_network_errors_in_the_delivery_log(admin: AP
     admin.post(f"/api/v1/alerts/rules/{rule.pk}/test")
     item = AlertDelivery.objects.get()
     assert item.error == "refused: ::ffff:169.254.169.254 is an IPv4-mapped address of 169.254.169.254, a link-local address"
+
+
+@dataclass
+class TlsListener:
+    port: int
+    ca_file: str
+    server_names: list[str | None] = field(default_factory=list)
+    requests: list[bytes] = field(default_factory=list)
+
+
+@pytest.fixture
+def tls_listener(tmp_path: Any) -> Iterator[TlsListener]:
+    """An HTTPS listener on 127.0.0.1 whose certificate (from a throwaway CA) names hooks.test."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=egress test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")  # fmt: skip
+    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=hooks.test")
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:hooks.test\n")
+    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "leaf.pem",
+        "-days", "1", "-extfile", "san.ext")  # fmt: skip
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(str(tmp_path / "leaf.pem"), str(tmp_path / "leaf.key"))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    state = TlsListener(port=server.getsockname()[1], ca_file=str(tmp_path / "ca.pem"))
+    server_ctx.sni_callback = lambda sock, name, ctx: state.server_names.append(name)  # type: ignore[assignment,func-returns-value]
+
+    def serve() -> None:
+        while True:
+            try:
+                raw, _ = server.accept()
+            except OSError:
+                return
+            try:
+                raw.settimeout(5)
+                with server_ctx.wrap_socket(raw, server_side=True) as conn:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    state.requests.append(data)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            except (OSError, ssl.SSLError):
+                raw.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield state
+    server.close()
+
+
+def test_tls_verifies_the_urls_host_name_on_the_checked_address(
+    tls_listener: TlsListener, resolver: Resolver, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssl
+
+    settings.EGRESS_ALLOW_NETWORKS = ["127.0.0.1/32"]
+    resolver.names["hooks.test"] = ["127.0.0.1"]
+    resolver.names["wrong-name.test"] = ["127.0.0.1"]
+    monkeypatch.setattr(egress, "_tls_context", lambda: ssl.create_default_context(cafile=tls_listener.ca_file))
+    port = tls_listener.port
+    out = egress.post(f"https://hooks.test:{port}/in", body=b"{}", headers={}, timeout_s=5.0)
+    assert out.ok, out
+    assert tls_listener.server_names == ["hooks.test"]  # SNI: the URL's name, not the address
+    assert f"\r\nHost: hooks.test:{port}\r\n".encode() in tls_listener.requests[0]
+    for url in (f"https://wrong-name.test:{port}/", f"https://127.0.0.1:{port}/"):  # the certificate names neither
+        out = egress.post(url, body=b"{}", headers={}, timeout_s=5.0)
+        assert (out.status_code, out.reason) == (None, egress.REASON_TLS), url
+    assert len(tls_listener.requests) == 1
