@@ -92,6 +92,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "phantomhub.csp.ContentSecurityPolicyMiddleware",  # before WhiteNoise: static answers get it too
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "phantomhub.telemetry.parsers.QueryStringNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -102,6 +103,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into a 429
 ]
+
+# Content-Security-Policy on every response (phantomhub/csp.py, docs/deployment.md); report-only
+# sends it as Content-Security-Policy-Report-Only, to try a change without refusing anything.
+CSP_REPORT_ONLY = env_bool("PHANTOMHUB_CSP_REPORT_ONLY", False)
 
 ROOT_URLCONF = "phantomhub.urls"
 WSGI_APPLICATION = "phantomhub.wsgi.application"
