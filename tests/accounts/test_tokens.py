@@ -80,3 +80,36 @@ def test_a_token_cannot_create_a_run_in_another_project(owner: Tenant, outsider:
     )
     assert response.status_code == 403
     assert response.json()["error"]["fields"] == {"project": "token is for 'llm-pretrain'"}
+
+
+def test_createtoken_node_names_its_hostnames_and_refuses_hostnames_without_node() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("createtoken", "--node", "--hostname", "gpu-a-17", "--hostname", "gpu-b-*", stdout=out, stderr=err)
+    token = ApiToken.objects.get(kind="node")
+    assert token.hostnames == ["gpu-a-17", "gpu-b-*"] and token.digest == token_digest(out.getvalue().strip())
+    assert "gpu-a-17, gpu-b-*" in err.getvalue()
+    with pytest.raises(CommandError, match="--hostname"):
+        call_command("createtoken", "--node", "--hostname", "gpu a", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="add --node"):
+        call_command("createtoken", "--team", "nlp", "--project", "llm", "--hostname", "gpu-a-17", stdout=io.StringIO())
+
+
+def test_settings_lists_each_tokens_hostnames_and_refuses_a_node_token_without_them() -> None:
+    from django.contrib.auth.models import User
+
+    from phantomhub.accounts.models import Profile
+
+    admin = User.objects.create_user("root")
+    Profile.objects.create(user=admin, is_org_admin=True)
+    client = APIClient()
+    client.force_authenticate(admin)
+    for hostnames in (None, [], ["gpu a"], "x" * 300):
+        refused = client.post("/api/v1/portal/tokens", {"kind": "node", "hostnames": hostnames}, format="json")
+        assert refused.status_code == 400 and "hostnames" in refused.json()["error"]["fields"], hostnames
+    made = client.post("/api/v1/portal/tokens", {"kind": "node", "name": "rack", "hostnames": "gpu-a-17 gpu-a-18"}, format="json")
+    assert made.status_code == 201 and made.json()["hostnames"] == ["gpu-a-17", "gpu-a-18"]
+    client.post("/api/v1/portal/tokens", {"kind": "personal", "name": "grafana"}, format="json")
+    assert {t["kind"]: t["hostnames"] for t in client.get("/api/v1/portal/tokens").json()} == {
+        "node": ["gpu-a-17", "gpu-a-18"],
+        "personal": [],
+    }
