@@ -276,7 +276,10 @@ class InvoiceImportApi(APIView):
     def post(self, request: Request) -> Response:
         text, filename = str(request.data), request.query_params.get("filename", "")
         if focus.lines_estimate(text) > settings.FOCUS_INLINE_LINES:
-            job, queued = focus.invoice_import_queue(text=text, filename=filename, actor=request.user)
+            try:
+                job, queued = focus.invoice_import_queue(text=text, filename=filename, actor=request.user)
+            except ValueError as exc:  # a NUL character: refused before the job would store the file
+                raise csv_import_refused([str(exc)], 1) from None
             body = focus.invoice_import_view(job) | {"duplicate_file": not queued}
             return Response(body, status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK)
         result = focus.focus_import(text=text, filename=filename, actor=request.user)

@@ -76,10 +76,11 @@ class FocusResult:
     errors: list[str] = field(default_factory=list)  # the first MAX_ERRORS
     error_count: int = 0  # all of them
     import_id: int | None = None
+    status: str = ImportStatus.DONE.value  # a duplicate's: the import of that file as it stands
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "id": self.import_id, "status": ImportStatus.DONE.value, "created": self.created,
+            "id": self.import_id, "status": self.status, "created": self.created,
             "duplicate_file": self.duplicate_file, "lines": self.lines, "lines_new": self.lines_new,
             "matched_lines": self.matched, "billed_usd": float(self.billed_usd),
         }  # fmt: skip
@@ -234,6 +235,13 @@ def _checked(text: str, progress: Callable[[int], None] | None = None) -> tuple[
     return rows, stored, errors
 
 
+def nul_line(text: str) -> int | None:
+    """The line of the first NUL character, if any: PostgreSQL stores none in text, so a file with
+    one is refused before a job would keep it."""
+    at = text.find("\x00")
+    return None if at < 0 else text.count("\n", 0, at) + 1
+
+
 def lines_estimate(text: str) -> int:
     """Lines after the header, counting newlines (a quoted newline counts too: only a threshold)."""
     return max(0, text.count("\n") - 1 + (0 if text.endswith("\n") else 1))
@@ -244,7 +252,7 @@ def focus_import(*, text: str, filename: str = "", actor: Any = None) -> FocusRe
     digest = hashlib.sha256(text.encode()).hexdigest()
     existing = InvoiceImport.objects.filter(content_sha256=digest).first()
     if existing is not None and existing.status != ImportStatus.FAILED:
-        return FocusResult(duplicate_file=True, import_id=existing.pk)
+        return FocusResult(duplicate_file=True, import_id=existing.pk, status=existing.status)
     rows, stored, errors = _checked(text)
     if errors.count:
         return FocusResult(errors=errors.shown, error_count=errors.count)
@@ -288,7 +296,11 @@ def _stale() -> Q:
 
 def invoice_import_queue(*, text: str, filename: str = "", actor: Any = None) -> tuple[InvoiceImport, bool]:
     """Queue a large file as a background job; (its import, whether a job was queued). The same
-    file again answers its import as it stands, unless that one failed or died: it is queued again."""
+    file again answers its import as it stands, unless that one failed or died: it is queued again.
+    ValueError naming the line of a NUL character (the job could not keep such a file)."""
+    nul = nul_line(text)
+    if nul is not None:
+        raise ValueError(f"line {nul}: NUL characters are not allowed")
     digest = hashlib.sha256(text.encode()).hexdigest()
     fields: dict[str, Any] = {
         "filename": filename[:255], "lines": lines_estimate(text), "actor": actor if getattr(actor, "pk", None) else None,

@@ -170,3 +170,20 @@ def test_a_job_that_died_is_queued_again_by_the_same_file_and_a_live_one_is_not(
         assert invoice_import_queue(text=invoice(10))[1] is True
     assert started == [job.pk, job.pk]
     assert invoice_import_run(import_id=job.pk) == "done" and InvoiceLine.objects.count() == 10
+
+
+def test_a_large_file_with_a_nul_character_is_refused_with_its_line_not_queued(finance: APIClient, settings: Any) -> None:
+    settings.FOCUS_INLINE_LINES = 5
+    text = invoice(10).replace("i-7,", "i-\x007,")
+    response = _post(finance, text)
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"line 9": "NUL characters are not allowed"}
+    assert not InvoiceImport.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_small_file_already_queued_answers_that_import_as_it_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(focus, "_job_start", lambda import_id: None)
+    job, _ = invoice_import_queue(text=invoice(3))
+    again = focus_import(text=invoice(3))
+    assert again.duplicate_file and again.as_dict()["status"] == "queued" and again.as_dict()["id"] == job.pk
