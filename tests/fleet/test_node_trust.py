@@ -269,3 +269,27 @@ def test_without_a_broker_the_job_runs_beside_the_request_and_its_progress_shows
         time.sleep(0.05)
     assert (job["status"], job["owners_done"], job["owners_moved"]) == ("done", 3000, 3000), seen
     assert Owner.objects.filter(team=teams["nlp"]).count() == 3000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_starts_each_nodes_spec_history_and_binds_old_node_tokens_to_the_nodes_known() -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("fleet", "0004_node_counters_sm_active"), ("accounts", "0003_node_tokens")]
+    after = [("fleet", "0005_node_trust")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    node = old.get_model("fleet", "Node").objects.create(hostname="gpu-old-1", gpu_model="H100-SXM", provider="aws", region="r")
+    old.get_model("fleet", "GpuState").objects.create(node=node, gpu_index=0, cls=4, since_ns=T0, last_t_ns=T0 + 60 * NS)
+    old.get_model("accounts", "ApiToken").objects.create(kind="node", prefix="phk_old", digest="d" * 64)
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    spec = new.get_model("fleet", "NodeSpec").objects.get()
+    assert (spec.valid_from_ns, spec.gpu_model, spec.provider, spec.region) == (0, "H100-SXM", "aws", "r")
+    assert new.get_model("fleet", "Node").objects.get().last_t_ns == T0 + 60 * NS
+    assert new.get_model("accounts", "ApiToken").objects.get().hostnames == ["gpu-old-1"]
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
