@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 from phantomhub.fleet import derive, services
@@ -19,13 +21,17 @@ def fleet_purge() -> int:
     return services.raw_samples_purge()
 
 
-@shared_task(acks_late=True)
-def invoice_import(import_id: int) -> str:
+@shared_task(acks_late=True, bind=True, max_retries=3)
+def invoice_import(self: Any, import_id: int) -> str:
     """A large FOCUS file posted to the API (enqueued on commit): check it all, then store it or
-    record why not (phantomhub/fleet/focus.py)."""
-    from phantomhub.fleet.focus import invoice_import_run
+    record why not (phantomhub/fleet/focus.py). Found running (a redelivery after its worker died,
+    or a second delivery): asked again once that run would be stale, to take it over or see it done."""
+    from phantomhub.fleet.focus import STALE_AFTER, invoice_import_run
 
-    return invoice_import_run(import_id=import_id)
+    status = invoice_import_run(import_id=import_id)
+    if status == "running":
+        raise self.retry(countdown=STALE_AFTER.total_seconds() + 60)
+    return status
 
 
 @shared_task(acks_late=True)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from celery.exceptions import Retry
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
@@ -147,6 +148,10 @@ def test_with_a_broker_the_job_is_a_task_enqueued_on_commit(settings: Any, monke
     monkeypatch.setattr(tasks.invoice_import, "delay", lambda import_id: sent.append(import_id))
     job, queued = invoice_import_queue(text=invoice(10), filename="x.csv")
     assert queued and sent == [job.pk]  # on commit (autocommit here: at once)
+    InvoiceImport.objects.filter(pk=job.pk).update(status=ImportStatus.RUNNING)
+    with pytest.raises(Retry):  # running elsewhere (or its worker died): asked again once it would be stale
+        tasks.invoice_import(job.pk)
+    InvoiceImport.objects.filter(pk=job.pk).update(status=ImportStatus.QUEUED)
     assert tasks.invoice_import(job.pk) == "done"  # what the worker runs
     assert tasks.invoice_import(job.pk) == "done"  # a redelivered task changes nothing
     assert InvoiceLine.objects.count() == 10 and InvoiceImport.objects.get().lines_new == 10
