@@ -4,6 +4,10 @@ Idempotent: a second run only fills in what is missing. It creates six teams and
 projects, a few hundred generated runs over the last 90 days posted through the real HTTP ingest
 API (a local server is started for the purpose), short real CPU PyTorch training runs through the
 agent when torch and the agent are installed, then analyses everything and prints the sign-in.
+
+The local server holds at most four database connections and closes them when it stops, so a
+seeding on a shared PostgreSQL leaves none behind; a 429 or 5xx answer is retried as the API says
+(phantomhub/demo/post.py), not the end of the seeding.
 """
 
 from __future__ import annotations
