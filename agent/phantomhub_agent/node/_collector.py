@@ -29,13 +29,18 @@ from typing import IO, Any, Protocol
 from .._batcher import encode_json, gzip_bytes
 from .._config import Settings
 from .._log import OnceLogger, logger
-from .._spool import SpooledRequest, token_fingerprint
+from .._spool import SpooledRequest, read_entry, token_fingerprint
 from .._version import __version__
 from .._worker import Worker, WorkerContext
 from ._owners import Owner, OwnerResolver
 from ._sources import GpuReading
 
 PATH = "/api/v1/nodes/samples"
+# A spooled request older than this is dropped at replay, not sent: the server refuses samples
+# older than a node's newest by more than its replay window (PHANTOMHUB_FLEET_REPLAY_WINDOW_S,
+# whose default is this), so a longer outage loses what lies beyond it either way. 72 h: a
+# weekend's outage replays whole.
+REPLAY_WINDOW_S = 72 * 3600
 # Requests waiting for the sender thread (one per interval: hours of them); beyond, dropped and counted.
 QUEUE_MAX = 1000
 GZIP_MIN_BYTES = 1024
@@ -125,6 +130,26 @@ class _NodeWorker(Worker):
     def _queue_counters(self, *, force: bool) -> None:
         # Counter events belong to a run; the node's counters ride on every request instead.
         self._next_counters = float("inf")
+
+    def _replay_one(self, entry: Any, *, own: bool) -> bool:
+        """A spooled node request older than the replay window is dropped and counted, not sent:
+        the server would refuse it (400 naming its samples' times)."""
+        try:
+            request = read_entry(entry)
+        except (OSError, ValueError, KeyError):
+            return super()._replay_one(entry, own=own)  # which removes what it cannot read
+        mine = own or request.token_fp == self.ctx.token_fp
+        age_ns = time.time_ns() - request.created_ns
+        if request.kind == "node" and mine and request.created_ns > 0 and age_ns > REPLAY_WINDOW_S * 1_000_000_000:
+            self.spool.remove(entry)
+            self.counters.spool_dropped_batches += 1
+            self.once.warning(
+                "replay-window",
+                "phantomhub: spooled node requests older than %d h dropped: the server keeps replays within that window",
+                REPLAY_WINDOW_S // 3600,
+            )
+            return True
+        return super()._replay_one(entry, own=own)
 
 
 def _spool_name(hostname: str) -> str:
