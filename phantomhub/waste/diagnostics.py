@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
@@ -127,13 +127,28 @@ def _per_step(rs: RankState, key: str) -> float | None:
     return _mean(rs.sums[key], rs.sums["live_steps"])
 
 
+# Where a slow rank's own extra time per step can sit, and the category it is priced in: extra
+# compute for the same work is compute running below what the other ranks achieve.
+_OWN_EXCESS_PARTS = (
+    ("data_stall", ("data_ns",)),
+    ("compute_inefficiency", ("useful_ns", "inefficiency_ns")),
+    ("host_overhead", ("host_ns",)),
+)
+
+
+def _part_per_step(rs: RankState, keys: tuple[str, ...]) -> float:
+    return sum(rs.sums[k] for k in keys) / rs.sums["live_steps"]
+
+
 def stragglers_found(
     ranks: Sequence[RankState],
     counters: dict[int, StragglerCounters],
     gpu_ns_per_rank_ns: float,
-    comm_usd_per_gpu_ns: float,
+    usd_per_gpu_ns: Mapping[str, float],
 ) -> tuple[Straggler, ...]:
-    """Ranks persistently slower than the median, with the comm wait they cost the others."""
+    """Ranks persistently slower than the others, with what their slowness costs the job: the
+    comm wait they cause the others (``usd_per_gpu_ns["comm_exposed"]``), and their own time
+    ahead of the others, part by part, each at its category's rate."""
     flagged = []
     for rs in ranks:
         c = counters.get(rs.rank)
@@ -144,14 +159,27 @@ def stragglers_found(
             flagged.append((rs, c, share))
     if not flagged:
         return ()
-    live = [s for s in (r.sums for r in ranks) if s["live_steps"]]
-    compute_means = [(s["useful_ns"] + s["inefficiency_ns"]) / s["live_steps"] for s in live]
-    data_means = [s["data_ns"] / s["live_steps"] for s in live]
-    med_compute = median(compute_means) if compute_means else None
-    med_data = median(data_means) if data_means else None
+    live = [r for r in ranks if r.sums["live_steps"]]
     found = []
     for rs, c, share in flagged:
+        # The lead is over the *other* ranks: with two ranks a median that holds the slow one
+        # is the midpoint, half its real lead.
+        others = [r for r in live if r.rank != rs.rank]
         caused_gpu_ns = c.caused_wait_ns * gpu_ns_per_rank_ns
+        lead_ns = 0.0
+        own_usd: dict[str, float] = {}
+        own_gpu_ns = 0.0
+        if rs.sums["live_steps"] and others:
+            for category, keys in _OWN_EXCESS_PARTS:
+                excess = _part_per_step(rs, keys) - median([_part_per_step(r, keys) for r in others])
+                if excess <= 0:
+                    continue
+                lead_ns += excess
+                gpu_ns = excess * rs.sums["live_steps"] * gpu_ns_per_rank_ns
+                own_gpu_ns += gpu_ns
+                own_usd[category] = gpu_ns * usd_per_gpu_ns.get(category, 0.0)
+        compute_others = [_part_per_step(r, ("useful_ns", "inefficiency_ns")) for r in others]
+        data_others = [_part_per_step(r, ("data_ns",)) for r in others]
         found.append(
             Straggler(
                 rank=rs.rank,
@@ -161,14 +189,17 @@ def stragglers_found(
                 blamed_steps=c.blamed_steps,
                 excess_ns_mean=c.excess2_ns / 2 / c.blamed_steps,
                 compute_ns_mean=_mean(rs.sums["useful_ns"] + rs.sums["inefficiency_ns"], rs.sums["live_steps"]),
-                median_rank_compute_ns_mean=med_compute,
+                median_rank_compute_ns_mean=median(compute_others) if compute_others else None,
                 data_ns_mean=_per_step(rs, "data_ns"),
-                median_rank_data_ns_mean=med_data,
+                median_rank_data_ns_mean=median(data_others) if data_others else None,
                 caused_wait_gpu_seconds=caused_gpu_ns / 1e9,
-                caused_wait_usd=caused_gpu_ns * comm_usd_per_gpu_ns,
+                caused_wait_usd=caused_gpu_ns * usd_per_gpu_ns.get("comm_exposed", 0.0),
+                lead_ns_mean=lead_ns,
+                own_excess_gpu_seconds=own_gpu_ns / 1e9,
+                own_excess_usd=own_usd,
             )
         )
-    return tuple(sorted(found, key=lambda s: (-s.caused_wait_gpu_seconds, s.rank)))
+    return tuple(sorted(found, key=lambda s: (-s.saving_usd, s.rank)))
 
 
 def window_series(

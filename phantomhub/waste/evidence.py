@@ -9,7 +9,9 @@ For each category, recoverable = what the run spent on it minus what it would ha
   (and GPU count and dtype where both runs say), whose step is comparable (FLOPs, tokens and
   samples per step per rank each within ``PEER_TOLERANCE`` where both report them): the better
   quartile of their per-step figure;
-- ``straggler``: the other ranks' measured wait for a slow rank (exposed communication only);
+- ``straggler``: the other ranks' measured wait for a slow rank (exposed communication), and the
+  slow rank's own time beyond the other ranks' median (data stall, compute inefficiency, host
+  overhead): the other ranks demonstrate that level on the same step;
 - ``project_median``: the project's median start-up (or tear-down) for those idle parts;
 - ``none``: nothing demonstrated a better level; then nothing is called recoverable.
 
@@ -534,6 +536,7 @@ def assess(
     target_mfu: float,
     refs: References,
     caps: Mapping[str, float],
+    straggler_own_cents: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, Recoverable], dict[str, Recoverable]]:
     """Each category's recoverable figure, and each idle part's (their sum is idle's)."""
     n = max(ranks, 1)
@@ -590,6 +593,22 @@ def assess(
             "max(stragglers caused_wait_usd, per-step evidence)",
             {"stragglers_caused_wait_usd": straggler_cents / 100, "per_step_recoverable_usd": comm.cents / 100},
         )  # fmt: skip
+
+    for cat, own in (straggler_own_cents or {}).items():
+        fig = out[cat]
+        own = min(own, math.floor(cat_cents[cat] * caps[cat] + 1e-9))
+        if own > fig.cents:
+            out[cat] = Recoverable(
+                own, min(fig.low_cents, own) if fig.low_cents else own, max(fig.high_cents, own),
+                CategoryEvidence(
+                    "straggler",
+                    f"A slow rank spent ${own / 100:,.2f} of {cat.replace('_', ' ')} beyond the other ranks' median "
+                    "per step (the other ranks show that level on the same steps).", fig.evidence.unit,
+                    fig.evidence.run_value, None, None, None,
+                ),
+                f"max(stragglers own_excess_usd[{cat}], per-step evidence)",
+                {"stragglers_own_excess_usd": own / 100, "per_step_recoverable_usd": fig.cents / 100},
+            )  # fmt: skip
 
     parts: dict[str, Recoverable] = {}
     for label, cents in idle_cents.items():

@@ -110,9 +110,12 @@ def build_analysis(
     tokens_seen = "tokens" in totals.columns
     samples_seen = "samples" in totals.columns
 
-    comm_gpu_ns = cat_ns["comm_exposed"] * gpu_per_slot
-    comm_rate = float(cat_cents["comm_exposed"] / 100 / comm_gpu_ns) if comm_gpu_ns else 0.0
-    stragglers = stragglers_found(reporting, counters_of, float(gpu_per_slot), comm_rate)
+    # Each category's dollars per GPU-ns: what a straggler's caused wait and own excess cost.
+    rates = {
+        c: float(cat_cents[c] / 100 / (cat_ns[c] * gpu_per_slot)) if cat_ns[c] else 0.0
+        for c in ("comm_exposed", "data_stall", "compute_inefficiency", "host_overhead")
+    }
+    stragglers = stragglers_found(reporting, counters_of, float(gpu_per_slot), rates)
 
     # -- recoverable: counterfactuals against demonstrated references (evidence.py) -------------
     profile = _profile(n_rep, totals, book.total_ns, mfu_compute, cfg)
@@ -125,6 +128,10 @@ def build_analysis(
         idle_cents={lbl: idle_cents[lbl] for lbl in idle_labels},
         profile=profile,
         straggler_cents=math.floor(sum(st.caused_wait_usd for st in stragglers) * 100 + 1e-9),
+        straggler_own_cents={
+            c: math.floor(sum(st.own_excess_usd.get(c, 0.0) for st in stragglers) * 100 + 1e-9)
+            for c in ("data_stall", "compute_inefficiency", "host_overhead")
+        },
         target_mfu=cfg.target_mfu,
         refs=refs,
         caps=recoverability,
@@ -264,6 +271,18 @@ def build_analysis(
                 "comm_exposed_usd": comm_fig.usd,
                 "comm_exposed_gpu_seconds": comm_fig.gpu_seconds,
                 "blamed_steps": st.blamed_steps,
+            },
+        )
+        explain[f"stragglers.{st.rank}.own_excess_usd"] = Explained(
+            sum(st.own_excess_usd.values()),
+            "USD",
+            "Σ over data wait, compute and host overhead of max(0, this rank's mean per step - the other ranks' "
+            "median per step) * its live steps * (gpu_count / ranks_reporting), each at its category's average "
+            "price of a GPU-second: the time this rank itself would not spend without its slowness",
+            {
+                "lead_per_step_ns": st.lead_ns_mean,
+                "own_excess_gpu_seconds": st.own_excess_gpu_seconds,
+                **{f"{c}_usd": usd for c, usd in st.own_excess_usd.items()},
             },
         )
     return Analysis(

@@ -10,9 +10,16 @@ run's ``recoverable_usd``. Who claims what:
   excess of that host's per-step share over the run's uncontended hosts (nothing when every host
   is contended, or there is one: then no comparison shows the contention caused the wait);
   ``DATA_STALL`` / ``HOST_OVERHEAD`` claim the rest;
-- exposed communication: each ``STRAGGLER`` claims the others' measured wait for it (up to what is
-  left); ``COMM_EXPOSED`` claims the rest;
+- a slow rank's ``STRAGGLER`` claims everything removing its slowness saves (up to what is left of
+  each category): the others' measured wait for it (exposed communication) and its own time
+  beyond the other ranks' median (data stall, compute inefficiency, host overhead);
+  ``COMM_EXPOSED``, ``DATA_STALL``, ``HOST_OVERHEAD`` and ``LOW_MFU`` claim the rest;
 - compute inefficiency: ``LOW_MFU``; idle: ``IDLE``.
+
+A priced rule that ends up claiming nothing is not issued as a $0 saving: when another
+recommendation claimed its category's recoverable dollars (the cause named there), it is left
+out; when nothing in its category is recoverable (no demonstrated better level), it stays as an
+unpriced finding (``saving_usd=None``) that says so.
 
 ``saving_usd`` is what this run would have saved. A monthly figure needs to know how often the
 work recurs, which one run cannot tell: the service adds it (waste/selectors.py) from the
@@ -23,6 +30,7 @@ documented in docs/waste-model.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,7 +53,7 @@ class Thresholds:
     # Severity by share of billed time: >= high -> "high", >= medium -> "medium", else "low".
     severity_high_share: float = 0.20
     severity_medium_share: float = 0.10
-    # Straggler severity by the share of billed time its caused wait represents.
+    # Straggler severity by the share of billed time its slowness costs (the others' wait and its own excess).
     straggler_high_share: float = 0.05
     straggler_medium_share: float = 0.02
     fragmentation_mean: float = 0.25
@@ -114,6 +122,8 @@ def claims_partition(a: Analysis) -> Claims:
             )
     for st in a.stragglers:
         give(f"STRAGGLER:{st.rank}", "comm_exposed", math.floor(st.caused_wait_usd * 100 + 1e-9))
+        for cat, usd in st.own_excess_usd.items():
+            give(f"STRAGGLER:{st.rank}", cat, math.floor(usd * 100 + 1e-9))
     for key, cat in (("DATA_STALL", "data_stall"), ("HOST_OVERHEAD", "host_overhead"), ("COMM_EXPOSED", "comm_exposed"),
                      ("LOW_MFU", "compute_inefficiency"), ("IDLE", "idle")):  # fmt: skip
         give(key, cat, cents[cat])
@@ -280,7 +290,7 @@ def _comm(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
 
 
 def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Recommendation:
-    share = s.caused_wait_gpu_seconds / a.billed_gpu_seconds if a.billed_gpu_seconds else 0.0
+    share = (s.caused_wait_gpu_seconds + s.own_excess_gpu_seconds) / a.billed_gpu_seconds if a.billed_gpu_seconds else 0.0
     severity = "high" if share >= t.straggler_high_share else "medium" if share >= t.straggler_medium_share else "low"
     ev = [
         Evidence(
@@ -288,12 +298,15 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
             round(s.slow_step_share, 4),
             "ratio",
         ),
-        Evidence("mean lead over the median rank when it holds the others up", round(s.excess_ns_mean / 1e6, 2), "ms"),
+        Evidence("mean lead over the other ranks per step (data, compute and host time beyond their median)",
+                 round(s.lead_ns_mean / 1e6, 2), "ms"),
         Evidence(
             "the other ranks' exposed communication spent waiting for it", round(s.caused_wait_gpu_seconds / 3600, 3), "GPU-h"
         ),
         Evidence("cost of that wait", round(s.caused_wait_usd, 2), "USD"),
-    ]
+        Evidence("its own time beyond the other ranks", round(s.own_excess_gpu_seconds / 3600, 3), "GPU-h"),
+        Evidence("cost of its own excess", round(sum(s.own_excess_usd.values()), 2), "USD"),
+    ]  # fmt: skip
     if s.compute_ns_mean is not None and s.median_rank_compute_ns_mean:
         ev.append(
             Evidence(
@@ -607,11 +620,25 @@ def _r(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _nothing_claimed(a: Analysis, r: Recommendation) -> Recommendation | None:
+    """A priced rule with a $0 saving (module doc): left out when another recommendation claimed
+    its category's recoverable dollars, else an unpriced finding saying why."""
+    if r.saving_usd is None or r.saving_usd > 0:
+        return r
+    if r.category in {f.category for f in a.categories} and a.category(r.category).recoverable_cents > 0:
+        return None
+    reason = (
+        f"nothing of its {_words(r.category)} is recoverable: no stretch of this run, comparable finished run or "
+        "target demonstrates a better level (docs/waste-model.md, section 4)"
+    )
+    return dataclasses.replace(r, saving_usd=None, claims={}, explain=_unpriced(reason))
+
+
 def recommend(analysis: Analysis, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Recommendation, ...]:
     """Every rule that fires, largest saving first (unpriced ones last, by severity)."""
     t = thresholds
     c = claims_partition(analysis)
-    recs: list[Recommendation] = [
+    fired: list[Recommendation] = [
         *_data_stall(analysis, t, c),
         *_comm(analysis, t, c),
         *(_straggler(analysis, s, t, c) for s in analysis.stragglers),
@@ -622,6 +649,7 @@ def recommend(analysis: Analysis, thresholds: Thresholds = DEFAULT_THRESHOLDS) -
         *_memory(analysis, t),
         *_setup(analysis),
     ]
+    recs = [r for r in (_nothing_claimed(analysis, r) for r in fired) if r is not None]
     return tuple(
         sorted(
             recs,

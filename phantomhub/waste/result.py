@@ -158,11 +158,22 @@ class Straggler:
     blamed_steps: int  # straggling steps in which it arrived last
     excess_ns_mean: float  # its arrival minus the median arrival, mean over blamed steps
     compute_ns_mean: float | None
-    median_rank_compute_ns_mean: float | None
+    median_rank_compute_ns_mean: float | None  # the other ranks' median
     data_ns_mean: float | None
-    median_rank_data_ns_mean: float | None
+    median_rank_data_ns_mean: float | None  # the other ranks' median
     caused_wait_gpu_seconds: float
     caused_wait_usd: float
+    # Its own time ahead of the other ranks: per step, what it spends beyond the other ranks'
+    # median on data, compute and host overhead (each part counted where it is larger), over its
+    # live steps; the part of the fix's saving that lands on the slow rank itself.
+    lead_ns_mean: float = 0.0
+    own_excess_gpu_seconds: float = 0.0
+    own_excess_usd: dict[str, float] = field(default_factory=dict)  # category -> USD
+
+    @property
+    def saving_usd(self) -> float:
+        """What removing its slowness saves the job: the others' wait and its own excess."""
+        return self.caused_wait_usd + sum(self.own_excess_usd.values())
 
 
 @dataclass(frozen=True)

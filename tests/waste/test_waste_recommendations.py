@@ -28,13 +28,14 @@ def test_worked_example_recommendations_and_their_savings():
     recs = recommend(a)
 
     codes = [r.code for r in recs]
-    # Ordered by saving: compute 5.96, idle 3.73 + 2.13, data 2.00; comm 0 (no peer was better);
-    # host overhead (3.6% of the bill) is under its 5% threshold.
+    # Ordered by saving: compute 5.96, idle 3.73 + 2.13, data 2.00; comm is an unpriced finding
+    # (no peer was better: nothing recoverable, not a $0 saving); host overhead (3.6% of the bill)
+    # is under its 5% threshold.
     assert codes == ["LOW_MFU", "IDLE", "DATA_STALL", "COMM_EXPOSED"]
     recs_by = by_code(recs)
-    assert [r.saving_usd for r in recs] == [5.96, 5.86, 2.00, 0.0]
+    assert [r.saving_usd for r in recs] == [5.96, 5.86, 2.00, None]
     assert recs_by["IDLE"].claims == {"idle": 5.86}
-    assert sum(r.saving_usd for r in recs) == pytest.approx(a.recoverable_usd)
+    assert sum(r.saving_usd or 0 for r in recs) == pytest.approx(a.recoverable_usd)
     assert recs_by["IDLE"].severity == "high"
     assert recs_by["DATA_STALL"].severity == "low"
     assert any("num_workers" in f for f in recs_by["DATA_STALL"].fixes)
@@ -73,7 +74,39 @@ def test_a_straggler_gets_its_own_recommendation_and_comm_is_not_counted_twice()
     # The others' measured wait for rank 2 is the evidence: 12 cents, claimed by STRAGGLER alone.
     assert a.category("comm_exposed").evidence.kind == "straggler"
     assert s.saving_usd == 0.12 and s.claims == {"comm_exposed": 0.12}
-    assert recs["COMM_EXPOSED"].saving_usd == pytest.approx(a.category("comm_exposed").recoverable_usd - 0.12)
+    # Every recoverable cent of exposed communication is the straggler's: no $0 COMM_EXPOSED beside it.
+    assert a.category("comm_exposed").recoverable_usd == 0.12 and "COMM_EXPOSED" not in recs
+
+
+def test_the_straggler_claims_what_removing_its_slowness_saves_and_nothing_is_offered_at_zero():
+    """The slow rank's own excess (host overhead here) and the other rank's wait are one cause:
+    STRAGGLER claims both; HOST_OVERHEAD and COMM_EXPOSED are left nothing and are not issued."""
+    from tests.waste.test_waste_stragglers import two_ranks_one_slow
+
+    a = analyze(two_ranks_one_slow(50))
+    recs = by_code(recommend(a))
+
+    s = recs["STRAGGLER"]
+    assert s.claims == {"comm_exposed": 0.10, "host_overhead": 0.10} and s.saving_usd == pytest.approx(0.20)
+    lead = next(e for e in s.evidence if e.observation.startswith("mean lead over the other ranks"))
+    assert (lead.value, lead.unit) == (50.0, "ms")
+    assert "HOST_OVERHEAD" not in recs and "COMM_EXPOSED" not in recs
+    assert all(r.saving_usd is None or r.saving_usd > 0 for r in recs.values())
+
+
+def test_a_rule_with_nothing_recoverable_is_an_unpriced_finding_not_a_zero_saving():
+    # Every step waits 50 ms for data and no stretch, peer or target shows a better level.
+    config = RunConfig(gpu_count=1, world_size=1, allocation_start_ns=0)
+    run = RunInputs(
+        config=config,
+        end_ns=10 * S,
+        steps=[steps(starts_ns=[i * S // 10 for i in range(100)], dur_ns=S // 10, data_ns=50 * MS, forward_ns=50 * MS)],
+    )
+    a = analyze(run)
+    assert a.category("data_stall").recoverable_cents == 0
+    r = by_code(recommend(a))["DATA_STALL"]
+    assert r.saving_usd is None and r.claims == {}
+    assert r.explain is not None and r.explain.formula.startswith("not priced separately: nothing of its data stall")
 
 
 def test_low_mfu_suggests_a_bigger_batch_when_memory_allows_and_bf16_for_fp32():

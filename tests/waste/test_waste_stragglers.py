@@ -62,6 +62,38 @@ def test_the_slow_rank_is_charged_with_the_others_wait():
     assert {r.rank: r.caused_wait_gpu_seconds for r in a.ranks} == pytest.approx({0: 0, 1: 0, 2: 12.0, 3: 0})
 
 
+def two_ranks_one_slow(host_ms: int, n: int = N_STEPS) -> RunInputs:
+    """2 ranks in lockstep, (100 + host_ms) ms steps: both compute 40 ms and sync 60 ms; rank 1
+    also spends ``host_ms`` outside every stage (logging, a sync point), which rank 0 waits for."""
+    step = (100 + host_ms) * MS
+    starts = [i * step for i in range(n)]
+    batches = [
+        steps(rank=0, host="node-0", starts_ns=starts, dur_ns=step, forward_ns=40 * MS, comm_ns=(60 + host_ms) * MS),
+        steps(rank=1, host="node-0", starts_ns=starts, dur_ns=step, forward_ns=40 * MS, comm_ns=60 * MS),
+    ]
+    config = RunConfig(gpu_count=2, world_size=2, allocation_start_ns=0, price_segments=(PriceSegment(0, 10**6 * S, 36),))
+    return RunInputs(config=config, end_ns=n * step, steps=batches)
+
+
+def test_a_slow_ranks_lead_is_over_the_others_and_its_own_excess_is_priced():
+    """The issue's case: rank 1 spends 50 ms more per step. With two ranks a median that holds the
+    slow rank is the midpoint (25 ms); its lead over the other rank is 50 ms, and removing it saves
+    both ranks' 50 ms a step: the other's wait and its own excess."""
+    a = analyze(two_ranks_one_slow(50))
+
+    [s] = a.stragglers
+    assert s.rank == 1
+    assert s.excess_ns_mean == 25 * MS  # the blamed steps' counter, against the median of both
+    assert s.lead_ns_mean == pytest.approx(50 * MS)
+    # $36 per GPU-hour = 1 cent per GPU-second: 200 steps x 50 ms = 10 GPU-s each way.
+    assert s.caused_wait_gpu_seconds == pytest.approx(10.0)
+    assert s.own_excess_gpu_seconds == pytest.approx(10.0)
+    assert s.own_excess_usd == pytest.approx({"host_overhead": 0.10})
+    assert s.saving_usd == pytest.approx(0.20)
+    assert a.category("host_overhead").evidence.kind == "straggler"
+    assert a.category("host_overhead").recoverable_cents == 10
+
+
 def test_equally_slow_ranks_share_the_blame():
     a = analyze(lockstep({2: 60, 3: 60}))
 

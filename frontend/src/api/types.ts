@@ -150,6 +150,11 @@ export interface Straggler {
   median_rank_data_ns_mean: number | null;
   caused_wait_gpu_seconds: number;
   caused_wait_usd: number;
+  /** its data, compute and host time per step beyond the other ranks' median */
+  lead_ns_mean: number;
+  own_excess_gpu_seconds: number;
+  /** category -> USD of its own excess */
+  own_excess_usd: Record<string, number>;
 }
 
 export interface MemoryDiagnostics {

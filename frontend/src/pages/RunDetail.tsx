@@ -3,7 +3,7 @@ import { Link, useParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { ApiError } from "../api/client";
-import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunMeta, Series } from "../api/types";
+import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunMeta, Series, Straggler } from "../api/types";
 import { DataTable, ScrollBox, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
@@ -303,6 +303,11 @@ export function stragglerWho(a: Analysis, rank: number, host: string): string {
   return local >= 0 && host ? `Rank ${rank} (GPU ${local} of ${host})` : `Rank ${rank}${host ? ` on ${host}` : ""}`;
 }
 
+/** A straggler's own time beyond the other ranks, in dollars (0 in analyses stored before it was kept). */
+export function ownExcessUsd(s: Straggler): number {
+  return Object.values(s.own_excess_usd ?? {}).reduce((sum, usd) => sum + usd, 0);
+}
+
 /**
  * Where to look for a slow rank. When every rank ran on the same node, the node is not what sets
  * this rank apart: its GPU or its share of the work is. Rank 0 lags for reasons of its own.
@@ -475,13 +480,16 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
       {a.stragglers.map((s) => (
         <div key={s.rank} className="callout callout-bad callout-block" data-testid="straggler">
           <strong>{stragglerWho(a, s.rank, s.host)} is a straggler</strong>
-          : it arrived last in {formatNumber(s.blamed_steps)} of {formatNumber(s.aligned_steps)} aligned steps ({formatPct(s.slow_step_share)} slow), {formatNsAsMs(s.excess_ns_mean)} after the median rank on average. The others waited {formatGpuHours(s.caused_wait_gpu_seconds / 3600)} for it: <strong>{formatUsd(s.caused_wait_usd)}</strong>
+          : it arrived last in {formatNumber(s.blamed_steps)} of {formatNumber(s.aligned_steps)} aligned steps ({formatPct(s.slow_step_share)} slow), {formatNsAsMs(s.lead_ns_mean ?? 0)} a step behind the other ranks. The others waited {formatGpuHours(s.caused_wait_gpu_seconds / 3600)} for it ({formatUsd(s.caused_wait_usd)}) and it spent {formatGpuHours((s.own_excess_gpu_seconds ?? 0) / 3600)} more than they did ({formatUsd(ownExcessUsd(s))}): <strong>{formatUsd(s.caused_wait_usd + ownExcessUsd(s))}</strong> that fixing it saves
           <Explain
-            label="straggler wait"
-            source={stored("stragglers[].caused_wait_usd", s.caused_wait_usd, "USD", "the exposed-communication dollars of the other ranks in the steps this rank arrived last", {
+            label="straggler cost"
+            source={stored("stragglers[].caused_wait_usd + own_excess_usd", s.caused_wait_usd + ownExcessUsd(s), "USD", "the other ranks' exposed-communication dollars in the steps this rank arrived last, plus its own data, compute and host time beyond the other ranks' median per step, each at its category's price", {
               caused_wait_gpu_seconds: s.caused_wait_gpu_seconds,
+              caused_wait_usd: s.caused_wait_usd,
               blamed_steps: s.blamed_steps,
-              excess_ns_mean: s.excess_ns_mean,
+              lead_ns_mean: s.lead_ns_mean ?? 0,
+              own_excess_gpu_seconds: s.own_excess_gpu_seconds ?? 0,
+              own_excess_usd: ownExcessUsd(s),
               compute_ns_mean: s.compute_ns_mean,
               median_rank_compute_ns_mean: s.median_rank_compute_ns_mean,
               data_ns_mean: s.data_ns_mean,
