@@ -101,16 +101,23 @@ class Receiver:
 LOOPBACK_ALLOWED = "127.0.0.1/32"  # the only address a test may send to: its own listener
 
 
-@pytest.fixture
-def loopback_allowed(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The egress allowlist lets this test's calls reach 127.0.0.1 (and only that): in this
-    process, and in a worker or server it starts (they read the environment)."""
+def _allow_loopback(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.EGRESS_ALLOW_NETWORKS = [LOOPBACK_ALLOWED]
     monkeypatch.setenv("PHANTOMHUB_EGRESS_ALLOW_NETWORKS", LOOPBACK_ALLOWED)
 
 
 @pytest.fixture
-def receiver(loopback_allowed: None) -> Iterator[Receiver]:
+def loopback_allowed(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The egress allowlist lets this test's calls reach 127.0.0.1 (and only that): in this
+    process, and in a worker or server it starts (they read the environment)."""
+    _allow_loopback(settings, monkeypatch)
+
+
+@pytest.fixture
+def receiver(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """A local receiver, and the allowlist that lets the test's calls reach it (loopback_allowed;
+    other suites import this fixture alone)."""
+    _allow_loopback(settings, monkeypatch)
     state = Receiver(url="")
 
     class Handler(http.server.BaseHTTPRequestHandler):
