@@ -246,6 +246,8 @@ def test_a_team_admin_may_use_only_the_public_host_allowlist(
     settings.ALERT_WEBHOOK_HOSTS = ["listed-but-internal.test"]
     outside = lead.post("/api/v1/alerts/rules", RULE | {"webhook_url": "http://127.0.0.1:6379/"}, format="json")
     assert outside.status_code == 403 and "webhook_url" in outside.json()["error"]["fields"]
+    unreadable = lead.post("/api/v1/alerts/rules", RULE | {"webhook_url": "gopher://127.0.0.1:6379/"}, format="json")
+    assert unreadable.status_code == 400 and "only http and https" in unreadable.json()["error"]["fields"]["webhook_url"]
     listed = lead.post("/api/v1/alerts/rules", RULE | {"webhook_url": "http://listed-but-internal.test/"}, format="json")
     assert listed.status_code == 400 and "private" in listed.json()["error"]["fields"]["webhook_url"]
     assert not AlertRule.objects.exists()
