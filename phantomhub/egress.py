@@ -188,7 +188,11 @@ def _parse(url: str) -> tuple[str, str, int, str]:
         raise Refused(f"the URL is longer than {URL_MAX_CHARS} characters")
     if _CONTROL.search(url) or any(c.isspace() for c in url):
         raise Refused("the URL contains spaces or control characters")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a bad port or bracket raises here, or below)
+    except ValueError:
+        raise Refused("the URL is not valid (its host or port cannot be read)") from None
     if parts.scheme not in ("http", "https"):
         raise Refused("only http and https URLs are allowed")
     if parts.username is not None or parts.password is not None:
@@ -196,10 +200,7 @@ def _parse(url: str) -> tuple[str, str, int, str]:
     host = (parts.hostname or "").rstrip(".").replace("%25", "%", 1)  # an IPv6 zone, "%25" in URLs
     if not host:
         raise Refused("the URL has no host")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise Refused("the URL's port is not a number from 1 to 65535") from None
+    port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
     if port < 1:
         raise Refused("the URL's port is not a number from 1 to 65535")
     try:

@@ -199,6 +199,9 @@ def test_urls_that_are_not_http_or_carry_credentials_are_refused(admin: APIClien
         ("gopher://127.0.0.1/", "only http and https"),
         ("http://user:pw@example.com/hook", "credentials"),
         ("http://example.com/a b", "spaces"),
+        ("http://[::1/", "not valid"),
+        ("http://example.com:99999/", "not valid"),
+        ("http://example.com:0/", "port"),
     ]:
         response = admin.post("/api/v1/alerts/rules", RULE | {"webhook_url": url}, format="json")
         assert response.status_code == 400 and why in response.json()["error"]["fields"]["webhook_url"], url
