@@ -17,12 +17,19 @@ waste of a known size in real CPU PyTorch training through the agent:
 - ``startup``: a slow start-up before the first step (a sleep of STAGE_S standing for staging the
   dataset and checkpoint from remote storage; both variants then really save and load a
   checkpoint). The fix: inputs already staged on local disk, no wait.
+- ``straggler-2`` and ``straggler-4``: DistributedDataParallel over gloo with 2 and 4 ranks (one
+  process each, one L4 each), rank SLOW_RANK spending SLOW_S more per step than the others outside
+  every stage (per-rank logging or evaluation, a throttled GPU's host wait); every other rank waits
+  for it in the gradient all-reduce. The fix: that rank does what the others do. The whole job's
+  cost is compared, all ranks: the saving is the others' wait and the slow rank's own excess
+  (docs/waste-model.md, section 5), within ±15%.
 
-Per case: PEERS healthy runs (the fixed variant), each analysed as it finishes; then run A (the
-waste), analysed before run B exists; then run B (the fix). predicted = the matching
+Per case: ``Case.peers`` healthy runs (the fixed variant; PEERS, none for a straggler, whose
+evidence is the other ranks), each analysed as it finishes; then run A (the waste), analysed
+before run B exists; then run B (the fix). predicted = the matching
 recommendation's ``saving_usd`` in A's analysis; realized = cost(A) - cost(B). Every run has
 STEPS steps, the same model, FLOPs (the agent's FLOP counter), tokens and samples per step, and
-reports one L4 in fp32; the price is the one in force on the server.
+reports one L4 per rank in fp32; the price is the one in force on the server.
 
 Compute: each step really runs forward, backward and AdamW on a small token model (about 2 ms on
 one CPU thread), then waits DEVICE_S inside the forward stage, standing for the GPU kernel time
@@ -69,6 +76,8 @@ LOAD_S_PER_SAMPLE = 0.004
 SYNC_S = 0.060
 LOG_EVERY = 30
 STAGE_S = 8.0  # against a second of start-up noise on a busy machine: ~12% of it, inside the ±20% band
+SLOW_S = 0.050  # the straggler's extra time per step
+SLOW_RANK = 1
 PEERS = 2
 GPU_MODEL = "L4"
 DTYPE = "fp32"
@@ -82,6 +91,9 @@ class Case:
     category: str  # the waste category it falls in
     waste: str
     fix: str
+    world: int = 1  # ranks (processes), one GPU each
+    peers: int = PEERS
+    band: float = 0.20  # predicted within this share of realized
 
 
 CASES: dict[str, Case] = {
@@ -108,6 +120,19 @@ CASES: dict[str, Case] = {
             f"{STAGE_S:g} s staging inputs from remote storage before the first step",
             "inputs staged on local disk",
         ),
+        *(
+            Case(
+                f"straggler-{world}",
+                "STRAGGLER",
+                "comm_exposed",
+                f"DDP (gloo) over {world} ranks, rank {SLOW_RANK} {SLOW_S * 1e3:g} ms slower per step outside every stage",
+                f"rank {SLOW_RANK} as fast as the others",
+                world=world,
+                peers=0,
+                band=0.15,
+            )
+            for world in (2, 4)
+        ),
     )
 }
 
@@ -116,8 +141,9 @@ CASES: dict[str, Case] = {
 
 
 def train(case: str, variant: str, *, project: str, team: str, name: str, server: str, token: str, run_id: str,
-          spool_dir: str, scratch_dir: str) -> dict[str, Any]:  # fmt: skip
-    """One training job; returns what it injected (seconds of the case's waste), for the record."""
+          spool_dir: str, scratch_dir: str, rank: int = 0, world: int = 1, port: int = 0) -> dict[str, Any]:  # fmt: skip
+    """One training process (rank ``rank`` of ``world``); returns what it injected (GPU-seconds of
+    the case's waste, over the whole job), for the record."""
     import torch
     from torch.utils.data import DataLoader, Dataset
 
@@ -126,7 +152,12 @@ def train(case: str, variant: str, *, project: str, team: str, name: str, server
     waste = variant == "waste"
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    run = pa.init(project=project, team=team, name=name, gpu_model=GPU_MODEL, gpu_count=1, dtype=DTYPE, run_id=run_id,
+    if world > 1:
+        import torch.distributed as dist
+
+        # Before the agent starts: it reads the rank and world size from the process group.
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    run = pa.init(project=project, team=team, name=name, gpu_model=GPU_MODEL, gpu_count=world, dtype=DTYPE, run_id=run_id,
                   server=server, token=token, debug=True, spool_dir=spool_dir,
                   tags=[f"case:{case}", f"variant:{variant}"])  # fmt: skip
 
@@ -180,6 +211,9 @@ def train(case: str, variant: str, *, project: str, team: str, name: str, server
         injected_s = STEPS * BATCH * LOAD_S_PER_SAMPLE
     x0, y0 = dataset[0]
     run.count_flops(model, x0.unsqueeze(0).repeat(BATCH, 1), loss_fn=lambda out: loss_of(out, y0.repeat(BATCH, 1)))
+    if world > 1:
+        model = run.watch(torch.nn.parallel.DistributedDataParallel(model))  # the exposed all-reduce wait
+    slow_rank = case.startswith("straggler") and waste and rank == SLOW_RANK
 
     sync_every = 1 if (case == "sync" and waste) else LOG_EVERY
     losses, steps = [], 0
@@ -197,8 +231,13 @@ def train(case: str, variant: str, *, project: str, team: str, name: str, server
                 losses.append(loss.item())
                 time.sleep(SYNC_S)  # the device sync .item() forces on a GPU (see the module doc)
                 injected_s += SYNC_S if waste else 0.0
+            if slow_rank:
+                time.sleep(SLOW_S)  # outside every stage; the others wait for it at the next all-reduce
+                injected_s += SLOW_S * world  # every rank's GPU loses it
         steps += 1
     run.finish()
+    if world > 1:
+        torch.distributed.destroy_process_group()
     return {"steps": steps, "injected_s": injected_s}
 
 
@@ -213,7 +252,8 @@ def _job_main(spec: dict[str, Any]) -> None:
         os.environ.pop(var, None)
     out = train(spec["case"], spec["variant"], project=spec["project"], team=spec["team"], name=spec["name"],
                 server=spec["server"], token=spec["token"], run_id=spec["run_id"], spool_dir=spec["spool"],
-                scratch_dir=spec["scratch"])  # fmt: skip
+                scratch_dir=spec["scratch"], rank=spec.get("rank", 0), world=spec.get("world", 1),
+                port=spec.get("port", 0))  # fmt: skip
     Path(spec["out"]).write_text(json.dumps(out))
 
 
@@ -240,42 +280,82 @@ def _forkserver_context() -> Any:
 LAUNCHES = ("forkserver", "exec")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def job(case: str, variant: str, *, server: str, token: str, team: str, project: str, name: str, workdir: Path,
         launch: str = "forkserver") -> tuple[uuid.UUID, dict[str, Any]]:  # fmt: skip
-    """Runs one training job in a process of its own; its run id and what the job reported.
+    """Runs one training job, a process of its own per rank; its run id and what the job reported
+    (the ranks' injected waste added up).
 
-    ``forkserver`` (the default): the process is forked from a server that has imported torch
-    and the agent once (see "Launch" in the module doc). ``exec``: a fresh interpreter, which
-    imports torch itself (``python -m bench.savings_cases SPEC``).
+    ``forkserver`` (the default): each process is forked from a server that has imported torch
+    and the agent once (see "Launch" in the module doc). ``exec``: a fresh interpreter per rank,
+    which imports torch itself (``python -m bench.savings_cases SPEC``).
     """
     run_id = uuid.uuid4()
     workdir.mkdir(parents=True, exist_ok=True)
-    spec = {"case": case, "variant": variant, "project": project, "team": team, "name": name, "server": server,
-            "token": token, "run_id": str(run_id), "spool": str(workdir / f"spool-{run_id}"),
-            "scratch": str(workdir / f"scratch-{run_id}"),
-            "out": str(workdir / f"job-{run_id}.json")}  # fmt: skip
+    world = CASES[case].world
+    port = _free_port() if world > 1 else 0
+    specs = [
+        {"case": case, "variant": variant, "project": project, "team": team, "name": name, "server": server,
+         "token": token, "run_id": str(run_id), "spool": str(workdir / f"spool-{run_id}-{rank}"),
+         "scratch": str(workdir / f"scratch-{run_id}-{rank}"), "out": str(workdir / f"job-{run_id}-{rank}.json"),
+         "rank": rank, "world": world, "port": port}
+        for rank in range(world)
+    ]  # fmt: skip
+    failures = []
     if launch == "forkserver":
-        proc = _forkserver_context().Process(target=_job_main, args=(spec,), name=name)
-        proc.start()
-        proc.join(JOB_TIMEOUT_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        failure = None if proc.exitcode == 0 else f"exit code {proc.exitcode} (its traceback is on stderr)"
+        procs = [_forkserver_context().Process(target=_job_main, args=(spec,), name=f"{name}-{spec['rank']}") for spec in specs]
+        for proc in procs:
+            proc.start()
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        for proc in procs:
+            proc.join(max(deadline - time.monotonic(), 0))
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            if proc.exitcode != 0:
+                failures.append(f"{proc.name}: exit code {proc.exitcode} (its traceback is on stderr)")
     elif launch == "exec":
         env = {k: v for k, v in os.environ.items() if k not in _JOB_ENV_DROP and k != "DJANGO_SETTINGS_MODULE"}
         env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-        done = subprocess.run([sys.executable, "-m", "bench.savings_cases", json.dumps(spec)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)  # fmt: skip
-        failure = None if done.returncode == 0 else f"exit code {done.returncode}:\n{done.stderr[-4000:]}"
+        running = [
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.savings_cases", json.dumps(spec)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for spec in specs
+        ]
+        for rank, proc in enumerate(running):
+            try:
+                _, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, stderr = proc.communicate()
+            if proc.returncode != 0:
+                failures.append(f"rank {rank}: exit code {proc.returncode}:\n{stderr[-4000:]}")
     else:
         raise ValueError(f"launch must be one of {LAUNCHES}, not {launch!r}")
-    if failure is not None:
-        raise RuntimeError(f"job {name} ({case}/{variant}) failed: {failure}")
-    spool = Path(spec["spool"])
-    if spool.exists() and any(p.is_file() for p in spool.rglob("*")):
-        raise RuntimeError(f"job {name} left telemetry in its spool {spool}: the server did not get all of it")
-    return run_id, json.loads(Path(spec["out"]).read_text())
+    if failures:
+        raise RuntimeError(f"job {name} ({case}/{variant}) failed: " + "; ".join(failures))
+    reported: dict[str, Any] = {"steps": 0, "injected_s": 0.0}
+    for spec in specs:
+        spool = Path(spec["spool"])
+        if spool.exists() and any(p.is_file() for p in spool.rglob("*")):
+            raise RuntimeError(f"job {name} left telemetry in its spool {spool}: the server did not get all of it")
+        out = json.loads(Path(spec["out"]).read_text())
+        reported = {"steps": max(reported["steps"], out["steps"]), "injected_s": reported["injected_s"] + out["injected_s"]}
+    return run_id, reported
 
 
 @dataclass
@@ -369,7 +449,7 @@ def case_prove(case: str, *, server: str, team: str, workdir: Path, project: str
         "launch": launch,
     }
     peers = []
-    for i in range(PEERS):
+    for i in range(c.peers):
         run_id, rep = job(case, "fixed", name=f"{case}-peer-{i + 1}", **kw)
         peers.append(_figures(run_id, rep, c.code))
     a_id, a_rep = job(case, "waste", name=f"{case}-A-waste", **kw)

@@ -1,9 +1,10 @@
 """Predictions that come true: the saving PhantomHub predicts for a fixable waste is what the fix saves.
 
 For each case of bench/savings_cases.py (a starved input pipeline, a host sync every step, a slow
-start-up), real CPU PyTorch training jobs run through the agent against a live server: two healthy
-peer runs, run A with the waste, then run B with the fix. The matching recommendation's
-``saving_usd`` in A's analysis must be within ±20% of cost(A) - cost(B).
+start-up, a slow rank in 2- and 4-rank DistributedDataParallel over gloo), real CPU PyTorch training
+jobs run through the agent against a live server: healthy peer runs, run A with the waste, then
+run B with the fix. The matching recommendation's ``saving_usd`` in A's analysis must be within
+the case's band (±20%; ±15% for a straggler, whole job) of cost(A) - cost(B).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def test_the_predicted_saving_is_what_the_fix_realizes(case: str, live_server: A
     usd_per_s = result.a.cost_usd / result.a.billed_s
     assert result.realized_usd > 0.8 * result.a.injected_s * usd_per_s
     claimed = {r["code"]: r["claims"] for r in result.a.recommendations if r["saving_usd"]}
-    assert result.predicted_usd == pytest.approx(result.realized_usd, rel=0.20), (
+    assert result.predicted_usd == pytest.approx(result.realized_usd, rel=CASES[case].band), (
         f"{result.code} predicted ${result.predicted_usd:,.2f}, the fix realized ${result.realized_usd:,.2f}; "
         f"run A's recommendations claimed {claimed}"
     )
