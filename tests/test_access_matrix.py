@@ -389,3 +389,60 @@ def test_node_tokens_each_principal_sees(world: World, principal: str) -> None:
     listed = [(t["name"], t["hostnames"]) for t in response.json() if t["kind"] == "node"]
     assert listed == expected
     assert all(t["hostnames"] == [] for t in response.json() if t["kind"] != "node")
+
+
+# --- what each principal sees of alerts: subjects and rule destinations ----------------------------
+
+SLACK = "https://hooks.slack.com/services/T000/B000/credential"
+ALERTS_ALL = {"org:nlp", "org:vision", "nlp:nlp"}
+ALERTS_NLP = {"org:nlp", "nlp:nlp"}
+# principal → (alerts listed, rules whose destinations are shown), or the refusal.
+ALERTS_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": (ALERTS_ALL, set()),  # the organization admin's token reads everything, changes nothing
+    "member": (ALERTS_NLP, set()),
+    "lead": (ALERTS_NLP, {"nlp"}),  # leads the nlp team: may change its rule
+    "finance": (ALERTS_ALL, set()),
+    "admin": (ALERTS_ALL, {"org", "nlp"}),
+    "node": 403,
+}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_alerts_and_rule_destinations_each_principal_sees(world: World, owner: Tenant, outsider: Tenant, principal: str) -> None:
+    from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
+    from phantomhub.telemetry.models import Run
+
+    runs = {"nlp": Run.objects.get(pk=world.run_id), "vision": Run.objects.get(pk=outsider.create_run(name="vision"))}
+    rules = {
+        "org": AlertRule.objects.create(name="org", kind="waste_rate", params={"share": 0.5}, webhook_url=SLACK,
+                                        webhook_secret="s" * 32, email_to=["oncall@example.com"]),
+        "nlp": AlertRule.objects.create(name="nlp", kind="waste_rate", scope="team", team=owner.project.team,
+                                        params={"share": 0.5}, webhook_url=f"{SLACK}/nlp", email_to=["nlp@example.com"]),
+    }  # fmt: skip
+    for rule_name, run_name in (("org", "nlp"), ("org", "vision"), ("nlp", "nlp")):
+        rule, run = rules[rule_name], runs[run_name]
+        state = AlertState.objects.create(rule=rule, subject=f"run:{run.pk}", subject_label=f"{rule_name}:{run_name}",
+                                          run=run, state="firing", usd_per_hour=1.0)  # fmt: skip
+        AlertDelivery.objects.create(rule=rule, alert=state, event="firing", channel="webhook", target=rule.webhook_url,
+                                     body="{}", status="sent")  # fmt: skip
+    client, expected = world.clients[principal], ALERTS_SEEN[principal]
+    answers = [client.get(f"/api/v1/alerts/{what}") for what in ("alerts", "rules", "deliveries")]
+    if isinstance(expected, int):
+        assert [a.status_code for a in answers] == [expected] * 3
+        return
+    listed, destinations = expected
+    alerts, rules_seen, deliveries = (a.json() for a in answers)
+    alerts = alerts["alerts"] if isinstance(alerts, dict) else alerts
+    rules_seen = rules_seen["rules"] if isinstance(rules_seen, dict) else rules_seen
+    deliveries = deliveries["deliveries"] if isinstance(deliveries, dict) else deliveries
+    assert {a["subject_label"] for a in alerts} == listed
+    shown = {r["name"] for r in rules_seen if r["webhook_url"] is not None}
+    assert shown == destinations
+    for r in rules_seen:
+        hidden = r["name"] not in destinations
+        assert (r["webhook_secret"] is None, r["email_to"] is None) == (hidden, hidden), r
+    assert len(deliveries) == len(listed)
+    assert all((d["target"] is None) == (d["rule"] not in {rules[n].pk for n in destinations}) for d in deliveries), deliveries

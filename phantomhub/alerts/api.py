@@ -251,7 +251,7 @@ class AlertRuleListApi(APIView):
             kind: [{"name": p.name, "lo": p.lo, "hi": p.hi, "choices": list(p.choices), "help": p.help} for p in spec]
             for kind, spec in PARAMS.items()
         }
-        editor, firing = selectors.editor_of(request.user), _firing(request.user)
+        editor, firing = selectors.request_editor(request), _firing(request.user)
         views = [rule_view(r, user=request.user, editor=editor, firing=firing.get(r.pk, 0)) for r in rules]
         return Response({"rules": views, "kinds": kinds})
 
@@ -261,19 +261,21 @@ class AlertRuleListApi(APIView):
         data.is_valid(raise_exception=True)
         changes = _changes(request, dict(data.validated_data))
         rule = services.rule_save(rule=AlertRule(created_by=cast(User, request.user)), changes=changes)
-        return Response(rule_view(rule, user=request.user), status=status.HTTP_201_CREATED)
+        return Response(
+            rule_view(rule, user=request.user, editor=selectors.request_editor(request)), status=status.HTTP_201_CREATED
+        )
 
 
 class AlertRuleDetailApi(APIView):
     @extend_schema(responses=OBJ)
     def get(self, request: Request, rule_id: int) -> Response:
-        return Response(rule_view(_rule_visible(request, rule_id), user=request.user))
+        return Response(rule_view(_rule_visible(request, rule_id), user=request.user, editor=selectors.request_editor(request)))
 
     @extend_schema(request=RuleInput, responses={200: OBJ, 400: ErrorSerializer, 403: ErrorSerializer})
     def patch(self, request: Request, rule_id: int) -> Response:
         rule = _rule_visible(request, rule_id)
         _may_write(request, rule)
-        current = rule_view(rule, user=request.user)
+        current = rule_view(rule, user=request.user, editor=selectors.request_editor(request))
         merged = {k: current[k] for k in ("name", "kind", "scope", "team", "project", "params", "for_s", "window_s",
                                           "webhook_url", "webhook_format", "email_to", "enabled", "muted")}  # fmt: skip
         merged["snoozed_until"] = rule.snoozed_until
@@ -287,7 +289,7 @@ class AlertRuleDetailApi(APIView):
         data.is_valid(raise_exception=True)
         with transaction.atomic():
             services.rule_save(rule=rule, changes=_changes(request, dict(data.validated_data), before=rule))
-        return Response(rule_view(rule, user=request.user))
+        return Response(rule_view(rule, user=request.user, editor=selectors.request_editor(request)))
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, rule_id: int) -> Response:
@@ -305,7 +307,7 @@ class AlertRuleTestApi(APIView):
         if not rule.webhook_url and not rule.email_to:
             raise invalid("webhook_url", "the rule has no webhook URL and no email address to test")
         made = services.rule_test_send(rule=rule)
-        editor = selectors.editor_of(request.user)
+        editor = selectors.request_editor(request)
         return Response({"deliveries": [delivery_view(d, editor=editor) for d in made]})
 
 
@@ -336,7 +338,7 @@ class AlertStateListApi(APIView):
         if request.query_params.get("rule"):
             states = states.filter(rule_id=query_int(request.query_params, "rule", 0, 1, 2**31))
         limit = query_int(request.query_params, "limit", 100, 1, 500)
-        editor = selectors.editor_of(request.user)
+        editor = selectors.request_editor(request)
         return Response({"alerts": [state_view(s, user=request.user, editor=editor) for s in states.order_by("-id")[:limit]]})
 
 
@@ -379,5 +381,5 @@ class AlertDeliveryListApi(APIView):
                 raise invalid("status", "must be pending, sent or failed")
             items = items.filter(status=wanted)
         limit = query_int(request.query_params, "limit", 100, 1, 500)
-        editor = selectors.editor_of(request.user)
+        editor = selectors.request_editor(request)
         return Response({"deliveries": [delivery_view(d, editor=editor) for d in items.order_by("-id")[:limit]]})

@@ -177,3 +177,11 @@ def editor_of(principal: Any) -> Editor:
     if isinstance(principal, ProjectPrincipal) or not getattr(principal, "is_authenticated", False):
         return Editor(False, frozenset())
     return Editor(is_org_admin(principal), frozenset(teams_administered(principal)))
+
+
+def request_editor(request: Any) -> Editor:
+    """Who may change rules in this request: a signed-in person's rights. A token (even an org
+    admin's personal token, which only reads) changes nothing, so it is shown no destination."""
+    if getattr(request, "auth", None) is not None:
+        return Editor(False, frozenset())
+    return editor_of(request.user)
