@@ -23,7 +23,6 @@ import csv
 import hashlib
 import io
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,12 +31,13 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from phantomhub.fleet.models import ImportStatus, InvoiceImport, InvoiceLine, Node
+from phantomhub.jobs import job_start
 from phantomhub.telemetry.parsers import nul_field
 
 log = logging.getLogger(__name__)
@@ -326,23 +326,14 @@ def invoice_import_queue(*, text: str, filename: str = "", actor: Any = None) ->
 
 
 def _job_start(import_id: int) -> None:
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        # No broker (the embedded default): an eager task would run inside the request. A thread of
-        # this process runs it instead; if the process dies first, the job goes stale (see above).
-        threading.Thread(target=_job_thread, args=(import_id,), name=f"invoice-import-{import_id}", daemon=True).start()
-        return
-    from phantomhub.fleet.tasks import invoice_import
-
-    invoice_import.delay(import_id)
+    # If the process running it dies first, the job goes stale (see above).
+    job_start(job_id=import_id, run=lambda i: invoice_import_run(import_id=i), task=_import_task, what="invoice-import")
 
 
-def _job_thread(import_id: int) -> None:
-    try:
-        invoice_import_run(import_id=import_id)
-    except Exception:
-        log.exception("invoice import %s failed", import_id)
-    finally:
-        connections.close_all()  # this thread's connection ends with it, never left idle
+def _import_task() -> Any:
+    from phantomhub.fleet.tasks import invoice_import  # tasks import this module
+
+    return invoice_import
 
 
 def invoice_import_run(*, import_id: int) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
@@ -21,7 +20,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from phantomhub.accounts.models import ApiToken, Project, Team, TokenKind
@@ -44,6 +43,7 @@ from phantomhub.fleet.models import (
 )
 from phantomhub.fleet.trust import hostname_allowed, hostnames_clean
 from phantomhub.fleet.wire import NodeBatch
+from phantomhub.jobs import job_start
 
 NS = 10**9
 SPEC_FIELDS = ("gpu_model", "provider", "region")
@@ -428,25 +428,16 @@ def rules_save(*, rules: list[RuleInput], actor: Any = None) -> AttributionJob:
     return job
 
 
-def _job_in_thread(job_id: int) -> None:
-    try:
-        attribution_job_run(job_id=job_id)
-    except Exception:
-        log.exception("attribution job %s failed", job_id)
-    finally:
-        connection.close()  # this thread's own connection, opened for the job
-
-
 def attribution_job_enqueue(*, job_id: int) -> None:
-    """To the Celery worker; without a broker (the embedded default, where tasks run eagerly, in
-    the caller), to a daemon thread of this process, so the request that saved the rules still
-    answers at once."""
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=_job_in_thread, args=(job_id,), name=f"attribution-job-{job_id}", daemon=True).start()
-        return
+    """To the Celery worker; without a broker (the embedded default), to a thread of this process,
+    so the request that saved the rules still answers at once (phantomhub/jobs.py)."""
+    job_start(job_id=job_id, run=lambda i: attribution_job_run(job_id=i), task=_reattribute_task, what="attribution-job")
+
+
+def _reattribute_task() -> Any:
     from phantomhub.fleet.tasks import fleet_reattribute  # tasks import this module
 
-    fleet_reattribute.delay(job_id)
+    return fleet_reattribute
 
 
 def attribution_job_run(*, job_id: int) -> AttributionJob:
