@@ -353,8 +353,15 @@ def per_step_recoverable(
 ) -> Recoverable:
     """A per-step wait (data stall, exposed comm, host overhead): priced at the best demonstrated
     ns per step, ``usd x (1 - reference / run_value)``."""
-    if usd_cents <= 0 or not run_ns:
+    if not run_ns:
         return none_recoverable(f"Nothing spent on {label}: nothing to recover.", "ms/step", _ms(run_ns))
+    if usd_cents <= 0:  # time was spent, but it cost under a cent: say so, not "nothing"
+        return none_recoverable(
+            f"The run spent {duration_text(run_ns)} per step on {label}, but that rounds to $0.00 (under a cent, "
+            "or time no price covers): too little to count as recoverable.",
+            "ms/step",
+            _ms(run_ns),
+        )
     pv = _peer_values(peers, attr)
     levels = _levels(stretch, pv, lower_is_better=True)
     if levels is None:

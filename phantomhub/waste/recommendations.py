@@ -196,13 +196,21 @@ def _severity(share: float, t: Thresholds) -> str:
     return "low"
 
 
-def _category_evidence(fig: CategoryFigure) -> list[Evidence]:
+def _category_evidence(fig: CategoryFigure, a: Analysis) -> list[Evidence]:
     return [
         Evidence(f"{_words(fig.category)}, share of billed GPU time", round(fig.share, 4), "ratio"),
         Evidence(f"{_words(fig.category)}, GPU-hours", round(fig.gpu_seconds / 3600, 3), "GPU-h"),
-        Evidence(f"{_words(fig.category)}, cost", fig.usd, "USD"),
+        # A category that cost under a cent says so rather than "$0.00" beside a real share of time.
+        Evidence(f"{_words(fig.category)}, cost", fig.usd, "USD")
+        if fig.usd_cents > 0 or fig.gpu_seconds <= 0 or not _priced(a)
+        else Evidence(f"{_words(fig.category)}, cost: under a cent", None, ""),
         Evidence(fig.evidence.summary, fig.recoverable_usd, "USD"),
     ]
+
+
+def _priced(a: Analysis) -> bool:
+    """Some of the run's billed time has a price (a $0.00 category then cost under a cent)."""
+    return a.unpriced_gpu_seconds < a.billed_gpu_seconds
 
 
 def _mean_over_ranks(analysis: Analysis, attr: str) -> float | None:
@@ -218,7 +226,7 @@ def _data_stall(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendati
     fig = a.category("data_stall")
     if fig.share < t.data_stall_share:
         return []
-    ev = _category_evidence(fig)
+    ev = _category_evidence(fig, a)
     data_ms = _mean_over_ranks(a, "data_ns_mean")
     step_ms = _mean_over_ranks(a, "step_ns_mean")
     if data_ms is not None and step_ms:
@@ -255,7 +263,7 @@ def _comm(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("comm_exposed")
     if fig.share < t.comm_exposed_share:
         return []
-    ev = _category_evidence(fig)
+    ev = _category_evidence(fig, a)
     comm_ms = _mean_over_ranks(a, "comm_ns_mean")
     if comm_ms is not None:
         ev.append(Evidence("mean exposed gradient-sync wait per step", round(comm_ms / 1e6, 2), "ms"))
@@ -359,7 +367,7 @@ def _low_mfu(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]
     fig = a.category("compute_inefficiency")
     if not (a.peak_known and a.flops_known) or fig.share < t.compute_inefficiency_share:
         return []
-    ev = _category_evidence(fig)
+    ev = _category_evidence(fig, a)
     ev.append(Evidence("MFU over billed time", None if a.mfu is None else round(a.mfu, 4), "ratio"))
     ev.append(Evidence("MFU over compute time", None if a.mfu_compute is None else round(a.mfu_compute, 4), "ratio"))
     ev.append(Evidence("target MFU", a.target_mfu, "ratio"))
@@ -405,7 +413,7 @@ def _host_overhead(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommend
     fig = a.category("host_overhead")
     if fig.share < t.host_overhead_share:
         return []
-    ev = _category_evidence(fig)
+    ev = _category_evidence(fig, a)
     host_ms = _mean_over_ranks(a, "host_ns_mean")
     if host_ms is not None:
         ev.append(Evidence("mean unmeasured (host-side) time per step", round(host_ms / 1e6, 2), "ms"))
@@ -496,7 +504,7 @@ def _idle(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     fig = a.category("idle")
     if fig.share < t.idle_share:
         return []
-    ev = _category_evidence(fig)
+    ev = _category_evidence(fig, a)
     fixes = []
     for part in sorted(a.idle, key=lambda i: -i.gpu_seconds):
         if part.gpu_seconds <= 0:
@@ -627,8 +635,11 @@ def _nothing_claimed(a: Analysis, r: Recommendation) -> Recommendation | None:
         return r
     if r.category in {f.category for f in a.categories} and a.category(r.category).recoverable_cents > 0:
         return None
+    tiny = _priced(a) and r.category in {f.category for f in a.categories} and a.category(r.category).usd_cents <= 0
     reason = (
-        f"nothing of its {_words(r.category)} is recoverable: no stretch of this run, comparable finished run or "
+        f"its {_words(r.category)} cost under a cent on this run: too little to price a saving"
+        if tiny
+        else f"nothing of its {_words(r.category)} is recoverable: no stretch of this run, comparable finished run or "
         "target demonstrates a better level (docs/waste-model.md, section 4)"
     )
     return dataclasses.replace(r, saving_usd=None, claims={}, explain=_unpriced(reason))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from django.db.models import Count, Q, Sum
+from django.utils import timezone
 
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.model import CATEGORIES
@@ -47,6 +48,9 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
     view: dict[str, Any] = {
         "run_id": str(run.pk),
         "cost_usd": float(row.cost_usd),
+        # Unrounded dollars, for rates and shares (rounded once, for display) and runs under a cent.
+        "cost_exact_usd": _exact_usd(result, "cost_usd", float(row.cost_usd)),
+        "usd_per_gpu_hour": usd_per_gpu_hour(result),
         "gpu_seconds": result["billed_gpu_seconds"],
         "gpu_hours": row.gpu_hours,
         "unpriced_gpu_seconds": result["unpriced_gpu_seconds"],
@@ -64,6 +68,7 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
             name: {
                 "gpu_seconds": categories[name]["gpu_seconds"],
                 "usd": categories[name]["usd_cents"] / 100,
+                "usd_exact": _exact_usd(result, f"categories.{name}.usd", categories[name]["usd_cents"] / 100),
                 "share": categories[name]["share"],
                 "cap": categories[name]["cap"],
                 "recoverable_usd": categories[name]["recoverable_usd"],
@@ -88,6 +93,24 @@ def analysis_view(*, run: Run, explain: bool, row: RunAnalysis | None = None) ->
     if explain:
         view["explain"] = result["explain"]
     return view
+
+
+def _exact_usd(result: dict[str, Any], key: str, rounded: float) -> float:
+    """A figure's dollars before rounding to cents, as its explanation keeps them (``exact_usd``);
+    the rounded figure where an older analysis kept none."""
+    inputs = ((result.get("explain") or {}).get(key) or {}).get("inputs") or {}
+    exact = inputs.get("exact_usd")
+    return float(exact) if isinstance(exact, (int, float)) else rounded
+
+
+def usd_per_gpu_hour(result: dict[str, Any]) -> float | None:
+    """The run's price per GPU-hour from unrounded figures: exact dollars over priced GPU-hours
+    (billed time no price covers costs nothing and is left out), so a short run's rounded cost
+    does not move it ($0.78 for an $0.82 price)."""
+    priced_s = float(result.get("billed_gpu_seconds") or 0.0) - float(result.get("unpriced_gpu_seconds") or 0.0)
+    if priced_s <= 0:
+        return None
+    return _exact_usd(result, "cost_usd", float(result.get("cost_usd") or 0.0)) / (priced_s / 3600)
 
 
 def rank_figures_of(row: RunAnalysis) -> list[dict[str, Any]]:
@@ -116,19 +139,29 @@ def _run_names(ids: set[str]) -> dict[str, str]:
     return {str(pk): name for pk, name in Run.objects.filter(pk__in=ids).values_list("pk", "name")}
 
 
-def recurrence(*, run: Run, row: RunAnalysis) -> dict[str, Any]:
-    """How often this run's work recurs: the project's GPU-hours over the trailing 30 days before
-    the run's end (RunDay rows, so the same figures as leaderboards and finance). A run with no
-    other run of its project in that window is one-off: it gets no monthly figure."""
+def recurrence(*, run: Run, row: RunAnalysis, now: datetime | None = None) -> dict[str, Any]:
+    """How often this run's work recurs: the project's GPU-hours over a trailing 30 days (RunDay
+    rows, so the same figures as leaderboards and finance).
+
+    For a live project (any of its runs billed in the 30 days before ``now``) the window is the
+    30 days as of reading, so the runs that came after this one count; for a project that has
+    gone quiet it is the 30 days before the run ended. A run with no other run of its project in
+    that window is one-off: it gets no monthly figure."""
+    now = now or timezone.now()
     end = run.finished_at or row.analysed_at or run.last_seen_at
     assert end is not None
-    since = (end - timedelta(days=RECURRENCE_DAYS)).date()
-    agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=end.date()).aggregate(
+    live_since = (now - timedelta(days=RECURRENCE_DAYS)).date()
+    live = RunDay.objects.filter(project_id=row.project_id, day__gt=live_since, day__lte=now.date()).exists()
+    as_of = now if live else end
+    since = (as_of - timedelta(days=RECURRENCE_DAYS)).date()
+    agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=as_of.date()).aggregate(
         gpu_seconds=Sum("gpu_seconds"), others=Count("run_id", distinct=True, filter=~Q(run_id=run.pk))
     )
     others = int(agg["others"] or 0)
     return {
         "kind": "recurring" if others else "one_off",
+        "basis": "as_of_now" if live else "before_run_end",
+        "as_of": as_of.isoformat(),
         "project_gpu_hours_30d": float(agg["gpu_seconds"] or 0.0) / 3600,
         "other_runs_30d": others,
         "run_gpu_hours": row.gpu_hours,
