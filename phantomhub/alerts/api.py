@@ -157,6 +157,12 @@ class RuleInput(serializers.Serializer[Any]):
     rotate_secret = serializers.BooleanField(required=False, default=False, help_text="issue a new signing secret")
 
 
+def evaluation_interval_s() -> float:
+    """How often the rules are evaluated (the beat schedule's ``alerts-evaluate``): the shortest
+    duration a rule may ask a condition to hold."""
+    return float(settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]["schedule"])
+
+
 def _target(data: dict[str, Any]) -> tuple[Team | None, Project | None]:
     scope = data["scope"]
     team = project = None
@@ -205,6 +211,11 @@ def _changes(request: Request, data: dict[str, Any], *, before: AlertRule | None
     if url and (before is None or url != before.webhook_url):
         _webhook_check(request, url)
     params = params_clean(data["kind"], data.get("params") or {})
+    interval = evaluation_interval_s()
+    if data["for_s"] < interval:
+        # Rules are evaluated every interval: a condition held for less is never seen to hold.
+        message = f"must be at least one evaluation interval ({interval:g} s): rules are checked every {interval:g} s"
+        raise invalid("for_s", message)
     if data["kind"] == RuleKind.SILENT_RUN and data["for_s"] < SILENT_FOR_S_MIN:
         # A shorter silence is every healthy run between two of its flushes (SILENT_FOR_S_MIN).
         raise invalid("for_s", f"a silent-run rule needs at least {SILENT_FOR_S_MIN:.0f} s of silence")
@@ -253,7 +264,7 @@ class AlertRuleListApi(APIView):
         }
         editor, firing = selectors.request_editor(request), _firing(request.user)
         views = [rule_view(r, user=request.user, editor=editor, firing=firing.get(r.pk, 0)) for r in rules]
-        return Response({"rules": views, "kinds": kinds})
+        return Response({"rules": views, "kinds": kinds, "evaluation_interval_s": evaluation_interval_s()})
 
     @extend_schema(request=RuleInput, responses={201: OBJ, 400: ErrorSerializer, 403: ErrorSerializer})
     def post(self, request: Request) -> Response:

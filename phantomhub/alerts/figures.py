@@ -42,9 +42,22 @@ def _at(values: Sequence[Any] | None, i: int) -> float:
 
 
 def run_usd_per_hour(result: Mapping[str, Any]) -> float:
-    """The run's spend rate: its cost so far over its billed hours (gpu_count × its price)."""
+    """The run's spend rate: its cost so far over its priced hours (gpu_count × its price).
+
+    From unrounded figures: the exact dollars the analysis keeps beside the cost rounded to cents
+    (``explain.cost_usd.inputs.exact_usd``), over the hours a price covers, so a short run's
+    rounding never reads $38.51/h for a $38.40/h price. An analysis without the exact figure
+    falls back to the rounded cost."""
     hours = float(result.get("run_hours") or 0.0)
-    return float(result.get("cost_usd") or 0.0) / hours if hours > 0 else 0.0
+    gpu_count = float(result.get("gpu_count") or 0.0)
+    if gpu_count > 0:
+        hours -= float(result.get("unpriced_gpu_seconds") or 0.0) / gpu_count / 3600
+    if hours <= 0:
+        return 0.0
+    inputs = ((result.get("explain") or {}).get("cost_usd") or {}).get("inputs") or {}
+    exact = inputs.get("exact_usd")
+    usd = float(exact) if isinstance(exact, (int, float)) else float(result.get("cost_usd") or 0.0)
+    return usd / hours
 
 
 def recent_figures(result: Mapping[str, Any], *, window_s: float, target_mfu: float) -> WindowFigures | None:
