@@ -44,7 +44,7 @@ from django.utils import timezone
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.evidence import PEER_TOLERANCE, PEERS_MAX, RunProfile
 from phantomhub.waste.models import RunAnalysis, RunDay
-from phantomhub.waste.selectors import RECURRENCE_DAYS
+from phantomhub.waste.selectors import RECURRENCE_DAYS, project_usd_exact
 
 BASELINE_RUNS = 10  # the most recent comparable finished runs the median is taken over
 NO_SIGNATURE = "The run reports no FLOPs, tokens or samples per step: nothing says which runs did the same work."
@@ -239,10 +239,12 @@ def baseline_for(run: Run) -> Baseline | None:
 class Volume:
     project_gpu_hours_30d: float
     project_usd_30d: float
+    project_usd_exact_30d: float | None = None  # unrounded: the rate comes from it (money arithmetic once)
 
     @property
     def usd_per_gpu_hour_30d(self) -> float | None:
-        return self.project_usd_30d / self.project_gpu_hours_30d if self.project_gpu_hours_30d > 0 else None
+        usd = self.project_usd_30d if self.project_usd_exact_30d is None else self.project_usd_exact_30d
+        return usd / self.project_gpu_hours_30d if self.project_gpu_hours_30d > 0 else None
 
 
 def project_volume(*, run: Run, row: RunAnalysis) -> Volume:
@@ -254,7 +256,8 @@ def project_volume(*, run: Run, row: RunAnalysis) -> Volume:
     agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=end.date()).aggregate(
         gpu_seconds=Sum("gpu_seconds"), cost=Sum("cost_usd")
     )
-    return Volume(float(agg["gpu_seconds"] or 0.0) / 3600, float(agg["cost"] or 0))
+    exact = project_usd_exact(project_id=row.project_id, since=since, until=end.date())
+    return Volume(float(agg["gpu_seconds"] or 0.0) / 3600, float(agg["cost"] or 0), exact)
 
 
 def delta_usd_per_month(*, run_ms: float, baseline_ms: float, baseline_step_ms: float, volume: Volume) -> float | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -166,6 +166,31 @@ def recurrence(*, run: Run, row: RunAnalysis, now: datetime | None = None) -> di
         "other_runs_30d": others,
         "run_gpu_hours": row.gpu_hours,
     }
+
+
+def project_usd_exact(*, project_id: int, since: date, until: date) -> float:
+    """The project's dollars over the days (since, until], unrounded: each run-day's share of its
+    run's exact dollars by GPU time (its RunDay cents are rounded per run and day, and a month of
+    short runs rounded to cents reads a rate a few cents off the price: $4.78 for $4.80)."""
+    days = list(
+        RunDay.objects.filter(project_id=project_id, day__gt=since, day__lte=until).values_list(
+            "run_id", "gpu_seconds", "cost_usd"
+        )
+    )
+    runs = {
+        run_id: (billed, exact)
+        for run_id, billed, exact in RunAnalysis.objects.filter(run_id__in={d[0] for d in days}).values_list(
+            "run_id", "result__billed_gpu_seconds", "result__explain__cost_usd__inputs__exact_usd"
+        )
+    }
+    total = 0.0
+    for run_id, gpu_seconds, cost in days:
+        billed, exact = runs.get(run_id, (None, None))
+        if isinstance(billed, (int, float)) and billed > 0 and isinstance(exact, (int, float)):
+            total += float(exact) * float(gpu_seconds) / float(billed)
+        else:
+            total += float(cost)
+    return total
 
 
 def recommendations_with_recurrence(*, run: Run, row: RunAnalysis) -> list[dict[str, Any]]:

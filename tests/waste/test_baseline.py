@@ -321,7 +321,9 @@ def test_a_slower_loader_is_priced_at_the_projects_monthly_volume(owner: Tenant,
 def _volume(view: dict[str, Any]) -> Any:
     from phantomhub.waste.baseline import Volume
 
-    return Volume(view["volume"]["project_gpu_hours_30d"], view["volume"]["project_usd_30d"])
+    vol = view["volume"]
+    exact = vol["project_gpu_hours_30d"] * vol["usd_per_gpu_hour_30d"]  # the rate is from unrounded dollars
+    return Volume(vol["project_gpu_hours_30d"], vol["project_usd_30d"], exact)
 
 
 def test_the_run_page_api_carries_the_comparison(owner: Tenant, price_36: None) -> None:

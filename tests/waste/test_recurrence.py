@@ -151,3 +151,19 @@ def test_a_run_under_a_cent_says_so_rather_than_nothing_spent(owner: Tenant, pri
     texts = [e["observation"] for e in rec["evidence"]]
     assert not any("Nothing spent" in t for t in texts)
     assert "data stall, cost: under a cent" in texts
+
+
+def test_the_project_rate_of_short_runs_is_the_price_not_their_rounded_cents(owner: Tenant, db: None) -> None:
+    from phantomhub.waste.baseline import project_volume
+
+    PriceEntry.objects.all().delete()
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("4.80"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
+    now = timezone.now()
+    # Six CI runs of 8 billed seconds: $0.010667 each, rounded to $0.01; over their hours the
+    # rounded cents read $4.50/GPU-h, the unrounded dollars the $4.80 price.
+    ids = [starved_run(owner, now - timedelta(hours=h), n=7) for h in range(6, 0, -1)]
+    row = RunAnalysis.objects.select_related("run").get(run_id=ids[-1])
+    volume = project_volume(run=row.run, row=row)
+    assert volume.project_usd_30d == pytest.approx(0.06)
+    assert volume.project_usd_30d / volume.project_gpu_hours_30d == pytest.approx(4.50)
+    assert volume.usd_per_gpu_hour_30d == pytest.approx(4.80)
