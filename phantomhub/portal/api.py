@@ -158,7 +158,7 @@ class RunListCsvApi(APIView):
     def get(self, request: Request) -> StreamingHttpResponse:
         filters = _run_filters(request)
         rows = selectors.runs_all(principal=request.user, filters=filters, sort=request.query_params.get("sort"))
-        return _csv_response(exports.runs_csv(rows), "phantomhub-runs.csv")
+        return _csv_response(exports.runs_csv(rows, span=selectors.billed_span(filters)), "phantomhub-runs.csv")
 
 
 def _is_date(text: str) -> bool:
@@ -210,13 +210,22 @@ class RunPageApi(APIView):
         return Response(body | {"series": analysis_series(run=run, row=row) if row is not None else None})
 
 
+BOARD_PAGE = [
+    OpenApiParameter("page", int, description="page number, from 1"),
+    OpenApiParameter("page_size", int, description="rows per page, 1 to 1000 (default 100)"),
+]
+
+
 class LeaderboardApi(APIView):
-    @extend_schema(parameters=[PERIOD, SORT], responses=OBJ, summary="Teams, projects or runs ranked over a period")
+    @extend_schema(parameters=[PERIOD, SORT, *BOARD_PAGE], responses=OBJ, summary="Teams, projects or runs ranked over a period")
     def get(self, request: Request, kind: str) -> Response:
         period = period_parse(request.query_params.get("period"))
-        return Response(
-            selectors.leaderboard(principal=request.user, kind=kind, period=period, sort=request.query_params.get("sort"))
+        params = request.query_params
+        page, page_size = query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 100, 1, 1000)
+        board = selectors.leaderboard(
+            principal=request.user, kind=kind, period=period, sort=params.get("sort"), limit=page_size, page=page
         )
+        return Response(board)
 
 
 class LeaderboardCsvApi(APIView):

@@ -16,20 +16,35 @@ from phantomhub.waste.model import CATEGORIES
 
 RUN_COLUMNS = ["id", "name", "team", "project", "status", "gpu_model", "gpu_count", "started_at", "ended_at",
                "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "tags"]  # fmt: skip
+# After the columns older readers know: the list's billed days and each run's figures within them
+# (empty without `from`/`to`); `cost_usd` stays the whole run's.
+RUN_PERIOD_COLUMNS = ["period_start", "period_end", "period_gpu_hours", "period_cost_usd", "period_waste_usd",
+                      "period_recoverable_usd"]  # fmt: skip
 FIGURES = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu"]
 
 
-def runs_csv(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
-    def line(row: dict[str, Any]) -> list[Any]:
-        return [";".join(row["tags"]) if key == "tags" else row[key] for key in RUN_COLUMNS]
+def _cents(value: float | None) -> Decimal | None:
+    return None if value is None else _places(value, 2)
 
-    return csv_lines(RUN_COLUMNS, (line(row) for row in rows))
+
+def runs_csv(rows: Iterable[dict[str, Any]], *, span: tuple[str | None, str | None] | None = None) -> Iterator[str]:
+    """Every run of the list, one line each (no total line: each line is a run)."""
+    start, end = span or (None, None)
+
+    def line(row: dict[str, Any]) -> list[Any]:
+        head = [";".join(row["tags"]) if key == "tags" else row[key] for key in RUN_COLUMNS]
+        hours = row.get("period_gpu_hours")
+        money = [_cents(row.get(key)) for key in ("period_cost_usd", "period_waste_usd", "period_recoverable_usd")]
+        return [*head, start, end, None if hours is None else _places(hours, 3), *money]
+
+    return csv_lines([*RUN_COLUMNS, *RUN_PERIOD_COLUMNS], (line(row) for row in rows))
 
 
 def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
     names = {"teams": ["team"], "projects": ["project", "team"], "runs": ["run_id", "run", "team", "project"]}[kind]
     compare = ["previous_cost_usd", "change_cost_usd", "previous_recoverable_usd", "change_recoverable_usd"]
-    fleet = [] if kind == "runs" else ["fleet_uninstrumented_usd", "fleet_idle_held_usd"]  # node collectors' time
+    # Teams and projects: node collectors' time; runs: the whole run's cost beside the period's.
+    fleet = ["whole_cost_usd"] if kind == "runs" else ["fleet_uninstrumented_usd", "fleet_idle_held_usd"]
     header = ["period_start", "period_end", *names, *FIGURES, *compare, *fleet]
     period = board["period"]
 
@@ -42,7 +57,10 @@ def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
             who = [row["key"], row["name"], row["team"], row["project"]]
         prev, change = row["previous"] or {}, row["change"] or {}
         compared = [prev.get("cost_usd"), change.get("cost_usd"), prev.get("recoverable_usd"), change.get("recoverable_usd")]
-        extra = [row["fleet"]["uninstrumented_usd"], row["fleet"]["idle_held_usd"]] if fleet else []
+        if kind == "runs":
+            extra = [row["whole_cost_usd"]]
+        else:
+            extra = [row["fleet"]["uninstrumented_usd"], row["fleet"]["idle_held_usd"]]
         return [period["start"], period["end"], *who, *(row[k] for k in FIGURES), *compared, *extra]
 
     return csv_lines(header, [line(row) for row in board["rows"]])

@@ -4,6 +4,7 @@ is stored."""
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
 
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
@@ -46,17 +47,23 @@ def visible_for(principal: Any) -> Visible:
 
 
 SORTS = {"recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"}
+# The runs list's figures within its billed days (`from`/`to`), summed from the run-days finance
+# sums: sortable only when the list has such a period.
+PERIOD_SORTS = {"period_cost_usd", "period_recoverable_usd", "period_waste_usd", "period_gpu_hours"}
 
 
 def _money(value: Decimal | float | None) -> float:
     return round(float(value or 0), 2)
 
 
-def sort_parse(text: str | None, default: str = "-recoverable_usd") -> tuple[str, bool]:
+def sort_parse(text: str | None, default: str = "-recoverable_usd", *, period: bool = False) -> tuple[str, bool]:
     text = text or default
     field = text.lstrip("-")
-    if field not in SORTS:
-        raise invalid("sort", f"must be one of {', '.join(sorted(SORTS))}, optionally prefixed with '-'")
+    allowed = SORTS | PERIOD_SORTS if period else SORTS
+    if field not in allowed:
+        if field in PERIOD_SORTS:
+            raise invalid("sort", f"{field} sorts a list with billed days (from/to) only")
+        raise invalid("sort", f"must be one of {', '.join(sorted(allowed))}, optionally prefixed with '-'")
     return field, text.startswith("-")
 
 
@@ -97,6 +104,9 @@ def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
         "waste_share": round(analysis.waste_share, 4) if analysis else None,
         "mfu": analysis.mfu if analysis else None,
         "analysed": bool(analysis and analysis.analysed_at),
+        # The whole run's cost under a name of its own, beside `period_cost_usd` where a list has
+        # billed days (runs_list): `cost_usd` stays the whole run's for older clients.
+        "whole_cost_usd": _money(analysis.cost_usd) if analysis else None,
     }
 
 
@@ -118,6 +128,59 @@ def _billed_between(start: str | None, end: str | None) -> Q:
         days = days.filter(day__lte=end)
         unpriced &= Q(allocation_start__date__lte=end)
     return Q(Exists(days)) | unpriced
+
+
+# A run's figures within the list's billed days: the run-days' sums (the rows finance and the
+# leaderboards sum), by the names the runs list answers them under.
+PERIOD_COLUMNS = {
+    "period_gpu_hours": "gpu_seconds",
+    "period_cost_usd": "cost_usd",
+    "period_waste_usd": "waste_usd",
+    "period_recoverable_usd": "recoverable_usd",
+}
+Span = tuple[str | None, str | None]
+
+
+def billed_span(filters: dict[str, str]) -> Span | None:
+    """The list's billed days (`from`, `to`; either open), or None when it has none."""
+    start, end = filters.get("from") or None, filters.get("to") or None
+    return (start, end) if start or end else None
+
+
+def _days_within(days: QuerySet[RunDay], span: Span) -> QuerySet[RunDay]:
+    start, end = span
+    if start:
+        days = days.filter(day__gte=start)
+    if end:
+        days = days.filter(day__lte=end)
+    return days
+
+
+def _period_figures(sums_row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "period_gpu_hours": round((sums_row.get("period_gpu_hours") or 0) / 3600, 3),
+        "period_cost_usd": _money(sums_row.get("period_cost_usd")),
+        "period_waste_usd": _money(sums_row.get("period_waste_usd")),
+        "period_recoverable_usd": _money(sums_row.get("period_recoverable_usd")),
+    }
+
+
+def _with_period(rows: list[dict[str, Any]], span: Span | None) -> list[dict[str, Any]]:
+    """The rows with each run's figures within `span` (one grouped statement for all of them). A
+    run not analysed yet has none (null); without a span every period figure is null."""
+    if span is None:
+        return [row | dict.fromkeys(PERIOD_COLUMNS) for row in rows]
+    ids = [uuid.UUID(row["id"]) for row in rows]
+    days = _days_within(RunDay.objects.filter(run_id__in=ids), span).values("run_id")
+    summed: Any = days.annotate(**{name: Sum(column) for name, column in PERIOD_COLUMNS.items()})
+    by_run = {str(row["run_id"]): _period_figures(row) for row in summed}
+    empty = dict.fromkeys(PERIOD_COLUMNS)
+    return [row | by_run.get(row["id"], _period_figures({}) if row["analysed"] else empty) for row in rows]
+
+
+def _period_sort_key(column: str, span: Span) -> Subquery:
+    days = _days_within(RunDay.objects.filter(run=OuterRef("pk")), span)
+    return Subquery(days.values("run").annotate(summed=Sum(column)).values("summed")[:1])
 
 
 def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) -> QuerySet[Run]:
@@ -146,25 +209,83 @@ def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) ->
         runs = runs.filter(_billed_between(filters.get("from"), filters.get("to")))
     if filters.get("q"):
         runs = runs.filter(name__icontains=filters["q"])
-    field, desc = sort_parse(sort)
-    key = F("allocation_start") if field == "started_at" else F(f"analysis__{field}")
+    span = billed_span(filters)
+    field, desc = sort_parse(sort, period=span is not None)
+    if field in PERIOD_SORTS:
+        assert span is not None
+        runs = runs.annotate(period_key=_period_sort_key(PERIOD_COLUMNS[field], span))
+        key = F("period_key")
+    else:
+        key = F("allocation_start") if field == "started_at" else F(f"analysis__{field}")
     return runs.order_by(key.desc(nulls_last=True) if desc else key.asc(nulls_last=True), "-allocation_start", "id")
 
 
+def _runs_totals(runs: QuerySet[Run], count: int, span: Span | None) -> dict[str, Any]:
+    """The totals row of the whole filtered list (every page): the whole runs' figures, and their
+    figures within the billed days, summed in the database from the same rows the list shows."""
+    ids = runs.order_by().values("pk")
+    whole = RunAnalysis.objects.filter(run__in=ids).aggregate(
+        gpu_hours=Sum("gpu_hours"), cost=Sum("cost_usd"), waste=Sum("waste_usd"), recoverable=Sum("recoverable_usd")
+    )
+    cost, waste = float(whole["cost"] or 0), float(whole["waste"] or 0)
+    totals: dict[str, Any] = {
+        "runs": count,
+        "gpu_hours": round(whole["gpu_hours"] or 0, 3),
+        "cost_usd": _money(cost),
+        "whole_cost_usd": _money(cost),
+        "waste_usd": _money(waste),
+        "recoverable_usd": _money(whole["recoverable"]),
+        "waste_share": round(waste / cost, 4) if cost else None,
+    }
+    if span is None:
+        return totals | dict.fromkeys(PERIOD_COLUMNS) | {"period_waste_share": None}
+    summed = _days_within(RunDay.objects.filter(run__in=ids), span).aggregate(
+        **{name: Sum(column) for name, column in PERIOD_COLUMNS.items()}
+    )
+    figures = _period_figures(summed)
+    in_cost = figures["period_cost_usd"]
+    share = round(float(summed["period_waste_usd"] or 0) / float(summed["period_cost_usd"]), 4) if in_cost else None
+    return totals | figures | {"period_waste_share": share}
+
+
 def runs_list(*, principal: Any, filters: dict[str, str], sort: str | None, page: int, page_size: int) -> dict[str, Any]:
+    """A page of the filtered list, its count, and the totals of every matching run. With billed
+    days (`from`/`to`) each row and the totals also carry the figures within those days."""
     runs = _runs_filtered(principal, filters, sort)
+    span = billed_span(filters)
     count = runs.count()
     offset = (page - 1) * page_size
     rows = [run_row(run, getattr(run, "analysis", None)) for run in runs[offset : offset + page_size]]
     pages = max(1, -(-count // page_size))
-    return {"count": count, "page": page, "page_size": page_size, "pages": pages, "results": rows}
+    return {
+        "count": count,
+        "page": page,
+        "page_size": page_size,
+        "pages": pages,
+        "period": {"start": span[0], "end": span[1]} if span else None,
+        "totals": _runs_totals(runs, count, span),
+        "results": _with_period(rows, span),
+    }
 
 
 def runs_all(*, principal: Any, filters: dict[str, str], sort: str | None, chunk: int = 500) -> Iterator[dict[str, Any]]:
-    """Every row of the filtered list (for CSV export), read in chunks. The filters and the sort are
-    checked now, not when the first row is read: by then a streamed answer has begun (a 500)."""
+    """Every row of the filtered list (for CSV export), read in chunks, each chunk's figures within
+    the billed days in one statement. The filters and the sort are checked now, not when the first
+    row is read: by then a streamed answer has begun (a 500)."""
     runs = _runs_filtered(principal, filters, sort)
-    return (run_row(run, getattr(run, "analysis", None)) for run in runs.iterator(chunk_size=chunk))
+    span = billed_span(filters)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        batch: list[dict[str, Any]] = []
+        for run in runs.iterator(chunk_size=chunk):
+            batch.append(run_row(run, getattr(run, "analysis", None)))
+            if len(batch) == chunk:
+                yield from _with_period(batch, span)
+                batch = []
+        if batch:
+            yield from _with_period(batch, span)
+
+    return rows()
 
 
 # -- rollup aggregates -----------------------------------------------------------------------
@@ -272,8 +393,12 @@ def _change(row: dict[str, Any], prev: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, limit: int | None = 100) -> dict[str, Any]:
-    """Teams, projects or runs over the period, sorted; `limit` None gives every row (CSV)."""
+def leaderboard(
+    *, principal: Any, kind: str, period: Period, sort: str | None, limit: int | None = 100, page: int = 1
+) -> dict[str, Any]:
+    """Teams, projects or runs over the period, sorted, `limit` rows a page (None: every row, as
+    the CSV has them). `count` says how many rows the whole board has and `totals` what they add
+    up to, so a page never passes for the whole board."""
     if kind not in ("teams", "projects", "runs"):
         raise ApiError("not_found", f"no leaderboard {kind!r} (teams, projects, runs)", status_code=404)
     field, desc = sort_parse(sort)
@@ -282,7 +407,7 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
     visible = visible_for(principal)
     previous = period.previous()
     if kind == "runs":
-        order = (field, desc, limit) if limit is not None else None
+        order = (field, desc, page * limit) if limit is not None else None
         now = _runs_grouped(visible, period, order)
     else:
         now, before, first = _groups_with_previous(kind, visible, period)
@@ -291,7 +416,11 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
         starts = dict(Run.objects.filter(pk__in=now).values_list("id", "allocation_start"))
         for row in rows:
             row["started_at"] = starts[row["id"]].isoformat()
-    rows = _sorted(rows, field, desc)[:limit]
+    rows = _sorted(rows, field, desc)
+    totals = _board_totals(visible, period)
+    count = totals["runs"] if kind == "runs" else len(rows)
+    if limit is not None:
+        rows = rows[(page - 1) * limit : page * limit]
     ids = {row["id"] for row in rows}
     if kind == "runs":
         before, first = _runs_previous(visible, previous, ids)
@@ -305,7 +434,28 @@ def leaderboard(*, principal: Any, kind: str, period: Period, sort: str | None, 
         out.append({**names[group_id], **row, "data_from": _iso(data_from), "previous": prev, "change": change})
     if kind != "runs":
         _fleet_columns(kind, period, rows=out, ids=[row["key"] for row in out])
-    return {"period": period.as_dict(), "previous": previous.as_dict(), "rows": out}
+    else:
+        for row in out:
+            row["period_cost_usd"] = row["cost_usd"]  # a run's figures here are its period's
+    size = limit or max(count, 1)
+    return {
+        "period": period.as_dict(),
+        "previous": previous.as_dict(),
+        "count": count,
+        "page": page,
+        "page_size": size,
+        "pages": max(1, -(-count // size)),
+        "totals": totals,
+        "rows": out,
+    }
+
+
+def _board_totals(visible: Visible, period: Period) -> dict[str, Any]:
+    """Every row of a board over the period added up, in one statement over the run-days (what the
+    daily rollups finance reads add up, to the cent), with the distinct runs billed in the period."""
+    in_period = sums.Scope(visible.project_ids, since=period.start, until=period.end)
+    (row,) = sums.day_sums(model=RunDay, scope=in_period, group=None, windows={"": None}, runs=True)
+    return figures_from_sums(sums.unprefixed(row, ""), row["runs"] or 0)
 
 
 def _fleet_columns(kind: str, period: Period, *, rows: list[dict[str, Any]], ids: list[str]) -> None:
@@ -342,12 +492,15 @@ def _names(kind: str, ids: set[Any]) -> dict[Any, dict[str, Any]]:
     rows = Run.objects.filter(pk__in=ids).values_list(
         "id", "name", "status", "gpu_model", "gpu_count", "allocation_start",
         "project__slug", "project__display_name", "project__team__slug", "project__team__display_name",
+        "analysis__cost_usd",
     )  # fmt: skip
+    # `whole_cost_usd`: the whole run's cost, beside the period's figures a board row carries.
     return {
         pk: {"key": str(pk), "name": name or str(pk)[:8], "team": team, "team_name": team_label or team,
              "project": project, "project_name": project_label or project, "status": status,
-             "gpu_model": gpu_model, "gpu_count": gpu_count, "started_at": started.isoformat()}
-        for pk, name, status, gpu_model, gpu_count, started, project, project_label, team, team_label in rows
+             "gpu_model": gpu_model, "gpu_count": gpu_count, "started_at": started.isoformat(),
+             "whole_cost_usd": _money(whole) if whole is not None else None}
+        for pk, name, status, gpu_model, gpu_count, started, project, project_label, team, team_label, whole in rows
     }  # fmt: skip
 
 
@@ -480,7 +633,7 @@ def scope_summary(*, principal: Any, period: Period, team: Team | None = None, p
         "by_day": figures["by_day"],
         "by_category": figures["by_category"],
         "projects": sorted(({**names[pid], **fig} for pid, fig in per_project.items()), key=lambda r: -r["recoverable_usd"]),
-        "top_runs": [{**run_names[rid], **fig} for rid, fig in top],
+        "top_runs": [{**run_names[rid], **fig, "period_cost_usd": fig["cost_usd"]} for rid, fig in top],
     }
 
 

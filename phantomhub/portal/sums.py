@@ -148,11 +148,13 @@ def day_sums(
     windows: dict[str, Period | None],
     first: bool = False,
     order: tuple[str, bool, int] | None = None,
+    runs: bool = False,
 ) -> list[dict[str, Any]]:
     """Per `group` (or one row for all): for each window, its prefix + each SUMMED name, and
     prefix + "rows", the rows it summed (0: none; the sums are then None). With `first`, the
     group's first day in the scope ("first"). `order` (a RUN_ORDER field, descending, limit)
-    sorts the groups by it, missing values last, then by the group, and keeps the first `limit`."""
+    sorts the groups by it, missing values last, then by the group, and keeps the first `limit`.
+    With `runs` (run-days only), prefix + "runs": the distinct runs summed, in the same statement."""
     parts: list[str] = []
     params: list[Any] = []
     if first:
@@ -164,6 +166,10 @@ def day_sums(
             params += cond_params
         parts.append(f"COUNT(CASE WHEN {cond} THEN 1 END) AS {prefix}rows")
         params += cond_params
+        if runs:
+            assert model is RunDay, "distinct runs are counted over run-days"
+            parts.append(f"COUNT(DISTINCT CASE WHEN {cond} THEN {_column(model, 'run')} END) AS {prefix}runs")
+            params += cond_params
     order_sql, limit = "", 0
     if order is not None:
         field, desc, limit = order
