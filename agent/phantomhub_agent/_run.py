@@ -22,6 +22,7 @@ from typing import Any, Callable, TypeVar
 from . import _hotpath as hp
 from ._batcher import encode_json
 from ._config import DTYPES, PRICING_TIERS, Settings, settings_from
+from ._gpus import rank_gpus
 from ._identity import Identity, detect_identity, resolve_run_id, run_id_scope
 from ._log import AgentError, OnceLogger, logger
 from ._registry import RunRecord
@@ -220,6 +221,7 @@ class Run:
             if gpu_devices is not None
             else ([self._device_index] if self._cuda and self._device_index is not None else [])
         )
+        self._gpu_devices = devices
         self._worker = Worker(
             settings,
             WorkerContext(
@@ -390,6 +392,11 @@ class Run:
                 env.update(self._torch.environment())
         if self._device_index is not None:
             env["device_index"] = self._device_index
+        if self._gpu_devices:
+            with contextlib.suppress(Exception):  # the GPUs this rank holds, for the fleet (_gpus.py)
+                gpus = rank_gpus(self._gpu_devices)
+                if gpus:
+                    env["gpus"] = gpus
         driver = _nvidia_driver()
         if driver:
             env["driver"] = driver

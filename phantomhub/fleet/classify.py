@@ -1,6 +1,7 @@
 """Which class a GPU sample falls in, and who holds it (pure: no Django).
 
-Rules (the node collector's contract): a `run` owner among the GPU's processes makes it
+Rules (the node collector's contract): a `run` owner among the GPU's processes, or else a
+registered run the server matched to the GPU by host and GPU UUID or index, makes it
 instrumented (the run's own analysis prices that time, the fleet never prices it again); else a
 process present or memory held above the driver's baseline is busy when utilization is at least
 BUSY_UTIL_PCT and idle-held below it; else the GPU is empty. A GPU computing with no process
@@ -30,11 +31,16 @@ def gpu_classify(
     mem_used_bytes: int | None,
     processes: Sequence[tuple[int | None, str | None, int | None]],
     sm_active: float | None = None,
+    run_holder: int | None = None,
 ) -> tuple[int, int | None]:
-    """(class, holder owner id) of one GPU sample. `processes`: (owner id, owner kind, memory bytes)."""
+    """(class, holder owner id) of one GPU sample. `processes`: (owner id, owner kind, memory bytes);
+    `run_holder`: the owner of a registered run the server matched to this GPU by host and GPU
+    (phantomhub/fleet/runs.py), for sources that list no pids."""
     runs = [p for p in processes if p[1] == "run"]
     if runs:
         return INSTRUMENTED, max(runs, key=lambda p: p[2] or 0)[0]
+    if run_holder is not None:
+        return INSTRUMENTED, run_holder
     held = bool(processes) or (mem_used_bytes or 0) > MEM_BASELINE_BYTES
     activity = util_pct if sm_active is None else sm_active
     threshold = BUSY_UTIL_PCT if sm_active is None else BUSY_SM_ACTIVE

@@ -3,7 +3,8 @@
 Ingest, in order: the node row is locked; the request is checked against what this node may do
 (samples within the replay window of its newest, owners within their bounds); its spec (GPU
 model, provider, region) is appended to the node's history when its new samples report another;
-samples are stored, each classified once (phantomhub/fleet/classify.py), and the node-days to
+samples are matched to the registered runs holding their GPUs (phantomhub/fleet/runs.py), stored,
+each classified once (phantomhub/fleet/classify.py), and the node-days to
 re-derive are marked. It never prices anything (phantomhub/fleet/derive.py does, off the request
 path). A refusal raises inside the transaction, so nothing of a refused request is written.
 """
@@ -41,6 +42,7 @@ from phantomhub.fleet.models import (
     Owner,
     ProcessSample,
 )
+from phantomhub.fleet.runs import gpu_runs, run_owners
 from phantomhub.fleet.trust import hostname_allowed, hostnames_clean
 from phantomhub.fleet.wire import NodeBatch
 from phantomhub.jobs import job_start
@@ -233,7 +235,9 @@ def _process_rows(node: Node, batch: NodeBatch, owners: list[Owner]) -> list[Pro
     ]
 
 
-def _gpu_rows(node: Node, batch: NodeBatch, procs: list[ProcessSample], owners: dict[int, Owner]) -> list[GpuSample]:
+def _gpu_rows(
+    node: Node, batch: NodeBatch, procs: list[ProcessSample], owners: dict[int, Owner], runs: dict[tuple[int, int], int]
+) -> list[GpuSample]:
     held: dict[tuple[int, int], list[tuple[int | None, str | None, int | None]]] = defaultdict(list)
     for ps in procs:
         kind = owners[ps.owner_id].kind if ps.owner_id is not None else None
@@ -247,6 +251,7 @@ def _gpu_rows(node: Node, batch: NodeBatch, procs: list[ProcessSample], owners: 
             mem_used_bytes=g["mem_used_bytes"][i],
             processes=held.get(key, []),
             sm_active=g["sm_active"][i],
+            run_holder=runs.get(key),
         )
         rows.append(
             GpuSample(
@@ -325,7 +330,8 @@ def node_samples_ingest(*, batch: NodeBatch, token: Any = None) -> NodeIngestRes
     _node_update(node, batch, now)
     by_id = {o.pk: o for o in owners}
     procs = _process_rows(node, batch, owners)
-    gpus = _gpu_rows(node, batch, procs, by_id)
+    runs = run_owners(node=node, runs=gpu_runs(hostname=node.hostname, gpus=batch.gpus))  # fleet/runs.py
+    gpus = _gpu_rows(node, batch, procs, by_id, runs)
     new_procs = _new_only(ProcessSample, node, procs, ("gpu_index", "t_ns", "pid"))
     new_gpus = _new_only(GpuSample, node, gpus, ("gpu_index", "t_ns"))
     ProcessSample.objects.bulk_create(new_procs, ignore_conflicts=True, batch_size=5000)

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
@@ -25,6 +25,7 @@ from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry import selectors, services
 from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
 from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS, columns_rows
+from phantomhub.telemetry.gpus import rank_gpus_parse, rank_gpus_store
 from phantomhub.telemetry.models import EventKind, PricingTier, Run, RunStatus
 
 MAX_EVENTS = 1000
@@ -334,7 +335,11 @@ class RunCreateApi(IngestApiView):
                     fields={field: f"token is for {actual!r}"},
                     status_code=403,
                 )
-        run, created = services.run_create_or_resume(project=project, run_id=data.pop("id"), data=data)
+        gpus = rank_gpus_parse(data.get("environment"))  # this rank's GPUs, for the fleet (gpus.py)
+        with transaction.atomic():
+            run, created = services.run_create_or_resume(project=project, run_id=data.pop("id"), data=data)
+            if gpus is not None:
+                rank_gpus_store(run=run, gpus=gpus)
         return Response(RunOutputSerializer(run).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 

@@ -108,6 +108,29 @@ class RunRank(models.Model):
         return f"{self.run_id} rank {self.rank}"
 
 
+class RunGpu(models.Model):
+    """A GPU one rank of a run holds, as its agent reported at registration (`environment.gpus`):
+    the node collector's samples of that GPU are the run's (phantomhub/fleet/runs.py), however
+    the node reads it. `host` is the rank's host name, lower-cased and cut at the first dot, so a
+    short and a full name match; `gpu_index` is the physical (NVML) index, null when unknown."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="gpus")
+    rank = models.IntegerField()
+    host = models.CharField(max_length=255, blank=True)
+    gpu_index = models.IntegerField(null=True, blank=True)
+    gpu_uuid = models.CharField(max_length=96, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["gpu_uuid"], name="rungpu_uuid"),
+            models.Index(fields=["host", "gpu_index"], name="rungpu_host_index"),
+        ]
+        constraints = [models.UniqueConstraint(fields=["run", "rank", "gpu_index", "gpu_uuid"], name="rungpu_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} rank {self.rank} GPU {self.gpu_uuid or self.gpu_index} on {self.host}"
+
+
 class _Chunk(models.Model):
     """One rank's batch of raw rows, packed (storage.py): the key range it covers, its row count
     and every row as a fixed-width record. On PostgreSQL the table is partitioned by week on a
