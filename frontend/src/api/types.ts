@@ -46,6 +46,30 @@ export interface RunRow {
   waste_share: number | null;
   mfu: number | null;
   analysed: boolean;
+  /** The whole run's cost (the same as `cost_usd` in the runs list). */
+  whole_cost_usd?: number | null;
+  /** With billed days (`from`/`to`): the run's figures on those days, from the run-days finance
+   * sums; null without them, or before the run is analysed. */
+  period_cost_usd?: number | null;
+  period_gpu_hours?: number | null;
+  period_waste_usd?: number | null;
+  period_recoverable_usd?: number | null;
+}
+
+/** The runs list's totals over every matching run (all pages), whole and within the billed days. */
+export interface RunTotals {
+  runs: number;
+  gpu_hours: number;
+  cost_usd: number;
+  whole_cost_usd: number;
+  waste_usd: number;
+  recoverable_usd: number;
+  waste_share: number | null;
+  period_gpu_hours: number | null;
+  period_cost_usd: number | null;
+  period_waste_usd: number | null;
+  period_recoverable_usd: number | null;
+  period_waste_share: number | null;
 }
 
 /**
@@ -61,6 +85,9 @@ export interface Page<T> {
   /** Pages the count fills (at least 1). */
   pages?: number;
   results: T[];
+  /** The runs list: its billed days (null without `from`/`to`) and totals over every page. */
+  period?: { start: string | null; end: string | null } | null;
+  totals?: RunTotals;
 }
 
 export interface Explained {
@@ -356,6 +383,9 @@ export interface LeaderboardRow extends Figures {
   change: { cost_usd: number | null; recoverable_usd: number | null; waste_share: number | null; mfu: number | null } | null;
   /** Teams and projects: GPU time no run measured, from the node collectors (never in the run figures). */
   fleet?: { uninstrumented_usd: number; idle_held_usd: number };
+  /** Runs: the period's cost (as `cost_usd`) and the whole run's beside it. */
+  period_cost_usd?: number;
+  whole_cost_usd?: number | null;
 }
 
 export interface PeriodInfo {
@@ -368,6 +398,12 @@ export interface Leaderboard {
   period: PeriodInfo;
   previous: PeriodInfo;
   rows: LeaderboardRow[];
+  /** Rows of the whole board (every page), the page shown, and what every row adds up to. */
+  count?: number;
+  page?: number;
+  page_size?: number;
+  pages?: number;
+  totals?: Figures;
 }
 
 export interface DayFigures {

@@ -13,6 +13,8 @@ export interface Column<T> {
   className?: string;
   /** "low": a detail column that gives way first on narrow screens (money columns never do). */
   priority?: "low";
+  /** This column's cell in the totals row (a row under the others, drawn when any column has one). */
+  footer?: ReactNode;
 }
 
 interface Props<T> {
@@ -160,14 +162,28 @@ export function DataTable<T>({ caption, columns, rows, rowKey, sort, onSort, onO
                 data-row-key={rowKey(row)}
               >
                 {columns.map((col) => (
-                  <td key={col.key} className={cls(col)}>
+                  <td key={col.key} className={cls(col)} data-col={col.key}>
                     {col.render(row)}
                   </td>
                 ))}
               </tr>
             ))}
           </tbody>
-          {footer && <tfoot>{footer}</tfoot>}
+          {footer ? (
+            <tfoot>{footer}</tfoot>
+          ) : (
+            columns.some((col) => col.footer !== undefined) && (
+              <tfoot>
+                <tr className="total-row" data-testid={testId ? `${testId}-totals` : undefined}>
+                  {columns.map((col) => (
+                    <td key={col.key} className={cls(col)} data-col={col.key}>
+                      {col.footer}
+                    </td>
+                  ))}
+                </tr>
+              </tfoot>
+            )
+          )}
         </table>
     </ScrollBox>
   );

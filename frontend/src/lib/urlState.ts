@@ -8,6 +8,12 @@ export type RunStatus = (typeof RUN_STATUSES)[number];
 /** Sort keys the runs API and the leaderboards API accept (prefix "-" for descending). */
 export const SERVER_SORT_KEYS = ["recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"] as const;
 export const DEFAULT_SORT = "-recoverable_usd";
+/** The runs list's figures within its billed days (`from`/`to`): it sorts by them only then. */
+export const PERIOD_SORT_KEYS = ["period_cost_usd", "period_recoverable_usd", "period_waste_usd", "period_gpu_hours"] as const;
+
+export function isPeriodSort(sort: string): boolean {
+  return (PERIOD_SORT_KEYS as readonly string[]).includes(parseSort(sort).key);
+}
 
 export interface RunsQuery {
   q: string;
@@ -61,7 +67,9 @@ export function parseRunsQuery(params: URLSearchParams): RunsQuery {
   const status = get("status");
   const from = get("from");
   const to = get("to");
-  const sort = get("sort");
+  let sort = get("sort");
+  // A period figure sorts a list with billed days; without them the whole run's figure does.
+  if (isPeriodSort(sort) && !isDay(from) && !isDay(to)) sort = sort.replace("period_", "");
   const page = Number.parseInt(get("page"), 10);
   return {
     q: get("q"),
@@ -72,7 +80,7 @@ export function parseRunsQuery(params: URLSearchParams): RunsQuery {
     tag: get("tag"),
     from: isDay(from) ? from : "",
     to: isDay(to) ? to : "",
-    sort: sort && isServerSort(sort) ? sort : DEFAULT_SORT,
+    sort: sort && (isServerSort(sort) || isPeriodSort(sort)) ? sort : DEFAULT_SORT,
     page: Number.isFinite(page) && page >= 1 ? page : 1,
   };
 }

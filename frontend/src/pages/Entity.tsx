@@ -96,7 +96,7 @@ export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: str
                 )
               }
             >
-              {d.top_runs.length > 0 ? <RunTable rows={d.top_runs} caption="Top runs" showTeam={kind === "team"} testId="top-runs" /> : <Empty title="No runs in this period" />}
+              {d.top_runs.length > 0 ? <RunTable rows={d.top_runs} caption="Top runs" showTeam={kind === "team"} testId="top-runs" period /> : <Empty title="No runs in this period" />}
             </Card>
           </>
         )}

@@ -1,9 +1,9 @@
-import { useMemo, useState } from "react";
+import { useMemo, type ReactNode } from "react";
 import { Link, useNavigate, useSearchParams } from "react-router";
 
 import { apiUrl } from "../api/client";
 import { useApi } from "../api/hooks";
-import type { Leaderboard, LeaderboardRow } from "../api/types";
+import type { Figures, Leaderboard, LeaderboardRow } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
 import { gpuLabel } from "../components/RunTable";
@@ -14,7 +14,9 @@ import { usePeriodLink } from "../lib/links";
 import { DEFAULT_PERIOD, DEFAULT_SORT, isServerSort, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
 
 export const KINDS = ["teams", "projects", "runs"] as const;
-const PAGE_ROWS = 100;
+/** Rows a page of a board; "Show all" asks for up to ALL_ROWS at once (more stays paged). */
+export const PAGE_ROWS = 100;
+export const ALL_ROWS = 1000;
 export type Kind = (typeof KINDS)[number];
 
 export function entityPath(kind: Kind, key: string): string {
@@ -35,7 +37,25 @@ export function leaderboardValue(row: LeaderboardRow, key: string): unknown {
   return (row as unknown as Record<string, unknown>)[key];
 }
 
-function columns(kind: Kind, link: (path: string) => string): Column<LeaderboardRow>[] {
+/** The totals row: what every row of the board adds up to (every page), as finance totals it. */
+function footers(kind: Kind, totals: Figures | undefined, count: number | undefined): Record<string, ReactNode> {
+  if (!totals) return {};
+  const rows = count ?? 0;
+  const noun = kind === "teams" ? "team" : kind === "projects" ? "project" : "run";
+  return {
+    name: <span data-testid="leaderboard-total-label">Total · {formatNumber(rows)} {noun}{rows === 1 ? "" : "s"}</span>,
+    cost_usd: formatUsd(totals.cost_usd),
+    recoverable_usd: <strong className="money-accent">{formatUsd(totals.recoverable_usd)}</strong>,
+    waste_usd: formatUsd(totals.waste_usd),
+    waste_share: <span className="muted small">{formatPct(totals.waste_share)}</span>,
+    mfu: formatPct(totals.mfu),
+    runs: formatNumber(totals.runs),
+    gpu_hours: formatGpuHours(totals.gpu_hours),
+  };
+}
+
+function columns(kind: Kind, link: (path: string) => string, board?: Leaderboard): Column<LeaderboardRow>[] {
+  const foot = footers(kind, board?.totals, board?.count);
   const cols: (Column<LeaderboardRow> | false)[] = [
     {
       key: "name",
@@ -49,7 +69,10 @@ function columns(kind: Kind, link: (path: string) => string): Column<Leaderboard
         </div>
       ),
     },
-    { key: "cost_usd", header: "Spend", align: "right", render: (r) => formatUsd(r.cost_usd) },
+    kind === "runs"
+      ? { key: "cost_usd", header: "In period", title: "spend in the period (the days finance counts)", align: "right", render: (r) => formatUsd(r.cost_usd) }
+      : { key: "cost_usd", header: "Spend", align: "right", render: (r) => formatUsd(r.cost_usd) },
+    kind === "runs" && { key: "whole_cost_usd", header: "Whole run", title: "the whole run's cost, on every day it was billed", align: "right", render: (r) => <span className="muted">{formatUsd(r.whole_cost_usd)}</span> },
     { key: "recoverable_usd", header: "Recoverable", align: "right", render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
     kind !== "runs" && { key: "change.cost_usd", header: "Δ spend", title: "change in spend", align: "right", render: (r) => <Change value={r.change?.cost_usd} kind="usd" goodWhen="down" title={r.change ? undefined : noPreviousReason(r.data_from)} /> },
     kind !== "runs" && { key: "change.recoverable_usd", header: "Δ recoverable", title: "change in recoverable spend", align: "right", render: (r) => <Change value={r.change?.recoverable_usd} kind="usd" goodWhen="down" title={r.change ? undefined : noPreviousReason(r.data_from)} /> },
@@ -63,7 +86,9 @@ function columns(kind: Kind, link: (path: string) => string): Column<Leaderboard
     kind !== "runs" && { key: "fleet.uninstrumented_usd", header: "Fleet: uninstrumented", title: "busy GPU time no run measured", align: "right", render: (r) => formatUsd(r.fleet?.uninstrumented_usd ?? 0) },
     kind !== "runs" && { key: "fleet.idle_held_usd", header: "Fleet: idle-held", title: "GPUs held without computing", align: "right", render: (r) => formatUsd(r.fleet?.idle_held_usd ?? 0) },
   ];
-  return cols.filter((c): c is Column<LeaderboardRow> => !!c).map((c) => ({ ...c, sortable: SORTABLE.includes(c.key) }));
+  return cols
+    .filter((c): c is Column<LeaderboardRow> => !!c)
+    .map((c) => ({ ...c, sortable: SORTABLE.includes(c.key), footer: board?.totals ? (foot[c.key] ?? null) : undefined }));
 }
 
 export function LeaderboardsPage() {
@@ -77,13 +102,21 @@ export function LeaderboardsPage() {
   const sort = SORTABLE.includes(sortParam.replace(/^-/, "")) ? sortParam : DEFAULT_SORT;
 
   const apiSort = isServerSort(sort) ? sort : DEFAULT_SORT;
-  const state = useApi<Leaderboard>(`leaderboards/${kind}?period=${encodeURIComponent(period)}&sort=${encodeURIComponent(apiSort)}`);
+  // Paged by the server: `?page=`, or every row (up to ALL_ROWS) with `?all=1`.
+  const showAll = params.get("all") === "1";
+  const pageParam = Number.parseInt(params.get("page") ?? "", 10);
+  const page = !showAll && Number.isFinite(pageParam) && pageParam > 1 ? pageParam : 1;
+  const size = showAll ? ALL_ROWS : PAGE_ROWS;
+  const state = useApi<Leaderboard>(`leaderboards/${kind}?period=${encodeURIComponent(period)}&sort=${encodeURIComponent(apiSort)}&page=${page}&page_size=${size}`);
   const rows = useMemo(() => (state.data ? sortRows(state.data.rows, sort, leaderboardValue) : []), [state.data, sort]);
-  const [showAll, setShowAll] = useState(false);
-  const shown = showAll ? rows : rows.slice(0, PAGE_ROWS);
+  const count = state.data?.count ?? rows.length;
+  const pages = state.data?.pages ?? 1;
+  const first = state.data ? ((state.data.page ?? 1) - 1) * (state.data.page_size ?? size) + 1 : 0;
+  const last = first + rows.length - 1;
 
   const update = (patch: Record<string, string>) => {
     const next = new URLSearchParams(params);
+    if (!("page" in patch)) next.delete("page");
     for (const [k, v] of Object.entries(patch)) {
       const isDefault = (k === "kind" && v === "teams") || (k === "period" && v === DEFAULT_PERIOD) || (k === "sort" && v === DEFAULT_SORT);
       if (isDefault || !v) next.delete(k);
@@ -119,7 +152,9 @@ export function LeaderboardsPage() {
         }
         actions={
           <span className="card-links">
-            <span className="muted small">{state.data ? `${state.data.rows.length} ${kind}` : ""}</span>
+            <span className="muted small" data-testid="leaderboard-count">
+              {state.data ? (rows.length < count ? `${formatNumber(rows.length)} of ${formatNumber(count)} ${kind}` : `${formatNumber(count)} ${kind}`) : ""}
+            </span>
             <a className="btn btn-small" href={apiUrl(`leaderboards/${kind}.csv?period=${encodeURIComponent(period)}&sort=${encodeURIComponent(apiSort)}`)} download data-testid="leaderboard-csv">
               Download CSV
             </a>
@@ -132,22 +167,42 @@ export function LeaderboardsPage() {
             <DataTable
               caption={`${kind} leaderboard`}
               testId={`leaderboard-${kind}`}
-              columns={columns(kind, link)}
-              rows={shown}
+              columns={columns(kind, link, state.data)}
+              rows={rows}
               rowKey={(r) => r.key}
               sort={sort}
               onSort={(key) => update({ sort: toggleSort(sort, key) })}
               onOpen={(r) => navigate(link(entityPath(kind, r.key)))}
             />
-            {rows.length > shown.length && (
-              <div className="pager">
-                <span className="muted">
-                  Top {shown.length} of {rows.length}
+            {(rows.length < count || showAll) && (
+              <nav className="pager" aria-label="Pages" data-testid="leaderboard-pager">
+                <span className="muted" data-testid="leaderboard-shown">
+                  {formatNumber(first)}–{formatNumber(last)} of {formatNumber(count)}
                 </span>
-                <button type="button" className="btn btn-small" onClick={() => setShowAll(true)}>
-                  Show all {rows.length}
-                </button>
-              </div>
+                {!showAll && (
+                  <>
+                    <button type="button" className="btn btn-small" disabled={page <= 1} onClick={() => update({ page: String(page - 1) })}>
+                      Previous
+                    </button>
+                    <span className="muted">
+                      Page {formatNumber(page)} of {formatNumber(pages)}
+                    </span>
+                    <button type="button" className="btn btn-small" disabled={page >= pages} onClick={() => update({ page: String(page + 1) })}>
+                      Next
+                    </button>
+                  </>
+                )}
+                {!showAll && count <= ALL_ROWS && (
+                  <button type="button" className="btn btn-small" onClick={() => update({ all: "1" })} data-testid="leaderboard-show-all">
+                    Show all {formatNumber(count)}
+                  </button>
+                )}
+                {showAll && (
+                  <button type="button" className="btn btn-small" onClick={() => update({ all: "" })}>
+                    Show {PAGE_ROWS} a page
+                  </button>
+                )}
+              </nav>
             )}
             </>
           )}

@@ -9,7 +9,7 @@ import { RunTable } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
 import { Card, PageHeader } from "../components/ui";
 import { COMPARE_MAX, COMPARE_MIN, comparePath } from "./Compare";
-import { formatNumber } from "../lib/format";
+import { formatDate, formatNumber } from "../lib/format";
 import { usePeriodLink } from "../lib/links";
 import { useCommittedText } from "../lib/useDebounced";
 import {
@@ -188,9 +188,24 @@ export function RunsPage() {
         >
           {(d) => (
             <div className={state.loading ? "is-refreshing" : undefined}>
-              <RunTable rows={d.results} sort={query.sort} onSort={(key) => set({ sort: toggleSort(query.sort, key) })} caption="Runs" testId="runs-table" selected={picked} onToggle={togglePicked} />
+              {d.period && (
+                <p className="muted small period-note" data-testid="runs-period-note">
+                  Billed {d.period.start ? formatDate(d.period.start) : "any day"} – {d.period.end ? formatDate(d.period.end) : "today"}: <strong>In period</strong> is each run&apos;s cost on those days, as finance counts it; <strong>Whole run</strong> is its cost on every day it was billed. The total row adds up every matching run, on every page.
+                </p>
+              )}
+              <RunTable
+                rows={d.results}
+                sort={query.sort}
+                onSort={(key) => set({ sort: toggleSort(query.sort, key) })}
+                caption="Runs"
+                testId="runs-table"
+                selected={picked}
+                onToggle={togglePicked}
+                period={!!d.period}
+                totals={d.totals}
+              />
               <nav className="pager" aria-label="Pages">
-                <span className="muted">
+                <span className="muted" data-testid="runs-shown">
                   {formatNumber(first)}–{formatNumber(last)} of {formatNumber(d.count)}
                 </span>
                 <button type="button" className="btn btn-small" disabled={d.page <= 1} onClick={() => set({ page: d.page - 1 })}>
