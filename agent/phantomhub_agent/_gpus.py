@@ -47,12 +47,15 @@ def _torch_uuid(index: int) -> str | None:
         return None
 
 
-def _nvml() -> Any:
+def _nvml(module: Any = None) -> Any:
+    """NVML initialised (``pynvml``, or the module given), or None where it cannot be."""
     try:
-        import pynvml
+        if module is None:
+            import pynvml
 
-        pynvml.nvmlInit()
-        return pynvml
+            module = pynvml
+        module.nvmlInit()
+        return module
     except Exception:
         return None
 
@@ -89,17 +92,17 @@ def rank_gpus(logical: Sequence[int], visible: str | None = None, *, nvml: Any =
     if len(physical) != len(logical):  # a logical index past CUDA_VISIBLE_DEVICES: unknown
         return []
     out: list[dict[str, Any]] = []
-    handle, opened = nvml, False
+    handle, opened = None, False
     for idx, phys in zip(logical, physical):
         uuid = _torch_uuid(idx)
         need_nvml = uuid is None or not isinstance(phys, int)
-        if need_nvml and handle is None and not opened:
-            handle, opened = _nvml(), True
+        if need_nvml and not opened:
+            handle, opened = _nvml(nvml), True
         index, nvml_uuid = _from_nvml(handle if need_nvml else None, phys)
         uuid = uuid or nvml_uuid
         if index is not None or uuid is not None:
             out.append({"index": index, "uuid": uuid})
-    if opened and handle is not None:
+    if handle is not None:
         with contextlib.suppress(Exception):
-            handle.nvmlShutdown()
+            handle.nvmlShutdown()  # NVML counts its inits: the sampler's own stays open
     return out
