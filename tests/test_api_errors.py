@@ -4,6 +4,8 @@ objects, query parameters the schema did not name) and a 500 on bad input."""
 
 from __future__ import annotations
 
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Profile
+from phantomhub.waste.models import ProjectDay
 from tests.conftest import Tenant
 
 pytestmark = [pytest.mark.django_db]
@@ -69,7 +72,9 @@ def test_rate_limited_operations_document_429(schema: dict[str, Any]) -> None:
         assert "429" in schema["paths"][path][method]["responses"], (method, path)
 
 
-def test_closing_a_closed_month_is_a_documented_409(admin: APIClient, schema: dict[str, Any]) -> None:
+def test_closing_a_closed_month_is_a_documented_409(admin: APIClient, schema: dict[str, Any], owner: Tenant) -> None:
+    project = owner.project  # a month with spend (one without cannot be closed)
+    ProjectDay.objects.create(day=date(2026, 9, 15), project=project, team=project.team, cost_usd=Decimal("1.00"))
     assert admin.post("/api/v1/portal/finance/2026-09/close").status_code == 200
     again = admin.post("/api/v1/portal/finance/2026-09/close")
     assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"

@@ -27,7 +27,7 @@ from phantomhub.accounts.services import personal_token_create, project_token_cr
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.portal import exports, finance, run_page, selectors, services
 from phantomhub.portal.models import ClosedMonth
-from phantomhub.portal.periods import month_period, period_parse
+from phantomhub.portal.periods import Period, month_period, period_parse
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
@@ -225,7 +225,7 @@ class LeaderboardApi(APIView):
         board = selectors.leaderboard(
             principal=request.user, kind=kind, period=period, sort=params.get("sort"), limit=page_size, page=page
         )
-        return Response(board)
+        return Response(board | {"closed_month": _closed_note(request, period)})
 
 
 class LeaderboardCsvApi(APIView):
@@ -238,10 +238,23 @@ class LeaderboardCsvApi(APIView):
         return _csv_response(exports.leaderboard_csv(kind, board), f"phantomhub-{kind}-{period.label}.csv")
 
 
+def _closed_note(
+    request: Request, period: Period, *, team_id: int | None = None, project_id: int | None = None
+) -> dict[str, Any] | None:
+    """For a period that is a closed month: its frozen figures are what the page shows; this says
+    so, and what the live figures say now and why (portal/finance.py)."""
+    closed = finance.month_closed(period)
+    if closed is None:
+        return None
+    return finance.closed_note(closed=closed, principal=request.user, team_id=team_id, project_id=project_id)
+
+
 class OverviewApi(APIView):
     @extend_schema(parameters=[PERIOD], responses=OBJ, summary="Organization overview for a period")
     def get(self, request: Request) -> Response:
-        return Response(selectors.overview(principal=request.user, period=period_parse(request.query_params.get("period"))))
+        period = period_parse(request.query_params.get("period"))
+        body = selectors.overview(principal=request.user, period=period)
+        return Response(body | {"closed_month": _closed_note(request, period)})
 
 
 class TeamListApi(APIView):
@@ -293,7 +306,9 @@ class TeamPageApi(APIView):
         team = _team_visible(request, slug)
         period = period_parse(request.query_params.get("period"))
         summary = selectors.scope_summary(principal=request.user, period=period, team=team)
-        return Response({"team": {"slug": team.slug, "name": team.label, "display_name": team.display_name}, **summary})
+        closed = _closed_note(request, period, team_id=team.pk)
+        return Response({"team": {"slug": team.slug, "name": team.label, "display_name": team.display_name}, **summary,
+                         "closed_month": closed})  # fmt: skip
 
     @extend_schema(request=DisplayNameInput, responses=OBJ, summary="Set the team's display name (blank: its slug)")
     def patch(self, request: Request, slug: str) -> Response:
@@ -313,7 +328,7 @@ class ProjectPageApi(APIView):
         summary = selectors.scope_summary(principal=request.user, period=period, project=project)
         body = {"slug": project.slug, "name": project.label, "display_name": project.display_name,
                 "team": project.team.slug, "team_name": project.team.label, "target_mfu": project.target_mfu}  # fmt: skip
-        return Response({"project": body, **summary})
+        return Response({"project": body, **summary, "closed_month": _closed_note(request, period, project_id=project.pk)})
 
     @extend_schema(request=DisplayNameInput, responses=OBJ, summary="Set the project's display name (blank: its slug)")
     def patch(self, request: Request, slug: str) -> Response:
@@ -330,10 +345,21 @@ def _finance_view(request: Request, month: str) -> dict[str, Any]:
     closed = ClosedMonth.objects.filter(month=period.start).select_related("closed_by").first()
     review = closed.snapshot if closed else finance.finance_review(period=period)
     review = finance.finance_rows_visible(review, request.user, period)
+    # A closed month's frozen figures, and beside them what the live figures say now and why.
+    adjustment = None
+    if closed is not None:
+        adjustment = finance.finance_adjustment(closed=closed, review=review, principal=request.user, period=period)
+    history = finance.month_history(period.start)
+    if not _finance_or_admin(request.user):  # the whole organization's totals are finance's
+        history = [{**entry, "totals": None} for entry in history]
     return review | {
         "closed": closed is not None,
         "closed_at": closed.closed_at.isoformat() if closed else None,
         "closed_by": closed.closed_by.get_username() if closed and closed.closed_by else None,
+        "model_version": closed.model_version if closed else None,
+        "adjustment": adjustment,
+        "history": history,
+        "closable": finance.month_closable(period),
     }
 
 
@@ -358,7 +384,9 @@ def _finance_or_admin(user: Any) -> bool:
 
 
 class FinanceCloseApi(APIView):
-    @extend_schema(request=None, responses={200: OBJ, 409: ErrorSerializer}, summary="Close a month (finance or admin)")
+    @extend_schema(
+        request=None, responses={200: OBJ, 400: ErrorSerializer, 409: ErrorSerializer}, summary="Close a month (finance or admin)"
+    )
     def post(self, request: Request, month: str) -> Response:
         if not _finance_or_admin(request.user):
             raise ApiError("forbidden", "closing a month needs finance or an organization admin", status_code=403)
@@ -367,11 +395,20 @@ class FinanceCloseApi(APIView):
 
 
 class FinanceReopenApi(APIView):
-    @extend_schema(request=None, responses={200: OBJ, 409: ErrorSerializer}, summary="Reopen a closed month (admin)")
+    class ReopenInput(serializers.Serializer[Any]):
+        reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    @extend_schema(
+        request=ReopenInput,
+        responses={200: OBJ, 400: ErrorSerializer, 409: ErrorSerializer},
+        summary="Reopen a closed month (admin), saying why",
+    )
     def post(self, request: Request, month: str) -> Response:
         if isinstance(request.user, ProjectPrincipal) or not is_org_admin(request.user):
             raise ApiError("forbidden", "reopening a month needs an organization admin", status_code=403)
-        services.month_reopen(month=month_period(month).start)
+        data = self.ReopenInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.month_reopen(month=month_period(month).start, actor=request.user, reason=data.validated_data["reason"])
         return Response(_finance_view(request, month))
 
 

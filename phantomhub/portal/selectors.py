@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
@@ -19,6 +19,7 @@ from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError, invalid
 from phantomhub.portal import sums
+from phantomhub.portal.models import ProjectDayRead, RunDayRead
 from phantomhub.portal.periods import Period
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.model import CATEGORIES
@@ -32,11 +33,13 @@ class Visible:
 
     project_ids: tuple[int, ...]
 
+    # The rollups as pages read them: a closed month's days from its frozen copy, other days live
+    # (portal.models RunDayRead, ProjectDayRead: the same columns, so typed as the rollups).
     def run_days(self) -> QuerySet[RunDay]:
-        return RunDay.objects.filter(project_id__in=self.project_ids)
+        return cast("QuerySet[RunDay]", RunDayRead.objects.filter(project_id__in=self.project_ids))
 
     def project_days(self) -> QuerySet[ProjectDay]:
-        return ProjectDay.objects.filter(project_id__in=self.project_ids)
+        return cast("QuerySet[ProjectDay]", ProjectDayRead.objects.filter(project_id__in=self.project_ids))
 
 
 def visible_for(principal: Any) -> Visible:

@@ -10,28 +10,82 @@ from django.db import IntegrityError, transaction
 
 from phantomhub.accounts.models import Membership, Project, Role, Team
 from phantomhub.accounts.permissions import is_org_admin
-from phantomhub.errors import ApiError
-from phantomhub.portal.finance import finance_review
-from phantomhub.portal.models import ClosedMonth
+from phantomhub.errors import ApiError, invalid
+from phantomhub.portal.finance import finance_review, month_close_refusal
+from phantomhub.portal.models import ClosedMonth, ClosedProjectDay, ClosedRunDay, MonthAction, MonthLog
 from phantomhub.portal.periods import Period
+from phantomhub.waste.inputs import MODEL_VERSION
 from phantomhub.waste.model import CATEGORIES, recoverability_check
-from phantomhub.waste.models import OrgSettings
+from phantomhub.waste.models import OrgSettings, ProjectDay, RunDay
 from phantomhub.waste.services import analyses_invalidate
 
 
 def month_close(*, period: Period, actor: Any) -> ClosedMonth:
-    """Freeze the month's review as it stands: late telemetry no longer moves its figures."""
-    review = finance_review(period=period)
+    """Freeze the month: its run-days and project-days, with the prices and the waste model that
+    computed them, are copied aside, and every page reading the month reads the copy. Late
+    telemetry, price, policy and model changes move the live rollups only. The current month (its
+    runs still live) and a month without spend cannot be closed."""
+    refusal = month_close_refusal(period)
+    if refusal is not None:
+        raise ApiError("invalid", refusal, fields={"month": refusal})
+    in_month = {"day__gte": period.start, "day__lte": period.end}
     try:
         with transaction.atomic():
-            return ClosedMonth.objects.create(month=period.start, closed_by=actor, snapshot=review)
+            if ClosedMonth.objects.select_for_update().filter(month=period.start).exists():
+                raise IntegrityError
+            closed = ClosedMonth.objects.create(
+                month=period.start, last_day=period.end, closed_by=actor if getattr(actor, "pk", None) else None,
+                snapshot={}, model_version=MODEL_VERSION,
+            )  # fmt: skip
+            _freeze_days(closed, in_month)
+            # The review from the copy just made, so the two agree whatever analysis commits meanwhile.
+            closed.snapshot = finance_review(period=period, live=False)
+            closed.save(update_fields=["snapshot"])
+            MonthLog.objects.create(month=period.start, action=MonthAction.CLOSE, actor=closed.closed_by,
+                                    totals=closed.snapshot["totals"])  # fmt: skip
+            return closed
     except IntegrityError:
         raise ApiError("conflict", f"{period.label} is already closed", status_code=409) from None
 
 
-def month_reopen(*, month: date) -> None:
-    if not ClosedMonth.objects.filter(month=month).delete()[0]:
-        raise ApiError("conflict", "that month is not closed", status_code=409)
+_FIGURES = ("day", "project_id", "team_id", "gpu_seconds", "cost_usd", "categories_usd", "waste_usd", "recoverable_usd",
+            "mfu_gpu_seconds", "mfu_known_gpu_seconds")  # fmt: skip
+
+
+def _freeze_days(closed: ClosedMonth, in_month: dict[str, Any]) -> None:
+    ClosedRunDay.objects.bulk_create(
+        (
+            ClosedRunDay(
+                month=closed,
+                run_id=d.run_id,
+                gpu_key=d.gpu_key,
+                price_entry_ids=d.price_entry_ids,
+                **{k: getattr(d, k) for k in _FIGURES},
+            )
+            for d in RunDay.objects.filter(**in_month).iterator(chunk_size=2000)
+        ),
+        batch_size=2000,
+    )
+    ClosedProjectDay.objects.bulk_create(
+        (ClosedProjectDay(month=closed, runs=d.runs, **{k: getattr(d, k) for k in _FIGURES})
+         for d in ProjectDay.objects.filter(**in_month).iterator(chunk_size=2000)),
+        batch_size=2000,
+    )  # fmt: skip
+
+
+def month_reopen(*, month: date, actor: Any, reason: str) -> None:
+    """Reopen a closed month: its frozen copy goes, its pages follow the live rollups again. Who,
+    when, why and the totals it was closed with stay in the month's log."""
+    reason = reason.strip()
+    with transaction.atomic():
+        closed = ClosedMonth.objects.select_for_update().filter(month=month).first()
+        if closed is None:
+            raise ApiError("conflict", "that month is not closed", status_code=409)
+        if not reason:
+            raise invalid("reason", "say why the month is reopened (it is recorded with your name)")
+        MonthLog.objects.create(month=month, action=MonthAction.REOPEN, actor=actor if getattr(actor, "pk", None) else None,
+                                reason=reason[:500], totals=closed.snapshot.get("totals", {}))  # fmt: skip
+        closed.delete()
 
 
 def org_settings_update(*, changes: dict[str, Any]) -> OrgSettings:

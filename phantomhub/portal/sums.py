@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
+from phantomhub.portal.models import ProjectDayRead, RunDayRead
 from phantomhub.portal.periods import Period
 from phantomhub.waste.models import ProjectDay, RunDay
 
@@ -54,6 +55,11 @@ class Scope:
     since: date | None = None
     until: date | None = None
     run_ids: tuple[uuid.UUID, ...] | None = None  # run-days only: of these runs
+
+
+def _read_model(model: type[Model]) -> type[Model]:
+    """The rollups as pages read them (portal.models): a closed month's days frozen, others live."""
+    return {RunDay: RunDayRead, ProjectDay: ProjectDayRead}.get(model, model)
 
 
 def _column(model: type[Model], name: str) -> str:
@@ -122,7 +128,7 @@ def _select(
     model: type[Model], group: str | None, parts: list[str], params: list[Any], scope: Scope, order: str = "", limit: int = 0
 ) -> list[dict[str, Any]]:
     where, where_params = _where(model, scope)
-    table = connection.ops.quote_name(model._meta.db_table)
+    table = connection.ops.quote_name(_read_model(model)._meta.db_table)
     head = [f"{_column(model, GROUPS[group])} AS {group}"] if group else []
     sql = f"SELECT {', '.join(head + parts)} FROM {table} WHERE {where}"
     if group:

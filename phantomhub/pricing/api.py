@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -18,6 +18,7 @@ from phantomhub.errors import ApiError
 from phantomhub.pricing import services
 from phantomhub.pricing.catalog import gpu_catalog
 from phantomhub.pricing.models import PriceAudit, PriceEntry
+from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.models import PricingTier
 
 
@@ -46,6 +47,35 @@ def _price_error(exc: services.PriceError) -> ApiError:
     return ApiError("invalid", str(exc), fields={exc.field: exc.message})
 
 
+CONFIRM_CLOSED = OpenApiParameter(
+    "confirm_closed",
+    bool,
+    description="1: go ahead although the change reaches into a closed finance month (otherwise 409 naming them)",
+)
+
+
+def _confirmed(request: Request) -> bool:
+    """`?confirm_closed=1` or a body field `confirm_closed: true`."""
+    flag = request.query_params.get("confirm_closed")
+    if flag is None and isinstance(request.data, dict):
+        flag = request.data.get("confirm_closed")
+    return str(flag).strip().lower() in ("1", "true", "yes")
+
+
+def _closed_reached(request: Request, months: list[str]) -> None:
+    """Refuse a change that reprices a closed month unless confirmed: the month keeps its closed
+    figures either way, and its pages show the live difference as an adjustment."""
+    if months and not _confirmed(request):
+        named = ", ".join(months)
+        raise ApiError(
+            "closed_month",
+            f"this change reprices closed month{'s' if len(months) > 1 else ''} {named}: their closed figures stay, and "
+            "finance shows the difference as an adjustment. Send confirm_closed=1 to go ahead",
+            fields={"confirm_closed": f"required: reaches closed {named}"},
+            status_code=status.HTTP_409_CONFLICT,
+        )
+
+
 class GpuListApi(APIView):
     @extend_schema(responses=inline_serializer("Gpu", {"key": serializers.CharField()}, many=True))
     def get(self, request: Request) -> Response:
@@ -72,10 +102,14 @@ class PriceListApi(APIView):
     def get(self, request: Request) -> Response:
         return Response(PriceSerializer(PriceEntry.objects.all(), many=True).data)
 
-    @extend_schema(request=PriceInputSerializer, responses={201: PriceSerializer})
+    @extend_schema(
+        request=PriceInputSerializer, parameters=[CONFIRM_CLOSED], responses={201: PriceSerializer, 409: ErrorSerializer}
+    )
     def post(self, request: Request) -> Response:
         serializer = PriceInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        key = {k: serializer.validated_data.get(k) for k in ("gpu", "provider", "region", "tier", "effective_from")}
+        _closed_reached(request, services.price_set_reach(**key))
         try:
             entry = services.price_set(**serializer.validated_data, actor=request.user, actor_label="api")
         except services.PriceError as exc:
@@ -104,7 +138,7 @@ class PriceDetailApi(APIView):
     def get(self, request: Request, price_id: int) -> Response:
         return Response(PriceSerializer(self._entry(price_id)).data)
 
-    @extend_schema(request=PatchSerializer, responses=PriceSerializer)
+    @extend_schema(request=PatchSerializer, parameters=[CONFIRM_CLOSED], responses={200: PriceSerializer, 409: ErrorSerializer})
     def patch(self, request: Request, price_id: int) -> Response:
         entry = self._entry(price_id)
         serializer = self.PatchSerializer(data=request.data)
@@ -116,15 +150,18 @@ class PriceDetailApi(APIView):
                 "effective_to: must be after effective_from",
                 fields={"effective_to": "must be after effective_from"},
             )
+        _closed_reached(request, services.price_update_reach(entry=entry, changes=serializer.validated_data))
         try:
             entry = services.price_update(entry=entry, changes=serializer.validated_data, actor=request.user, actor_label="api")
         except services.PriceError as exc:
             raise _price_error(exc) from None
         return Response(PriceSerializer(entry).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(parameters=[CONFIRM_CLOSED], responses={204: None, 409: ErrorSerializer})
     def delete(self, request: Request, price_id: int) -> Response:
-        services.price_delete(entry=self._entry(price_id), actor=request.user, actor_label="api")
+        entry = self._entry(price_id)
+        _closed_reached(request, services.price_delete_reach(entry=entry))
+        services.price_delete(entry=entry, actor=request.user, actor_label="api")
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -10,6 +10,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import DataError, IntegrityError, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -62,6 +63,50 @@ def _audit(entry: PriceEntry, action: str, before: dict[str, Any] | None, actor:
         before=before,
         after=_snapshot(entry) if action != "delete" else None,
     )
+
+
+# Asked before a change to the price book: which closed periods (finance's closed months) does
+# this span of time reach? Each listener answers a list of labels ("2026-11"). Pricing never
+# imports the readers of its prices; they listen (portal/apps.py).
+price_span_closed = Signal()
+
+
+def closed_periods_reached(*, start: datetime, end: datetime | None) -> list[str]:
+    """The closed periods that [start, end) (end None: open) overlaps, sorted."""
+    labels: set[str] = set()
+    for _receiver, answer in price_span_closed.send(sender=PriceEntry, start=start, end=end):
+        labels.update(answer or ())
+    return sorted(labels)
+
+
+def price_set_reach(
+    *, gpu: str, provider: str = "", region: str = "", tier: str = PricingTier.ON_DEMAND, effective_from: datetime | None = None
+) -> list[str]:
+    """The closed periods a price_set would reprice: from its start to the next price of the key."""
+    if effective_from is None:  # in force from now: nothing closed lies ahead
+        return []
+    spec = gpu_resolve(gpu)
+    key = {"gpu": spec.key if spec else gpu.strip(), "provider": provider, "region": region, "tier": tier}
+    following = PriceEntry.objects.filter(**key, effective_from__gt=effective_from).order_by("effective_from").first()
+    return closed_periods_reached(start=effective_from, end=following.effective_from if following else None)
+
+
+def price_update_reach(*, entry: PriceEntry, changes: dict[str, Any]) -> list[str]:
+    """The closed periods an update would reprice: the entry's span for a new price; the time
+    gained or lost for a new end. A note or the example flag prices nothing."""
+    if "usd_per_gpu_hour" in changes and Decimal(changes["usd_per_gpu_hour"]) != entry.usd_per_gpu_hour:
+        return closed_periods_reached(start=entry.effective_from, end=entry.effective_to)
+    if "effective_to" in changes and changes["effective_to"] != entry.effective_to:
+        ends = [changes["effective_to"], entry.effective_to]
+        if None in ends:
+            start = next(e for e in ends if e is not None)
+            return closed_periods_reached(start=start, end=None)
+        return closed_periods_reached(start=min(ends), end=max(ends))
+    return []
+
+
+def price_delete_reach(*, entry: PriceEntry) -> list[str]:
+    return closed_periods_reached(start=entry.effective_from, end=entry.effective_to)
 
 
 class PriceError(ValueError):

@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.errors import ApiError
+from phantomhub.portal import finance
 from phantomhub.portal.footing import largest_remainder
 from phantomhub.portal.periods import period_parse
 from phantomhub.pricing.models import PriceEntry
@@ -193,7 +194,8 @@ def test_every_day_of_a_period_is_in_its_daily_figures(fleet: dict[str, Any]) ->
 
 @pytest.mark.django_db
 @pytest.mark.backends
-def test_finance_foots_to_the_cent_and_members_see_only_their_prices(fleet: dict[str, Any]) -> None:
+def test_finance_foots_to_the_cent_and_members_see_only_their_prices(fleet: dict[str, Any], monkeypatch: Any) -> None:
+    monkeypatch.setattr(finance, "today_utc", lambda: timezone.now().date() + timedelta(days=40))  # the month has ended
     month = f"{fleet['midnight'] - timedelta(days=2):%Y-%m}"
     review = _client(fleet["users"]["fin"]).get(f"/api/v1/portal/finance/{month}").json()
     totals, rows = review["totals"], review["rows"]

@@ -15,6 +15,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Role
+from phantomhub.portal import finance
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.waste import services
@@ -148,8 +149,9 @@ def test_runs_filter_sort_and_page(org: dict[str, Any]) -> None:
         assert response.status_code == 400 and field in response.json()["error"]["fields"]
 
 
-def test_finance_review_csv_totals_match_and_a_closed_month_stays_put(org: dict[str, Any]) -> None:
+def test_finance_review_csv_totals_match_and_a_closed_month_stays_put(org: dict[str, Any], monkeypatch: Any) -> None:
     fin, root, member = (_client(org["users"][n]) for n in ("fin", "root", "member"))
+    monkeypatch.setattr(finance, "today_utc", lambda: timezone.now().date() + timedelta(days=40))  # the month has ended
     month = org["month"]
     review = fin.get(f"/api/v1/portal/finance/{month}").json()
     assert review["closed"] is False and {r["team"] for r in review["rows"]} == {"nlp", "vision"}
@@ -170,7 +172,7 @@ def test_finance_review_csv_totals_match_and_a_closed_month_stays_put(org: dict[
     frozen = fin.get(f"/api/v1/portal/finance/{month}").json()
     assert frozen["totals"] == review["totals"] and frozen["closed_by"] == "fin"
     assert fin.post(f"/api/v1/portal/finance/{month}/reopen").status_code == 403
-    reopened = root.post(f"/api/v1/portal/finance/{month}/reopen").json()
+    reopened = root.post(f"/api/v1/portal/finance/{month}/reopen", {"reason": "late run"}, format="json").json()
     assert reopened["closed"] is False and reopened["totals"]["cost_usd"] > review["totals"]["cost_usd"]
 
 
