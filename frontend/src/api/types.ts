@@ -130,6 +130,8 @@ export interface CategoryEvidence {
 export interface CategoryFigure {
   gpu_seconds: number;
   usd: number;
+  /** The category's dollars before rounding to cents (a run under a cent shows its split with them). */
+  usd_exact?: number;
   share: number;
   recoverable_usd: number;
   recoverable_low_usd: number;
@@ -237,6 +239,9 @@ export interface Recommendation {
 
 export interface Recurrence {
   kind: "recurring" | "one_off" | string;
+  /** "as_of_now": the project's 30 days as of reading (a live project); "before_run_end": the 30 days before the run ended. */
+  basis?: "as_of_now" | "before_run_end" | string;
+  as_of?: string;
   project_gpu_hours_30d: number;
   other_runs_30d: number;
   run_gpu_hours: number;
@@ -254,6 +259,10 @@ export interface IdleFigure {
 export interface Analysis {
   run_id: string;
   cost_usd: number;
+  /** The run's dollars before rounding to cents: rates and shares are computed from it. */
+  cost_exact_usd?: number;
+  /** Exact dollars over priced GPU-hours: the price the run paid, whatever its rounding. */
+  usd_per_gpu_hour?: number | null;
   gpu_seconds: number;
   gpu_hours: number;
   unpriced_gpu_seconds: number;

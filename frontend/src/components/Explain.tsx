@@ -2,7 +2,7 @@ import { useEffect, useId, useLayoutEffect, useRef, useState } from "react";
 import { createPortal } from "react-dom";
 
 import type { Explained } from "../api/types";
-import { formatInput, formatWithUnit, humanFormula, inputName } from "../lib/format";
+import { formatExplainValue, formatInput, humanFormula, inputName } from "../lib/format";
 
 export interface ExplainSource {
   formula: string;
@@ -127,7 +127,7 @@ export function Explain({ label, entry, source }: Props) {
           }}
         >
           <div className="explain-title">{label}</div>
-          {info.value !== undefined && <div className="explain-value">{formatWithUnit(info.value, unit)}</div>}
+          {info.value !== undefined && <div className="explain-value">{formatExplainValue(info.value, unit, info.formula)}</div>}
           <div className="explain-label">Formula</div>
           <code className="explain-formula">{humanFormula(info.formula)}</code>
           {inputs.length > 0 && (

@@ -59,10 +59,10 @@ describe("Explain", () => {
     await userEvent.click(button);
     const dialog = screen.getByRole("dialog", { name: "cost: formula and inputs" });
     // In the product's words (× for *, names as the inputs are named), the analysis' own text kept below.
-    expect(within(dialog).getByText("Σ GPUs × seconds × price / 3600")).toBeInTheDocument();
+    expect(within(dialog).getByText("Σ GPUs × seconds × price")).toBeInTheDocument(); // no unit factor (/ 3600)
     expect(within(dialog).getByText(entry.formula)).toBeInTheDocument();
     expect(within(dialog).getByText("$5.29")).toBeInTheDocument();
-    expect(within(dialog).getByText("segment 0").closest("tr")).toHaveTextContent("$6.52 per GPU-hour");
+    expect(within(dialog).getByText("price period 1: price").closest("tr")).toHaveTextContent("$6.52 per GPU-hour");
     expect(within(dialog).getByText("GPUs").closest("tr")).toHaveTextContent("8");
     fireEvent.keyDown(dialog, { key: "Escape" });
     expect(screen.queryByRole("dialog")).not.toBeInTheDocument();

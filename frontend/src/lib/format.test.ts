@@ -17,6 +17,15 @@ import {
   formatEvidenceValue,
   formatUsdRange,
   plainWords,
+  formatShare,
+  formatUsdRate,
+  formatUsdPerGpuHour,
+  usdDigitsFor,
+  formatSeconds,
+  formatInput,
+  formatExplainValue,
+  humanFormula,
+  inputName,
 } from "./format";
 
 describe("money", () => {
@@ -145,7 +154,7 @@ describe("evidence figures", () => {
     expect(formatEvidenceValue(2.1, "ms/step")).toBe("2.10 ms per step");
     expect(formatEvidenceValue(0.38, "MFU")).toBe("38.0% MFU");
     expect(formatEvidenceValue(70, "s")).toBe("1 m 10 s");
-    expect(formatEvidenceValue(4.25, "s")).toBe("4.3 s");
+    expect(formatEvidenceValue(4.25, "s")).toBe("4.25 s"); // as formatSeconds writes it everywhere
     expect(formatEvidenceValue(null, "s")).toBe("–");
   });
 
@@ -159,5 +168,73 @@ describe("evidence figures", () => {
     expect(plainWords("idle: phase:eval")).toBe("idle: phase · eval");
     expect(plainWords("idle: no_steps")).toBe("idle: no steps");
     expect(plainWords("idle: startup")).toBe("idle: start-up");
+  });
+});
+
+describe("one format per quantity, rounded once", () => {
+  it("shows an amount under a cent honestly, never $0.00 for money that was spent", () => {
+    expect(formatUsd(0.0021)).toBe("< $0.01");
+    expect(formatUsd(0.004999)).toBe("< $0.01");
+    expect(formatUsd(0.005)).toBe("$0.01");
+    expect(formatUsd(-0.002)).toBe("> −$0.01");
+    expect(formatUsd(0)).toBe("$0.00");
+    // A run of a fraction of a cent shows its figures to three significant digits.
+    expect(usdDigitsFor(0.0021)).toBe(5);
+    expect(formatUsd(0.0021, { digits: usdDigitsFor(0.0021) })).toBe("$0.00210");
+    expect(usdDigitsFor(0.05)).toBe(4);
+    expect(usdDigitsFor(0.5)).toBe(2);
+    expect(usdDigitsFor(1234)).toBe(2);
+    expect(usdDigitsFor(0)).toBe(2);
+    expect(formatInput(undefined, 0.00042, "USD")).toBe("$0.000420");
+  });
+
+  it("writes a rate from unrounded figures once: the price, never the rounded cost over hours", () => {
+    // $0.04 rounded over 0.0512 GPU-h reads $0.78; the exact $0.041984 over them is the $0.82 price.
+    expect(formatUsdPerGpuHour(0.041984 / 0.0512)).toBe("$0.82 per GPU-hour");
+    expect(formatUsdRate(38.4)).toBe("$38.40");
+    expect(formatUsdRate(7.910012)).toBe("$7.91"); // a computed rate: cents, not "$7.9100"
+    expect(formatUsdRate(0.4321)).toBe("$0.4321"); // a price-book price keeps its four decimals
+    expect(formatUsdRate(0.0123)).toBe("$0.0123");
+    expect(formatUsdRate(null)).toBe("–");
+    expect(formatInput("usd_per_gpu_hour_30d", 4.8000001, "USD/GPU-h")).toBe("$4.80 per GPU-hour");
+    expect(formatInput("segment_0_usd_per_gpu_hour", 7.91)).toBe("$7.91 per GPU-hour");
+  });
+
+  it("gives GPU-hours one precision for a card and the column total beside it", () => {
+    expect(formatGpuHours(0.005)).toBe("0.005 GPU-h");
+    expect(formatGpuHours(0.0049)).toBe("0.005 GPU-h");
+    expect(formatGpuHours(0.0004)).toBe("< 0.001 GPU-h");
+    expect(formatGpuHours(0)).toBe("0.000 GPU-h");
+  });
+
+  it("keeps percentages and percentage points apart, with a real minus and small shares legible", () => {
+    expect(formatShare(0.00043)).toBe("0.043%");
+    expect(formatShare(0.1234)).toBe("12.3%");
+    expect(formatShare(0)).toBe("0.0%");
+    expect(formatPct(-0.052)).toBe("−5.2%");
+    expect(formatPct(-0.00001)).toBe("0.0%");
+    expect(formatPctPoints(-0.052)).toBe("−5.2 pp");
+    expect(formatEvidenceValue(0.00043, "MFU")).toBe("0.043% MFU");
+    // A difference of two shares (a baseline's MFU) reads in points in the popover as in the table.
+    expect(formatExplainValue(-0.052, "ratio", "delta = run_mfu_step_time - baseline_mfu_step_time")).toBe("−5.2 pp");
+    expect(formatExplainValue(0.43, "ratio", "mfu = achieved / peak")).toBe("43.0%");
+  });
+
+  it("writes a duration the same way in a sentence, a card and a popover", () => {
+    expect(formatSeconds(133.5)).toBe(formatDuration(133.5));
+    expect(formatSeconds(133.5)).toBe("2 m 14 s");
+    expect(formatEvidenceValue(133.5, "s")).toBe("2 m 14 s");
+    expect(formatInput("startup_seconds", 133.5)).toBe("2 m 14 s");
+    expect(formatSeconds(12.34)).toBe("12.3 s");
+    expect(formatSeconds(0.25)).toBe("250 ms");
+  });
+
+  it("explains formulas in product words: no unit factors, no segment numbers", () => {
+    const f = humanFormula("round_half_up(Σ_segments gpu_count * seconds_in_segment * usd_per_gpu_hour / 3600, cents)");
+    expect(f).not.toMatch(/10⁹|\/ 3600|segment|round_half_up|_/);
+    expect(f).toContain("rounded to the cent");
+    expect(humanFormula("gpu_count * (end_ns - allocation_start_ns) / 1e9")).toBe("GPUs × (end − allocation start)".replace("−", "-"));
+    expect(inputName("segment_0_seconds")).toBe("price period 1: billed time");
+    expect(inputName("segment_1_usd_per_gpu_hour")).toBe("price period 2: price");
   });
 });

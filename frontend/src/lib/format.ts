@@ -24,12 +24,46 @@ export function isNum(v: unknown): v is number {
   return typeof v === "number" && Number.isFinite(v);
 }
 
-/** $1,234.56; compact gives $1.2K / $3.4M for chart axes and big cards. */
+/**
+ * $1,234.56; compact gives $1.2K / $3.4M for chart axes and big cards. An amount under a cent that
+ * is not zero reads "< $0.01", never a misleading "$0.00" (a run's exact dollars, a rate's share).
+ */
 export function formatUsd(value: number | null | undefined, opts: { compact?: boolean; digits?: number } = {}): string {
   if (!isNum(value)) return DASH;
   const compact = opts.compact ?? false;
+  const digits = opts.digits ?? 2;
+  if (value !== 0 && Math.abs(value) < 0.5 * 10 ** -digits) return value > 0 ? `< ${usdFormatter(digits, false).format(10 ** -digits)}` : `> −${usdFormatter(digits, false).format(10 ** -digits)}`;
   if (compact && Math.abs(value) < 1000) return usdFormatter(value % 1 === 0 ? 0 : 2, false).format(value);
-  return usdFormatter(opts.digits ?? 2, compact).format(value);
+  return usdFormatter(digits, compact).format(value);
+}
+
+/**
+ * Decimals for the dollars of a run (or any group of figures) whose total is `total`: cents from a
+ * dime up; below that enough decimals for three significant digits of the total (at most 6), so a
+ * run of a fraction of a cent shows its split ($0.00210 = $0.00122 + …) instead of $0.00 everywhere.
+ */
+export function usdDigitsFor(total: number | null | undefined): number {
+  if (!isNum(total) || total === 0 || Math.abs(total) >= 0.1) return 2;
+  return Math.min(6, Math.max(2, 2 - Math.floor(Math.log10(Math.abs(total)))));
+}
+
+/**
+ * A rate in dollars per GPU-hour, computed from unrounded figures and rounded once here: $0.82,
+ * $38.40; a price-book price of four decimals keeps them ($0.4321); under a dime, three
+ * significant digits ($0.0123). Never "$7.9100" for a computed $7.91001.
+ */
+export function formatUsdRate(value: number | null | undefined): string {
+  if (!isNum(value)) return DASH;
+  const a = Math.abs(value);
+  if (a > 0 && a < 0.1) return usdFormatter(Math.min(6, 2 - Math.floor(Math.log10(a))), false).format(value);
+  const fourDecimals = Math.abs(value * 1e4 - Math.round(value * 1e4)) < 1e-6;
+  const wholeCents = Math.abs(value * 100 - Math.round(value * 100)) < 1e-6;
+  return usdFormatter(a < 1 && fourDecimals && !wholeCents ? 4 : 2, false).format(value);
+}
+
+/** "$0.82 per GPU-hour" (a rate as every page and popover writes it). */
+export function formatUsdPerGpuHour(value: number | null | undefined): string {
+  return isNum(value) ? `${formatUsdRate(value)} per GPU-hour` : DASH;
 }
 
 /** A unit price as the price book stores it (up to 4 decimals, often a string): $2.50, $0.4321. */
@@ -48,10 +82,23 @@ export function formatUsdChange(value: number | null | undefined): string {
   return sign + formatUsd(Math.abs(value));
 }
 
-/** A fraction 0..1 as a percentage: 0.1234 → "12.3%". */
+/** A fraction 0..1 as a percentage: 0.1234 → "12.3%"; a negative one with a real minus. */
 export function formatPct(fraction: number | null | undefined, digits = 1): string {
   if (!isNum(fraction)) return DASH;
-  return `${(fraction * 100).toFixed(digits)}%`;
+  const text = `${Math.abs(fraction * 100).toFixed(digits)}%`;
+  return fraction < 0 && Number(text.slice(0, -1)) !== 0 ? `−${text}` : text;
+}
+
+/**
+ * A share (a fraction) with a precision that suits its size, the same in a sentence, a card and a
+ * popover: 12.3%, 0.5%, and below a tenth of a percent two significant digits (0.043%), never a
+ * bare "0.0%" for a share that is not zero.
+ */
+export function formatShare(fraction: number | null | undefined): string {
+  if (!isNum(fraction)) return DASH;
+  const pct = Math.abs(fraction * 100);
+  if (pct === 0 || pct >= 0.1) return formatPct(fraction, 1);
+  return formatPct(fraction, Math.min(6, 1 - Math.floor(Math.log10(pct))));
 }
 
 /** A change of a fraction, in percentage points: +2.1 pp. */
@@ -70,9 +117,15 @@ export function formatNumber(value: number | null | undefined, digits = 0): stri
 /** GPU-hours with a precision that suits the size: 0.812 GPU-h, 12.4 GPU-h, 1,204 GPU-h. */
 export function formatGpuHours(hours: number | null | undefined): string {
   if (!isNum(hours)) return DASH;
-  const abs = Math.abs(hours);
-  const digits = abs >= 100 ? 0 : abs >= 10 ? 1 : abs >= 1 ? 2 : 3;
+  const digits = gpuHoursDigits(hours);
+  if (hours !== 0 && Math.abs(hours) < 0.5 * 10 ** -digits) return `< ${formatNumber(10 ** -digits, digits)} GPU-h`;
   return `${formatNumber(hours, digits)} GPU-h`;
+}
+
+/** Decimals of GPU-hours for a figure (or a column) whose size is `hours`: a card and its table agree. */
+export function gpuHoursDigits(hours: number): number {
+  const abs = Math.abs(hours);
+  return abs >= 100 ? 0 : abs >= 10 ? 1 : abs >= 1 ? 2 : 3;
 }
 
 const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -199,9 +252,9 @@ export function formatEvidenceValue(value: number | null | undefined, unit: stri
     case "ms/step":
       return `${formatMs(value)} per step`;
     case "MFU":
-      return `${formatPct(value)} MFU`;
+      return `${formatShare(value)} MFU`;
     case "s":
-      return value < 60 ? `${value < 10 ? value.toFixed(1) : value.toFixed(0)} s` : formatDuration(value);
+      return formatSeconds(value);
     default:
       return `${formatHumanNumber(value)}${unit ? ` ${unit}` : ""}`;
   }
@@ -380,6 +433,8 @@ function words(snake: string): string {
 /** "excess_ns_mean" → "excess time (mean)"; "comm_exposed_rank_ns" → "exposed communication time (all ranks)". */
 export function inputName(name: string): string {
   if (NAMES[name]) return NAMES[name];
+  const segment = /^segment_(\d+)_(seconds|usd_per_gpu_hour)$/.exec(name);
+  if (segment) return `price period ${Number(segment[1]) + 1}: ${segment[2] === "seconds" ? "billed time" : "price"}`;
   if (!/[_.]/.test(name)) return WORDS[name] ?? name;
   let base = name;
   let agg = "";
@@ -414,7 +469,7 @@ export function formatHumanNumber(value: number): string {
   return value.toLocaleString("en-US", { maximumSignificantDigits: 3 });
 }
 
-/** Seconds as "0.42 s", "12.3 s" or "4 m 10 s". */
+/** Seconds as "0.42 s", "12.3 s" or "4 m 10 s" (the server's evidence words write them the same way). */
 export function formatSeconds(seconds: number): string {
   const a = Math.abs(seconds);
   if (a < 1e-3) return `${formatNumber(seconds * 1e6, a < 1e-5 ? 2 : 0)} µs`;
@@ -442,13 +497,13 @@ export function formatInput(name: string | undefined, value: unknown, unitGiven?
   const unit = unitGiven || (name ? unitOf(name) : "");
   switch (unit) {
     case "USD":
-      return Math.abs(value) > 0 && Math.abs(value) < 0.01 ? formatUsd(value, { digits: 4 }) : formatUsd(value);
+      return formatUsd(value, { digits: usdDigitsFor(value) });
     case "cents":
       return formatUsd(value / 100);
     case "USD/GPU-h":
-      return `${formatUsdPrice(value)} per GPU-hour`;
+      return formatUsdPerGpuHour(value);
     case "USD/GPU-ns":
-      return `${formatUsdPrice(value * 3.6e12)} per GPU-hour`;
+      return formatUsdPerGpuHour(value * 3.6e12);
     case "USD/month":
       return `${formatUsd(value)} / month`;
     case "GPU-s":
@@ -472,7 +527,8 @@ export function formatInput(name: string | undefined, value: unknown, unitGiven?
     case "ms/step":
       return `${formatMs(value)} per step`;
     case "ratio":
-      return formatPct(value, Math.abs(value) > 0 && Math.abs(value) < 0.001 ? 3 : 1);
+      // A difference of two shares is in percentage points, as the tables beside it write it.
+      return /^delta|_delta$|^change/.test(name ?? "") ? formatPctPoints(value, Math.abs(value) < 0.001 && value !== 0 ? 3 : 1) : formatShare(value);
     case "ratio of steps":
       return `${formatPct(value)} of steps`;
     case "%":
@@ -503,16 +559,34 @@ export function formatInput(name: string | undefined, value: unknown, unitGiven?
   }
 }
 
+// Factors that only change a unit (ns → s, GPU-s → GPU-h): the inputs are shown in people's units
+// already, so the formula reads without them ("/ 10⁹" is code, not an explanation).
+const UNIT_FACTOR_RE = /\s*[/*]\s*(?:1e9|1e6|1e3|3\.6e12|3\.6e9|3600|100)\b(?!\s*\))/g;
+
 /** A formula as the analysis writes it, in the same words as its inputs: × for *, Σ over ranks. */
 export function humanFormula(formula: string): string {
   return formula
-    .replace(/Σ_(\w+)/g, (_m, over: string) => `Σ over ${over === "segments" ? "price segments" : over}`)
+    .replace(/round_half_up\(([^]*), cents\)/, "$1, rounded to the cent")
+    .replace(UNIT_FACTOR_RE, "")
+    .replace(/Σ_(\w+)/g, (_m, over: string) => `Σ over ${over === "segments" ? "price periods" : over}`)
+    .replace(/\b(?:seconds_)?in_segment\b/g, "in the price period")
     .replace(/\b[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+\b/g, (name) => inputName(name))
     .replace(/\b(usd|mfu|flops|gpu)\b/g, (w) => WORDS[w] ?? w)
     .replace(/ \* /g, " × ")
-    .replace(/\b1e9\b/g, "10⁹")
-    .replace(/\b1e6\b/g, "10⁶")
-    .replace(/\b1e3\b/g, "10³");
+    .replace(/\b1e9\b/g, "a billion")
+    .replace(/\b1e6\b/g, "a million")
+    .replace(/\b1e3\b/g, "a thousand");
+}
+
+/** The name a formula defines ("delta = run − baseline" → "delta"), to format its value by it. */
+export function formulaName(formula: string): string {
+  const m = /^\s*([A-Za-z_][\w.\[\]]*)\s*=/.exec(formula);
+  return m ? m[1] : "";
+}
+
+/** An explained figure's value in its unit, a difference of shares in percentage points. */
+export function formatExplainValue(value: unknown, unit: string, formula: string): string {
+  return formatInput(formulaName(formula).split(".").pop(), value, unit);
 }
 
 const TIER_LABEL: Record<string, string> = { on_demand: "on-demand", reserved: "reserved", spot: "spot" };

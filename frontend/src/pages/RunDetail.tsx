@@ -3,7 +3,7 @@ import { Link, useParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { ApiError } from "../api/client";
-import type { Analysis, AnalysisError, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunMeta, Series, Straggler } from "../api/types";
+import type { Analysis, AnalysisError, BaselineComparison, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunMeta, Series, Straggler } from "../api/types";
 import { DataTable, ScrollBox, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
@@ -11,6 +11,7 @@ import { gpuLabel } from "../components/RunTable";
 import { Async, Empty, ErrorState } from "../components/States";
 import { Card, CategoryBar, PageHeader, Stat, StatusBadge } from "../components/ui";
 import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL, type Category } from "../lib/categories";
+import { largestRemainder } from "../lib/footing";
 import { elapsedLabel, hasValues, memoryOption, mfuUtilOption, rankOption, stepTimeOption, type ChartHighlight } from "../lib/charts";
 import {
   formatBytes,
@@ -20,8 +21,11 @@ import {
   formatNsAsMs,
   formatNumber,
   formatPct,
+  formatShare,
   formatUsd,
+  formatUsdPerGpuHour,
   formatUsdRange,
+  gpuHoursDigits,
   isNum,
   plainWords,
   tierLabel,
@@ -33,6 +37,8 @@ import { BaselineCard } from "./run/Baseline";
 import { BreakdownTable } from "./run/Breakdown";
 import { evidenceLabel } from "./run/evidence";
 import { DataQualityCard, DataQualityNotice } from "./run/DataQuality";
+import { Headline } from "./run/Headline";
+import { runMoney, runUsdPerGpuHour } from "./run/money";
 import { Recommendations } from "./run/Recommendations";
 
 function stored(field: string, value: unknown, unit: string, formula: string, inputs: Record<string, unknown> = {}): ExplainSource {
@@ -162,7 +168,7 @@ function RunView({ detail }: { detail: RunDetail }) {
       />
       {analysis && failure && <ReanalysisFailed error={failure} analysedAt={analysis.analysed_at} />}
       {analysis ? (
-        <AnalysisView run={run} analysis={analysis} series={series} phases={phases} />
+        <AnalysisView run={run} analysis={analysis} series={series} phases={phases} baseline={(detail as RunDetailWithBaseline).baseline} />
       ) : failure || detail.analysis_status === "failed" ? (
         <AnalysisFailed error={failure ?? { message: "the analysis failed", failures: 1, retry_at: null }} />
       ) : (
@@ -176,15 +182,20 @@ function RunView({ detail }: { detail: RunDetail }) {
   );
 }
 
-function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; analysis: Analysis; series: Series | null; phases: Phase[] }) {
+function AnalysisView({ run, analysis: a, series, phases, baseline }: { run: RunMeta; analysis: Analysis; series: Series | null; phases: Phase[]; baseline?: BaselineComparison | null }) {
   const ex = a.explain ?? {};
-  const wasteShare = a.cost_usd > 0 ? a.waste_usd / a.cost_usd : null;
+  const money = runMoney(a);
+  const usd = (v: number) => formatUsd(v, { digits: money.digits });
+  const wasteShare = money.cost > 0 ? money.waste / money.cost : null;
+  const perGpuHour = runUsdPerGpuHour(a);
   const gap = isNum(a.gpu_util_pct) && isNum(a.mfu) ? a.gpu_util_pct / 100 - a.mfu : null;
   const t0 = t0Ns(run, series);
   const [highlighted, setHighlighted] = useState<Category | null>(null);
   const highlight = useMemo(() => stretchHighlight(a, highlighted), [a, highlighted]);
   const canHighlight = !!series && series.t_start_ns.length > 0;
   const claimed = a.recommendations.reduce((sum, r) => sum + (isNum(r.saving_usd) ? r.saving_usd : 0), 0);
+  const idleParts = a.idle.filter((i) => i.gpu_seconds > 0);
+  const idleUsd = idleDollars(idleParts, money.tiny ? money.usd.idle : null, money.digits);
   const onHighlight = (c: Category | null) => {
     setHighlighted(c);
     if (c) document.getElementById("step-time")?.scrollIntoView?.({ behavior: "smooth", block: "center" });
@@ -197,9 +208,9 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
         <Stat
           label="Cost"
           testId="run-cost"
-          value={formatUsd(a.cost_usd)}
+          value={usd(money.cost)}
           explain={<Explain label="cost" entry={ex.cost_usd} />}
-          sub={a.gpu_hours > 0 ? `${formatUsd(a.cost_usd / a.gpu_hours)} per GPU-hour` : formatGpuHours(a.gpu_hours)}
+          sub={isNum(perGpuHour) ? formatUsdPerGpuHour(perGpuHour) : formatGpuHours(a.gpu_hours)}
         />
         <Stat
           label="Recoverable"
@@ -214,9 +225,9 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
             </>
           }
         />
-        <Stat label="Waste" testId="run-waste" value={formatUsd(a.waste_usd)} explain={<Explain label="waste" entry={ex.waste_usd} />} sub={`${formatPct(wasteShare)} of cost`} />
-        <Stat label="GPU-hours" value={formatNumber(a.gpu_hours, a.gpu_hours >= 100 ? 0 : a.gpu_hours >= 10 ? 1 : 2)} unit="GPU-h" explain={<Explain label="billed GPU time" entry={ex.billed_gpu_seconds} />} sub={a.unpriced_gpu_seconds > 0 ? `${formatGpuHours(a.unpriced_gpu_seconds / 3600)} unpriced` : `${formatNumber(a.gpu_seconds, 0)} GPU-s billed`} />
-        <Stat label="MFU" testId="run-mfu" value={formatPct(a.mfu)} explain={<Explain label="MFU" entry={ex.mfu} />} sub={`target ${formatPct(a.target_mfu, 0)}${a.peak_known ? "" : " · peak unknown"}`} />
+        <Stat label="Waste" testId="run-waste" value={usd(money.waste)} explain={<Explain label="waste" entry={ex.waste_usd} />} sub={`${formatPct(wasteShare)} of cost`} />
+        <Stat label="GPU-hours" testId="run-gpu-hours" value={formatNumber(a.gpu_hours, gpuHoursDigits(a.gpu_hours))} unit="GPU-h" explain={<Explain label="billed GPU time" entry={ex.billed_gpu_seconds} />} sub={a.unpriced_gpu_seconds > 0 ? `${formatGpuHours(a.unpriced_gpu_seconds / 3600)} unpriced` : `${formatNumber(a.gpu_seconds, 0)} GPU-s billed`} />
+        <Stat label="MFU" testId="run-mfu" value={formatShare(a.mfu)} explain={<Explain label="MFU" entry={ex.mfu} />} sub={`target ${formatPct(a.target_mfu, 0)}${a.peak_known ? "" : " · peak unknown"}`} />
         <Stat
           label="GPU utilization"
           value={isNum(a.gpu_util_pct) ? `${a.gpu_util_pct.toFixed(1)}%` : "–"}
@@ -224,12 +235,13 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
           sub={gap !== null ? `${formatPct(gap)} busy but not working` : "no GPU samples"}
         />
       </div>
+      <Headline a={a} money={money} baseline={baseline} />
 
       <Card title="Waste breakdown" id="breakdown" actions={<span className="muted small">every billed GPU-second in exactly one category · recoverable only where evidence shows a better run</span>}>
-        <CategoryBar usd={Object.fromEntries(CATEGORIES.map((c) => [c, a.categories[c].usd]))} showLegend={false} height={20} />
+        <CategoryBar usd={money.usd} showLegend={false} height={20} />
         <div className="breakdown-layout">
           <ScrollBox label="Waste breakdown" testId="breakdown">
-            <BreakdownTable a={a} t0Ns={t0} highlighted={highlighted} onHighlight={canHighlight ? onHighlight : undefined} />
+            <BreakdownTable a={a} money={money} t0Ns={t0} highlighted={highlighted} onHighlight={canHighlight ? onHighlight : undefined} />
           </ScrollBox>
           <div>
             <h3 className="sub-title">Idle by cause</h3>
@@ -237,11 +249,11 @@ function AnalysisView({ run, analysis: a, series, phases }: { run: RunMeta; anal
               <ul className="kv-list">
                 {a.idle
                   .filter((i) => i.gpu_seconds > 0)
-                  .map((i) => (
+                  .map((i, n) => (
                     <li key={i.label} data-idle={i.label} className="kv-wrap">
                       <span>{idleLabel(i.label)}</span>
                       <span className="muted">{formatGpuHours(i.gpu_seconds / 3600)}</span>
-                      <span>{formatUsd(i.usd_cents / 100)}</span>
+                      <span>{usd(idleUsd[n])}</span>
                       {i.evidence && i.evidence.kind !== "none" && isNum(i.recoverable_cents) && i.recoverable_cents > 0 && (
                         <span className="kv-sub muted small" title={plainWords(i.evidence.summary)}>
                           {formatUsd(i.recoverable_cents / 100)} recoverable against the {evidenceLabel(i.evidence.kind)}
@@ -301,6 +313,26 @@ function ranksOn(a: Analysis, host: string): number[] {
 export function stragglerWho(a: Analysis, rank: number, host: string): string {
   const local = ranksOn(a, host).indexOf(rank);
   return local >= 0 && host ? `Rank ${rank} (GPU ${local} of ${host})` : `Rank ${rank}${host ? ` on ${host}` : ""}`;
+}
+
+/**
+ * A straggler's cost as the page writes it, rounded once: the STRAGGLER recommendation's saving for
+ * this rank where there is one (the same dollars on both lines, never $71.09 here and $71.08
+ * there), with the others' wait and its own excess footed to it by largest remainder.
+ */
+export function stragglerCost(a: Analysis, s: Straggler): { total: number; wait: number; own: number } {
+  const rec = a.recommendations.find((r) => r.code === "STRAGGLER" && new RegExp(`^Rank ${s.rank}\\b`).test(r.title) && isNum(r.saving_usd));
+  const exact = s.caused_wait_usd + ownExcessUsd(s);
+  const total = rec && isNum(rec.saving_usd) ? rec.saving_usd : Math.round(exact * 100) / 100;
+  const [wait, own] = largestRemainder([s.caused_wait_usd, ownExcessUsd(s)], total, 2);
+  return { total, wait, own };
+}
+
+/** Dollars of each idle cause as shown: cents, or (a run under a dime) the idle dollars split by GPU time and footed. */
+function idleDollars(parts: Analysis["idle"], tinyIdleUsd: number | null, digits: number): number[] {
+  if (tinyIdleUsd === null) return parts.map((i) => i.usd_cents / 100);
+  const seconds = parts.reduce((sum, i) => sum + i.gpu_seconds, 0);
+  return largestRemainder(parts.map((i) => (seconds > 0 ? (tinyIdleUsd * i.gpu_seconds) / seconds : 0)), tinyIdleUsd, digits);
 }
 
 /** A straggler's own time beyond the other ranks, in dollars (0 in analyses stored before it was kept). */
@@ -477,13 +509,15 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
   if (a.ranks.length === 0) return null;
   return (
     <Card title="Per rank" id="ranks" actions={<span className="muted small">mean per step · {a.stragglers.length ? `${a.stragglers.length} straggler${a.stragglers.length === 1 ? "" : "s"}` : "no stragglers"}</span>}>
-      {a.stragglers.map((s) => (
+      {a.stragglers.map((s) => {
+        const cost = stragglerCost(a, s);
+        return (
         <div key={s.rank} className="callout callout-bad callout-block" data-testid="straggler">
           <strong>{stragglerWho(a, s.rank, s.host)} is a straggler</strong>
-          : it arrived last in {formatNumber(s.blamed_steps)} of {formatNumber(s.aligned_steps)} aligned steps ({formatPct(s.slow_step_share)} slow), {formatNsAsMs(s.lead_ns_mean ?? 0)} a step behind the other ranks. The others waited {formatGpuHours(s.caused_wait_gpu_seconds / 3600)} for it ({formatUsd(s.caused_wait_usd)}) and it spent {formatGpuHours((s.own_excess_gpu_seconds ?? 0) / 3600)} more than they did ({formatUsd(ownExcessUsd(s))}): <strong>{formatUsd(s.caused_wait_usd + ownExcessUsd(s))}</strong> that fixing it saves
+          : it arrived last in {formatNumber(s.blamed_steps)} of {formatNumber(s.aligned_steps)} aligned steps ({formatPct(s.slow_step_share)} slow), {formatNsAsMs(s.lead_ns_mean ?? 0)} a step behind the other ranks. The others waited {formatGpuHours(s.caused_wait_gpu_seconds / 3600)} for it ({formatUsd(cost.wait)}) and it spent {formatGpuHours((s.own_excess_gpu_seconds ?? 0) / 3600)} more than they did ({formatUsd(cost.own)}): <strong data-testid="straggler-cost">{formatUsd(cost.total)}</strong> that fixing it saves
           <Explain
             label="straggler cost"
-            source={stored("stragglers[].caused_wait_usd + own_excess_usd", s.caused_wait_usd + ownExcessUsd(s), "USD", "the other ranks' exposed-communication dollars in the steps this rank arrived last, plus its own data, compute and host time beyond the other ranks' median per step, each at its category's price", {
+            source={stored("stragglers[].caused_wait_usd + own_excess_usd", cost.total, "USD", "the other ranks' exposed-communication dollars in the steps this rank arrived last, plus its own data, compute and host time beyond the other ranks' median per step, each at its category's price", {
               caused_wait_gpu_seconds: s.caused_wait_gpu_seconds,
               caused_wait_usd: s.caused_wait_usd,
               blamed_steps: s.blamed_steps,
@@ -498,7 +532,8 @@ function Ranks({ analysis: a }: { analysis: Analysis }) {
           />
           <div className="small straggler-causes">{stragglerAdvice(a, s.rank, s.host)}</div>
         </div>
-      ))}
+        );
+      })}
       {a.ranks.length > 1 && <EChart option={option} height={220} label="Cost by category for each rank" />}
       <DataTable
         caption="Per-rank figures"

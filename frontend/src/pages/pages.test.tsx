@@ -327,7 +327,7 @@ describe("Run page", () => {
     renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
     const rec = await screen.findByTestId("rec-DATA_STALL");
     expect(within(rec).getByTestId("rec-saving")).toHaveTextContent("saves $20.10 on this run");
-    expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("$1,256.25 / month at this project's last-30-day volume (1,000 GPU-h)");
+    expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("$1,256.25 / month at this project's volume in the last 30 days (1,000 GPU-h)");
     expect(rec).toHaveTextContent("data stall share of billed GPU time");
     expect(document.body.textContent).not.toMatch(/× 730|run hours/);
     // No cost "per month at this rate" either: a one-off run is not a monthly bill.
@@ -342,7 +342,7 @@ describe("Run page", () => {
     renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
     const rec = await screen.findByTestId("rec-DATA_STALL");
     expect(within(rec).getByTestId("rec-saving")).toHaveTextContent("saves $20.10 on this run");
-    expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("one-off run: no monthly figure");
+    expect(within(rec).getByTestId("rec-monthly")).toHaveTextContent("no monthly figure: no other run of this project in the last 30 days");
     expect(rec).not.toHaveTextContent("/ month");
     const oom = screen.getByTestId("rec-OOM");
     expect(screen.queryAllByTestId("rec-monthly")).toHaveLength(1);
@@ -350,16 +350,19 @@ describe("Run page", () => {
     expect(oom).not.toHaveTextContent("$");
   });
 
-  it("says why a recommendation saves nothing, rather than \"saves $0.00\"", async () => {
-    // Exposed communication has no recoverable dollars (no evidence); host overhead has $1.50, all claimed by another rule.
-    const nothingShown = recommendation({ code: "COMM_EXPOSED", category: "comm_exposed", saving_usd: 0, claims: {}, saving_usd_per_month: 0 });
-    const claimedElsewhere = recommendation({ code: "HOST_OVERHEAD", category: "host_overhead", saving_usd: 0, claims: {}, saving_usd_per_month: 0 });
-    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ recommendations: [nothingShown, claimedElsewhere] }) }) }).fn);
+  it("says why a recommendation saves nothing, in the server's words, never \"no saving left to claim\"", async () => {
+    // The server issues no $0 saving: a rule with nothing recoverable is an unpriced finding saying why.
+    const reason = "not priced separately: nothing of its comm_exposed is recoverable: no stretch of this run, comparable finished run or target demonstrates a better level";
+    const unpriced = recommendation({ code: "COMM_EXPOSED", category: "comm_exposed", severity: "high", saving_usd: null, claims: {}, saving_usd_per_month: null, explain: { value: null, unit: "USD", formula: reason, inputs: {} } });
+    const tiny = recommendation({ code: "HOST_OVERHEAD", category: "host_overhead", severity: "high", saving_usd: null, claims: {}, saving_usd_per_month: null, explain: { value: null, unit: "USD", formula: "not priced separately: its host overhead cost under a cent on this run: too little to price a saving", inputs: {} } });
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": signedIn, "/api/v1/portal/runs/": runDetail({ analysis: analysis({ recommendations: [unpriced, tiny] }) }) }).fn);
     renderAt("/runs/r", <RunDetailPage />, "/runs/:id");
     const comm = await screen.findByTestId("rec-COMM_EXPOSED");
-    expect(within(comm).getByTestId("rec-saving")).toHaveTextContent("no saving shown on this run: the evidence found no better level to reach");
+    expect(within(comm).getByTestId("rec-saving-none")).toHaveTextContent("no saving priced on this run: nothing of its exposed communication is recoverable");
     expect(comm).not.toHaveTextContent("$0.00");
-    expect(within(screen.getByTestId("rec-HOST_OVERHEAD")).getByTestId("rec-saving")).toHaveTextContent("no saving left to claim on this run: another recommendation claims these dollars");
+    expect(within(screen.getByTestId("rec-HOST_OVERHEAD")).getByTestId("rec-saving-none")).toHaveTextContent("its host overhead cost under a cent on this run");
+    expect(document.body.textContent).not.toMatch(/no saving left to claim/);
+    expect(screen.getByTestId("headline-recommendations")).toHaveTextContent("Recommendations: none is priced on this run (2 findings without a saving of their own).");
   });
 
   it("shows dropped rows and warnings in plain words, pointed at from the top of the page", async () => {

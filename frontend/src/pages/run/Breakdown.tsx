@@ -11,9 +11,12 @@ import { elapsedLabel } from "../../lib/charts";
 import { columnDigits, largestRemainder } from "../../lib/footing";
 import { formatEvidenceValue, formatNumber, formatPct, formatUsd, formatUsdRange, isNum, plainWords } from "../../lib/format";
 import { capShown, EVIDENCE_HELP, evidenceLabel, hasEvidence, isNotWaste, keptSearch } from "./evidence";
+import { runMoney, type RunMoney } from "./money";
 
 interface Props {
   a: Analysis;
+  /** The run's dollars as the page shows them (run/money.ts); computed here when not given. */
+  money?: RunMoney;
   /** Start of the run's clock (ns), to say where a stretch lies as elapsed time. */
   t0Ns: number;
   /** The category whose stretch is highlighted on the step-time chart, if any. */
@@ -55,8 +58,10 @@ export function footBreakdown(a: Analysis): FootedColumns {
   };
 }
 
-export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
+export function BreakdownTable({ a, money: given, t0Ns, highlighted, onHighlight }: Props) {
   const ex = a.explain ?? {};
+  const money = given ?? runMoney(a);
+  const usd = (v: number) => formatUsd(v, { digits: money.digits });
   const showCap = CATEGORIES.some((c) => capShown(c, a.categories[c]));
   const columns = showCap ? 6 : 5;
   const foot = footBreakdown(a);
@@ -99,7 +104,7 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
                 <Explain label={`${CATEGORY_LABEL[c]} GPU time`} entry={ex[`categories.${c}.gpu_seconds`]} />
               </td>
               <td className="align-right nowrap">
-                {formatUsd(f.usd)}
+                {usd(money.usd[c])}
                 <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} />
               </td>
               <td className="align-right">{`${foot.sharePct[c].toFixed(1)}%`}</td>
@@ -120,7 +125,7 @@ export function BreakdownTable({ a, t0Ns, highlighted, onHighlight }: Props) {
         <tr data-testid="breakdown-total">
           <th scope="row">Total</th>
           <td className="align-right col-gpu-hours">{gpuH(a.gpu_hours)}</td>
-          <td className="align-right">{formatUsd(a.cost_usd)}</td>
+          <td className="align-right">{usd(money.cost)}</td>
           <td className="align-right">{a.cost_usd > 0 ? "100.0%" : "–"}</td>
           <td className="align-right nowrap">
             <strong>{formatUsd(a.recoverable_usd)}</strong>

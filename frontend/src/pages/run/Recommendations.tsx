@@ -5,6 +5,7 @@ import { Explain } from "../../components/Explain";
 import { CategoryDot, SeverityBadge } from "../../components/ui";
 import { categoryLabel } from "../../lib/categories";
 import { formatGpuHours, formatInput, formatUsd, isNum, plainWords, recommendationRefs } from "../../lib/format";
+import { recurrenceWindow } from "./Headline";
 
 /** An observation's figure as people read it: shares as percentages, counts as numbers. */
 function observed(value: number | string | null, unit: string): string {
@@ -67,25 +68,28 @@ export function Recommendations({ items, recoverable = {}, notes = {} }: { items
   );
 }
 
-function Saving({ r, categoryRecoverable }: { r: Recommendation; categoryRecoverable?: number }) {
-  if (!isNum(r.saving_usd)) {
+const UNPRICED = "not priced separately: ";
+
+/**
+ * Why a recommendation carries no saving, in words: the server says so in its explanation (a
+ * finding whose category has nothing recoverable, or cost under a cent; a diagnostic such as
+ * memory or setup). The server issues no $0 saving: a rule whose dollars another claims is left out.
+ */
+export function unpricedWords(r: Recommendation): string {
+  const formula = r.explain?.formula ?? "";
+  if (formula.startsWith(UNPRICED)) return `no saving priced on this run: ${plainWords(formula.slice(UNPRICED.length))}`;
+  return "a diagnostic: no saving priced on its own";
+}
+
+function Saving({ r }: { r: Recommendation; categoryRecoverable?: number }) {
+  if (!isNum(r.saving_usd) || r.saving_usd <= 0) {
     return (
-      <div className="rec-saving">
-        <span className="muted">a diagnostic: no saving priced on its own</span>
+      <div className="rec-saving" data-testid="rec-saving-none">
+        <span className="muted">{unpricedWords(r)}</span>
       </div>
     );
   }
   const claims = Object.entries(r.claims ?? {}).filter(([, usd]) => isNum(usd) && usd > 0);
-  if (r.saving_usd <= 0) {
-    const claimedElsewhere = isNum(categoryRecoverable) && categoryRecoverable > 0;
-    return (
-      <div className="rec-saving" data-testid="rec-saving">
-        <span className="muted">
-          {claimedElsewhere ? "no saving left to claim on this run: another recommendation claims these dollars" : "no saving shown on this run: the evidence found no better level to reach"}
-        </span>
-      </div>
-    );
-  }
   return (
     <>
       <div className="rec-saving" data-testid="rec-saving">
@@ -113,30 +117,30 @@ function Monthly({ r }: { r: Recommendation }) {
   if (rec.kind !== "recurring" || !isNum(r.saving_usd_per_month)) {
     return (
       <div className="rec-monthly muted small" data-testid="rec-monthly">
-        one-off run: no monthly figure
+        no monthly figure: no other run of this project {recurrenceWindow(rec)}
       </div>
     );
   }
   return (
     <div className="rec-monthly small" data-testid="rec-monthly">
-      <strong>{formatUsd(r.saving_usd_per_month)}</strong> / month <span className="muted">at this project's last-30-day volume ({formatGpuHours(rec.project_gpu_hours_30d)})</span>
+      <strong>{formatUsd(r.saving_usd_per_month)}</strong> / month <span className="muted">at this project's volume {recurrenceWindow(rec)} ({formatGpuHours(rec.project_gpu_hours_30d)})</span>
       <Explain
         label="monthly saving"
         source={{
           value: r.saving_usd_per_month,
           unit: "USD",
-          formula: "saving on this run ÷ the run's GPU-hours × the project's GPU-hours in the 30 days before the run ended",
+          formula: `saving on this run ÷ the run's GPU-hours × the project's GPU-hours ${recurrenceWindow(rec)}`,
           inputs: {
             "saving on this run (USD)": r.saving_usd,
             "run GPU-hours": rec.run_gpu_hours,
-            "project GPU-hours, last 30 days": rec.project_gpu_hours_30d,
-            "other runs of the project, last 30 days": rec.other_runs_30d,
+            "project GPU-hours, 30 days": rec.project_gpu_hours_30d,
+            "other runs of the project, 30 days": rec.other_runs_30d,
           },
           input_units: {
             "saving on this run (USD)": "USD",
             "run GPU-hours": "GPU-h",
-            "project GPU-hours, last 30 days": "GPU-h",
-            "other runs of the project, last 30 days": "count",
+            "project GPU-hours, 30 days": "GPU-h",
+            "other runs of the project, 30 days": "count",
           },
         }}
       />
