@@ -294,6 +294,17 @@ def duration_text(ns: float) -> str:
     return f"{ns / 1e3:,.0f} µs"
 
 
+def seconds_text(seconds: float) -> str:
+    """A span as the pages write it (format.ts formatSeconds): 4.2 s, 12.3 s, 2 m 14 s, 1 h 05 m."""
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+    whole = int(seconds + 0.5)  # half up, as Math.round
+    h, m, sec = whole // 3600, whole % 3600 // 60, whole % 60
+    if h >= 24:
+        return f"{h // 24} d {h % 24} h"
+    return f"{h} h {m:02d} m" if h else f"{m} m {sec:02d} s"
+
+
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
@@ -469,7 +480,7 @@ def median_recoverable(*, label: str, usd_cents: int, run_s: float | None, proje
 
     point = cents(median)
     runs = "The project's other finished run" if len(pv) == 1 else f"The project's {len(pv)} other finished runs"
-    summary = f"{runs} took a median {median:,.1f} s of {label}; this run took {run_s:,.1f} s."
+    summary = f"{runs} took a median {seconds_text(median)} of {label}; this run took {seconds_text(run_s)}."
     if point == 0:
         summary += " This run was no slower, so none of it is counted as recoverable."
     ev = CategoryEvidence(

@@ -167,3 +167,13 @@ def test_the_project_rate_of_short_runs_is_the_price_not_their_rounded_cents(own
     assert volume.project_usd_30d == pytest.approx(0.06)
     assert volume.project_usd_30d / volume.project_gpu_hours_30d == pytest.approx(4.50)
     assert volume.usd_per_gpu_hour_30d == pytest.approx(4.80)
+
+
+def test_evidence_writes_seconds_as_the_pages_do() -> None:
+    from phantomhub.waste.evidence import seconds_text
+
+    # format.ts formatSeconds: never "133.5 s" in a sentence beside "2 m 14 s" on the page.
+    assert seconds_text(133.5) == "2 m 14 s"
+    assert seconds_text(12.34) == "12.3 s"
+    assert seconds_text(4.25) == "4.25 s"
+    assert seconds_text(3725) == "1 h 02 m"
