@@ -413,6 +413,8 @@ export interface Leaderboard {
   page_size?: number;
   pages?: number;
   totals?: Figures;
+  /** Set when the period is a closed month: its figures are the frozen ones. */
+  closed_month?: ClosedMonthNote | null;
 }
 
 export interface DayFigures {
@@ -435,6 +437,8 @@ export interface Overview {
   by_category: Record<string, number>;
   by_gpu: { gpu: string; gpu_hours: number; cost_usd: number; recoverable_usd: number }[];
   worst_runs: RunListItem[];
+  /** Set when the period is a closed month: its figures are the frozen ones. */
+  closed_month?: ClosedMonthNote | null;
 }
 
 export interface EntityPage {
@@ -449,6 +453,8 @@ export interface EntityPage {
   by_category: Record<string, number>;
   projects?: (Figures & { key?: string; slug?: string; name: string; team?: string; team_name?: string })[];
   top_runs: RunListItem[];
+  /** Set when the period is a closed month: its figures are the frozen ones. */
+  closed_month?: ClosedMonthNote | null;
 }
 
 export interface FinanceRow {
@@ -503,11 +509,69 @@ export interface PriceAuditRow {
   after: PriceSnapshot | null;
 }
 
+/** What caused a closed month's live figures to move since it was closed. */
+export interface ClosedMonthCause {
+  kind: "price" | "model" | "telemetry" | "telemetry_removed" | string;
+  at?: string;
+  /** Who changed the price (null where the reader may not see the price audit). */
+  by?: string | null;
+  action?: string;
+  price_entry_id?: number | null;
+  gpu?: string;
+  provider?: string;
+  region?: string;
+  tier?: string;
+  before_usd_per_gpu_hour?: string | null;
+  after_usd_per_gpu_hour?: string | null;
+  from_version?: number;
+  to_version?: number;
+  runs_added?: number;
+  runs_removed?: number;
+}
+
+type MoneyDiff = { cost_usd: number; waste_usd: number; recoverable_usd: number; gpu_hours?: number };
+
+/** A page over a closed month shows its frozen figures; this says so, and what live figures say now. */
+export interface ClosedMonthNote {
+  month: string;
+  closed_at: string;
+  closed_by: string | null;
+  frozen: MoneyDiff;
+  live: MoneyDiff;
+  difference: MoneyDiff;
+  differs: boolean;
+  as_of: string;
+  causes: ClosedMonthCause[];
+}
+
+/** A closed review's dated adjustment: live against frozen, per row that differs, and why. */
+export interface FinanceAdjustment {
+  as_of: string;
+  differs: boolean;
+  live_totals: MoneyDiff & { runs: number };
+  difference: MoneyDiff;
+  rows: { team: string; team_name?: string; project: string; project_name?: string; frozen_cost_usd: number; live_cost_usd: number; difference: MoneyDiff }[];
+  causes: ClosedMonthCause[];
+}
+
+export interface MonthHistoryEntry {
+  action: "close" | "reopen" | string;
+  by: string | null;
+  at: string;
+  reason: string;
+  totals: { cost_usd?: number; [k: string]: unknown } | null;
+}
+
 export interface FinanceReport {
   month: string;
   closed: boolean;
   closed_at: string | null;
   closed_by: string | null;
+  model_version?: number | null;
+  adjustment?: FinanceAdjustment | null;
+  history?: MonthHistoryEntry[];
+  /** Whether the month can be closed now, and why not (not over yet, or no spend). */
+  closable?: { ok: boolean; reason: string | null };
   rows: FinanceRow[];
   totals: Omit<FinanceRow, "team" | "project" | "team_name" | "project_name" | "price_entry_ids">;
   price_entries: PriceEntry[];
@@ -671,6 +735,8 @@ export interface AlertParamSpec {
 export interface AlertRuleList {
   rules: AlertRule[];
   kinds: Record<AlertRuleKind, AlertParamSpec[]>;
+  /** How often rules are evaluated: the shortest duration a rule may ask for. */
+  evaluation_interval_s?: number;
 }
 
 export interface AlertStateRow {

@@ -3,6 +3,7 @@ import { Link, useNavigate, useSearchParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { EntityPage, Figures } from "../api/types";
+import { ClosedMonthNote } from "../components/ClosedMonthNote";
 import { DataTable } from "../components/DataTable";
 import { RunTable } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
@@ -46,6 +47,7 @@ export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: str
       <Async state={state} loadingRows={6}>
         {(d) => (
           <>
+            <ClosedMonthNote note={d.closed_month} />
             <FigureCards totals={d.totals} previous={d.previous_totals} dataFrom={d.data_from} />
             <div className="grid grid-2-1">
               <DailyCard days={d.by_day} runsOf={scope} />

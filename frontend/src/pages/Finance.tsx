@@ -4,14 +4,15 @@ import { Link, useSearchParams } from "react-router";
 import { apiFetch, apiUrl, ApiError } from "../api/client";
 import { useApi } from "../api/hooks";
 import { canCloseMonth, canReopenMonth, useSession } from "../api/session";
-import type { FinanceReport, FinanceRow } from "../api/types";
+import type { FinanceAdjustment, FinanceReport, FinanceRow, MonthHistoryEntry } from "../api/types";
+import { causeText } from "../components/ClosedMonthNote";
 import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice } from "../components/PeriodPicker";
 import { Async, Empty } from "../components/States";
 import { Card, CategoryDot, PageHeader, Stat } from "../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, CATEGORY_SHORT } from "../lib/categories";
 import { columnDigits, largestRemainder } from "../lib/footing";
-import { formatDate, formatDateTime, formatMonth, formatNumber, formatPct, formatUsd, formatUsdPrice, tierLabel } from "../lib/format";
+import { formatDate, formatDateTime, formatMonth, formatNumber, formatPct, formatUsd, formatUsdChange, formatUsdPrice, tierLabel } from "../lib/format";
 import { withPeriod } from "../lib/links";
 import { currentMonth, isMonth, shiftMonth, sortRows, toggleSort } from "../lib/urlState";
 import { InvoiceCard } from "./FleetInvoice";
@@ -86,6 +87,7 @@ export function FinancePage() {
   const [confirming, setConfirming] = useState<"close" | "reopen" | null>(null);
   const [busy, setBusy] = useState(false);
   const [actionError, setActionError] = useState<string | null>(null);
+  const [reason, setReason] = useState("");
   const digits = columnDigits(state.data?.totals.gpu_hours ?? 0);
   const rows = useMemo(() => {
     if (!state.data) return [];
@@ -116,8 +118,9 @@ export function FinancePage() {
     setBusy(true);
     setActionError(null);
     try {
-      await apiFetch(`finance/${month}/${action}`, { method: "POST" });
+      await apiFetch(`finance/${month}/${action}`, { method: "POST", body: action === "reopen" ? { reason } : undefined });
       setConfirming(null);
+      setReason("");
       state.reload();
     } catch (err) {
       setActionError(err instanceof ApiError ? err.message : String(err));
@@ -159,7 +162,14 @@ export function FinancePage() {
               Download CSV
             </a>
             {report && !report.closed && canCloseMonth(user) && (
-              <button type="button" className="btn btn-primary" onClick={() => setConfirming("close")}>
+              <button
+                type="button"
+                className="btn btn-primary"
+                disabled={report.closable?.ok === false}
+                title={report.closable?.reason ?? undefined}
+                aria-describedby={report.closable?.ok === false ? "close-refusal" : undefined}
+                onClick={() => setConfirming("close")}
+              >
                 Close month
               </button>
             )}
@@ -172,15 +182,26 @@ export function FinancePage() {
         }
       />
       <ParamNotice name="month" value={invalidMonth} shown={formatMonth(month)} />
+      {report && !report.closed && report.closable?.ok === false && canCloseMonth(user) && (
+        <p className="muted small" id="close-refusal" data-testid="close-refusal">
+          Cannot be closed: {report.closable.reason}
+        </p>
+      )}
       {confirming && (
         <div className="callout confirm" role="alertdialog" aria-labelledby="confirm-text">
           <span id="confirm-text">
             {confirming === "close"
-              ? `Close ${formatMonth(month)}? Its figures are frozen: late telemetry no longer changes them.`
-              : `Reopen ${formatMonth(month)}? Its figures will follow the latest analyses again.`}
+              ? `Close ${formatMonth(month)}? Its figures are frozen: later prices, waste model changes and late telemetry no longer change them, and every page shows any live difference as an adjustment.`
+              : `Reopen ${formatMonth(month)}? Its figures will follow the latest analyses again. Your name, the time and the reason are recorded.`}
           </span>
+          {confirming === "reopen" && (
+            <label className="field" htmlFor="reopen-reason">
+              <span>Reason</span>
+              <input id="reopen-reason" className="input" required maxLength={500} value={reason} onChange={(e) => setReason(e.target.value)} placeholder="why it is reopened" />
+            </label>
+          )}
           <span className="confirm-actions">
-            <button type="button" className="btn btn-primary" disabled={busy} onClick={() => act(confirming)}>
+            <button type="button" className="btn btn-primary" disabled={busy || (confirming === "reopen" && !reason.trim())} onClick={() => act(confirming)}>
               {confirming === "close" ? "Close month" : "Reopen month"}
             </button>
             <button type="button" className="btn btn-ghost" onClick={() => setConfirming(null)}>
@@ -234,6 +255,7 @@ export function FinancePage() {
                 />
               )}
             </Card>
+            {d.closed && d.adjustment && <AdjustmentCard adjustment={d.adjustment} closedTotal={d.totals.cost_usd} month={month} />}
             {d.invoice && <InvoiceCard invoice={d.invoice} month={month} />}
             <Card
               title="Price-book entries used"
@@ -259,9 +281,79 @@ export function FinancePage() {
                 />
               )}
             </Card>
+            {d.history && d.history.length > 0 && <HistoryCard history={d.history} />}
           </>
         )}
       </Async>
     </div>
+  );
+}
+
+/** A closed month's dated adjustment: live figures against the closed ones, per row, and why. */
+export function AdjustmentCard({ adjustment, closedTotal, month }: { adjustment: FinanceAdjustment; closedTotal: number; month: string }) {
+  return (
+    <Card title="Adjustments since closing" actions={<span className="muted small">live figures as of {formatDateTime(adjustment.as_of)}</span>}>
+      {!adjustment.differs ? (
+        <p className="muted" data-testid="finance-adjustment-none">
+          The live figures agree with the closed ones.
+        </p>
+      ) : (
+        <div data-testid="finance-adjustment">
+          <p>
+            The figures above are {formatMonth(month)} as closed: {formatUsd(closedTotal)}. Live figures now say{" "}
+            <strong>{formatUsd(adjustment.live_totals.cost_usd)}</strong>, an adjustment of{" "}
+            <strong data-testid="finance-adjustment-total">{formatUsdChange(adjustment.difference.cost_usd)}</strong>, not booked in the closed month.
+          </p>
+          {adjustment.causes.length > 0 ? (
+            <ul className="closed-causes" data-testid="finance-adjustment-causes">
+              {adjustment.causes.map((c, i) => (
+                <li key={i}>{causeText(c)}</li>
+              ))}
+            </ul>
+          ) : (
+            <p className="muted">No recorded change explains it (a policy change or a re-analysis).</p>
+          )}
+          <DataTable
+            caption={`Adjustments to ${month} by team and project`}
+            dense
+            testId="finance-adjustment-rows"
+            rows={adjustment.rows}
+            rowKey={(r) => `${r.team}/${r.project}`}
+            columns={[
+              {
+                key: "project",
+                header: "Team / project",
+                render: (r) => (
+                  <div className="cell-main">
+                    <span>{r.project_name ?? r.project}</span>
+                    <span className="cell-sub">{r.team_name ?? r.team}</span>
+                  </div>
+                ),
+              },
+              { key: "frozen", header: "Closed", align: "right", render: (r) => formatUsd(r.frozen_cost_usd) },
+              { key: "live", header: "Live", align: "right", render: (r) => formatUsd(r.live_cost_usd) },
+              { key: "diff", header: "Adjustment", align: "right", render: (r) => <strong>{formatUsdChange(r.difference.cost_usd)}</strong> },
+            ]}
+          />
+        </div>
+      )}
+    </Card>
+  );
+}
+
+/** Every close and reopen of the month: who, when, why. */
+function HistoryCard({ history }: { history: MonthHistoryEntry[] }) {
+  return (
+    <Card title="Closes and reopens">
+      <ul className="month-history" data-testid="finance-history">
+        {history.map((h, i) => (
+          <li key={i}>
+            {formatDateTime(h.at)}: {h.action === "close" ? "closed" : "reopened"} by {h.by ?? "someone no longer here"}
+            {h.reason ? ` (“${h.reason}”)` : ""}
+            {h.totals?.cost_usd !== undefined ? <span className="muted"> · spend then {formatUsd(h.totals.cost_usd)}</span> : null}
+          </li>
+        ))}
+      </ul>
+    </Card>
   );
 }

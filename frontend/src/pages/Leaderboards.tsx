@@ -4,6 +4,7 @@ import { Link, useNavigate, useSearchParams } from "react-router";
 import { apiUrl } from "../api/client";
 import { useApi } from "../api/hooks";
 import type { Figures, Leaderboard, LeaderboardRow } from "../api/types";
+import { ClosedMonthNote } from "../components/ClosedMonthNote";
 import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
 import { gpuLabel } from "../components/RunTable";
@@ -137,6 +138,7 @@ export function LeaderboardsPage() {
         actions={<PeriodPicker value={period} onChange={(p) => update({ period: p })} />}
       />
       <ParamNotice name="period" value={invalid} shown="the last 30 days" />
+      <ClosedMonthNote note={state.data?.closed_month} />
       <Card
         title={
           <Segmented

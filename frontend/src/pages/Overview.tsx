@@ -3,6 +3,7 @@ import { useNavigate, useSearchParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { Figures, Overview } from "../api/types";
+import { ClosedMonthNote } from "../components/ClosedMonthNote";
 import { EChart } from "../components/EChart";
 import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
 import { RunTable } from "../components/RunTable";
@@ -100,6 +101,7 @@ export function OverviewPage() {
       <Async state={state} loadingRows={6} isEmpty={(d) => d.totals.runs === 0} empty={<Empty title="No runs in this period">Runs appear here once the agent has sent telemetry and the analysis has run.</Empty>}>
         {(d) => (
           <>
+            <ClosedMonthNote note={d.closed_month} />
             <FigureCards totals={d.totals} previous={d.previous_totals} dataFrom={d.data_from} />
             <div className="grid grid-2-1">
               <DailyCard days={d.by_day} />

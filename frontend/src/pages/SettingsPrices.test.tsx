@@ -272,3 +272,54 @@ describe("Price book: who sees what", () => {
     expect(screen.getByRole("table", { name: "Price book audit trail, latest 50 changes" })).toBeInTheDocument();
   });
 });
+
+describe("Price book: a change reaching into a closed month", () => {
+  const refusal = json(409, {
+    error: {
+      code: "closed_month",
+      message:
+        "this change reprices closed month 2026-11: their closed figures stay, and finance shows the difference as an adjustment. Send confirm_closed=1 to go ahead",
+      fields: { confirm_closed: "required: reaches closed 2026-11" },
+    },
+  });
+
+  it("warns in the dialog and saves only when confirmed", async () => {
+    const server = priceServer({
+      detail: (url, init) => {
+        if (init?.method !== "PATCH") return undefined;
+        return url.includes("confirm_closed=1") ? price({ id: 8, gpu: "A100-80GB", usd_per_gpu_hour: "1.5000" }) : refusal.clone();
+      },
+    });
+    renderPrices();
+    await userEvent.click(await screen.findByRole("button", { name: /^Edit price A100-80GB/ }));
+    const dialog = screen.getByRole("dialog", { name: "Edit price" });
+    const usd = within(dialog).getByLabelText("$ / GPU-hour");
+    await userEvent.clear(usd);
+    await userEvent.type(usd, "1.5");
+    await userEvent.click(within(dialog).getByRole("button", { name: "Save" }));
+
+    const warning = await within(dialog).findByTestId("closed-month-warning");
+    expect(warning).toHaveTextContent("This change reaches into a closed month.");
+    expect(warning).toHaveTextContent("reprices closed month 2026-11");
+    expect(warning).not.toHaveTextContent("confirm_closed");
+    expect(screen.getByRole("dialog", { name: "Edit price" })).toBeInTheDocument();
+    await userEvent.click(within(warning).getByRole("button", { name: "Change anyway" }));
+
+    await waitFor(() => expect(screen.queryByRole("dialog")).not.toBeInTheDocument());
+    const patches = server.calls("PATCH", "/api/v1/pricing/prices/");
+    expect(patches.map((c) => c.url)).toEqual(["/api/v1/pricing/prices/8", "/api/v1/pricing/prices/8?confirm_closed=1"]);
+    expect(JSON.parse(String(patches[1].init!.body))).toEqual({ usd_per_gpu_hour: "1.5" });
+  });
+
+  it("asks again before a delete, and Don’t change sends nothing more", async () => {
+    const server = priceServer({ detail: (_url, init) => (init?.method === "DELETE" ? refusal.clone() : undefined) });
+    renderPrices();
+    await userEvent.click(await screen.findByRole("button", { name: /^Delete price A100-80GB/ }));
+    const confirm = screen.getByRole("alertdialog", { name: "Delete price?" });
+    await userEvent.click(within(confirm).getByRole("button", { name: "Delete price" }));
+    const warning = await within(confirm).findByTestId("closed-month-warning");
+    await userEvent.click(within(warning).getByRole("button", { name: "Don’t change" }));
+    expect(within(confirm).queryByTestId("closed-month-warning")).not.toBeInTheDocument();
+    expect(server.calls("DELETE", "/api/v1/pricing/prices/")).toHaveLength(1);
+  });
+});

@@ -23,6 +23,30 @@ function asApiError(err: unknown): ApiError {
 }
 
 
+/** The API refuses a change that reprices a closed finance month until it is confirmed (409). */
+export function isClosedMonthRefusal(err: unknown): err is ApiError {
+  return err instanceof ApiError && err.status === 409 && err.code === "closed_month";
+}
+
+/** The refusal in words, with the choice: go ahead (the closed months keep their figures) or not. */
+export function ClosedMonthWarning({ message, busy, onConfirm, onCancel }: { message: string; busy: boolean; onConfirm: () => void; onCancel: () => void }) {
+  return (
+    <div className="callout callout-block confirm" role="alert" data-testid="closed-month-warning">
+      <p>
+        <strong>This change reaches into a closed month.</strong> {message.replace(/\s*Send confirm_closed=1 to go ahead\.?$/, "")}
+      </p>
+      <span className="confirm-actions">
+        <button type="button" className="btn btn-primary" disabled={busy} onClick={onConfirm} data-testid="closed-month-confirm">
+          Change anyway
+        </button>
+        <button type="button" className="btn btn-ghost" disabled={busy} onClick={onCancel}>
+          Don’t change
+        </button>
+      </span>
+    </div>
+  );
+}
+
 /** "H100-SXM · aws · us-east-1 · on-demand · from Jan 1, 2026": which price a control acts on. */
 export function priceLabel(p: PriceEntry): string {
   return [p.gpu, p.provider || "any provider", p.region || "any region", tierLabel(p.tier), `from ${formatDate(p.effective_from)}`].join(" · ");
@@ -162,21 +186,24 @@ export function PricesCard() {
 function AddPriceCard({ gpus, onAdded }: { gpus: GpuSpec[]; onAdded: (gpu: string) => void }) {
   const [form, setForm] = useState({ gpu: "", usd_per_gpu_hour: "", provider: "", region: "", tier: "on_demand", effective_from: "", note: "" });
   const [error, setError] = useState<ApiError | null>(null);
+  const [closed, setClosed] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
 
-  async function add(e: FormEvent) {
-    e.preventDefault();
+  async function add(e: FormEvent | null, confirm = false) {
+    e?.preventDefault();
     setBusy(true);
     setError(null);
+    setClosed(null);
     try {
       const body: Record<string, string> = { ...form };
       if (!body.effective_from) delete body.effective_from;
       else body.effective_from = new Date(`${body.effective_from}T00:00:00Z`).toISOString();
-      await apiFetch(PRICES, { method: "POST", body });
+      await apiFetch(confirm ? `${PRICES}?confirm_closed=1` : PRICES, { method: "POST", body });
       setForm((f) => ({ ...f, usd_per_gpu_hour: "", note: "" }));
       onAdded(form.gpu);
     } catch (err) {
-      setError(asApiError(err));
+      if (isClosedMonthRefusal(err)) setClosed(err.message);
+      else setError(asApiError(err));
     } finally {
       setBusy(false);
     }
@@ -224,6 +251,7 @@ function AddPriceCard({ gpus, onAdded }: { gpus: GpuSpec[]; onAdded: (gpu: strin
           {busy ? "Adding…" : "Add price"}
         </button>
       </form>
+      {closed && <ClosedMonthWarning message={closed} busy={busy} onConfirm={() => add(null, true)} onCancel={() => setClosed(null)} />}
       <FieldErrors error={error} />
     </Card>
   );
@@ -256,8 +284,10 @@ export function PriceEditDialog({ price, onClose, onSaved }: { price: PriceEntry
     return { "aria-invalid": errorOf(field) ? (true as const) : undefined, "aria-describedby": described || undefined };
   };
 
-  async function save(e: FormEvent) {
-    e.preventDefault();
+  const [closed, setClosed] = useState<string | null>(null);
+
+  async function save(e: FormEvent | null, confirm = false) {
+    e?.preventDefault();
     const body: Record<string, unknown> = {};
     const usd = form.usd.trim();
     if (usd === "" || Number(usd) !== Number(initial.usd)) body.usd_per_gpu_hour = usd;
@@ -270,10 +300,12 @@ export function PriceEditDialog({ price, onClose, onSaved }: { price: PriceEntry
     }
     setBusy(true);
     setError(null);
+    setClosed(null);
     try {
-      onSaved(await apiFetch<PriceEntry>(`${PRICES}/${price.id}`, { method: "PATCH", body }));
+      onSaved(await apiFetch<PriceEntry>(`${PRICES}/${price.id}${confirm ? "?confirm_closed=1" : ""}`, { method: "PATCH", body }));
     } catch (err) {
-      setError(asApiError(err));
+      if (isClosedMonthRefusal(err)) setClosed(err.message);
+      else setError(asApiError(err));
       setBusy(false);
     }
   }
@@ -332,6 +364,7 @@ export function PriceEditDialog({ price, onClose, onSaved }: { price: PriceEntry
           <label htmlFor={ids.is_example}>Example price (a shipped placeholder to replace)</label>
         </div>
         <FieldError id={`${ids.is_example}-error`} message={errorOf("is_example")} />
+        {closed && <ClosedMonthWarning message={closed} busy={busy} onConfirm={() => save(null, true)} onCancel={() => setClosed(null)} />}
         <FieldErrors error={error} />
         <div className="form-actions">
           <button type="submit" className="btn btn-primary" disabled={busy}>
@@ -352,14 +385,18 @@ export function PriceDeleteDialog({ price, onClose, onDeleted }: { price: PriceE
   const [busy, setBusy] = useState(false);
   const uid = useId();
 
-  async function remove() {
+  const [closed, setClosed] = useState<string | null>(null);
+
+  async function remove(confirm = false) {
     setBusy(true);
     setError(null);
+    setClosed(null);
     try {
-      await apiFetch(`${PRICES}/${price.id}`, { method: "DELETE" });
+      await apiFetch(`${PRICES}/${price.id}${confirm ? "?confirm_closed=1" : ""}`, { method: "DELETE" });
       onDeleted();
     } catch (err) {
-      setError(asApiError(err));
+      if (isClosedMonthRefusal(err)) setClosed(err.message);
+      else setError(asApiError(err));
       setBusy(false);
     }
   }
@@ -371,9 +408,10 @@ export function PriceDeleteDialog({ price, onClose, onDeleted }: { price: PriceE
         {price.effective_to ? ` until ${formatDate(price.effective_to)}` : ""}. Analyses of runs on {price.gpu} are recomputed without it; the
         audit trail keeps a copy.
       </p>
+      {closed && <ClosedMonthWarning message={closed} busy={busy} onConfirm={() => remove(true)} onCancel={() => setClosed(null)} />}
       <FieldErrors error={error} />
       <div className="form-actions" aria-busy={busy}>
-        <button type="button" className="btn btn-danger-solid" disabled={busy} onClick={remove}>
+        <button type="button" className="btn btn-danger-solid" disabled={busy} onClick={() => remove()}>
           {busy ? "Deleting…" : "Delete price"}
         </button>
         <button type="button" className="btn btn-ghost" data-autofocus disabled={busy} onClick={onClose}>
