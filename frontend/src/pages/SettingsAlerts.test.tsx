@@ -7,7 +7,7 @@ import type { AlertDeliveryRow, AlertRule, AlertRuleList, AlertStateRow } from "
 import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
 import { SettingsPage } from "./Settings";
-import { alertFieldName, ruleBody, ruleSummary } from "./SettingsAlerts";
+import { alertFieldName, fieldMessage, ruleBody, ruleFormErrors, ruleSummary, type FormState } from "./SettingsAlerts";
 
 const adminUser = { username: "ada", is_finance: false, is_org_admin: true, teams: [] };
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
@@ -131,8 +131,10 @@ describe("Settings → Alerts", () => {
     await userEvent.type(within(form).getByLabelText("For (minutes)"), "0.5");
     await userEvent.type(within(form).getByLabelText("Webhook URL"), "https://hooks.example.com/b");
     await userEvent.click(within(form).getByRole("button", { name: "Create rule" }));
-    expect(await within(form).findByRole("alert")).toHaveTextContent("Waste share above (0–1): must be above 0 and at most 1");
+    expect(await within(form).findByRole("alert")).toHaveTextContent("Check: Waste share above (0–1).");
+    expect(within(form).getByTestId("field-error-params.share")).toHaveTextContent("Must be above 0 and at most 1");
     expect(within(form).getByLabelText("Waste share above (0–1)")).toHaveAttribute("aria-invalid", "true");
+    expect(within(form).getByLabelText("Waste share above (0–1)")).toHaveAccessibleDescription("Must be above 0 and at most 1");
     const [sent] = server.calls("POST", "/api/v1/alerts/rules");
     expect(JSON.parse(String(sent.init!.body))).toMatchObject({ name: "stall", kind: "waste_rate", scope: "org", params: { share: 1.5 }, for_s: 30, window_s: 300, webhook_url: "https://hooks.example.com/b" });
 
@@ -225,5 +227,45 @@ describe("alert rule helpers", () => {
   it("leaves text that is no number for the API to judge", () => {
     const body = ruleBody({ name: "x", kind: "straggler", scope: "team", team: "nlp", project: "", params: { usd_per_hour: "lots" }, forMin: "soon", windowMin: "5", webhookUrl: "", webhookFormat: "generic", emails: "a@x.com, b@x.com", enabled: true, rotate: false }, KINDS.straggler);
     expect(body).toMatchObject({ params: { usd_per_hour: "lots" }, for_s: "soon", window_s: 300, team: "nlp", project: null, email_to: ["a@x.com", "b@x.com"] });
+  });
+});
+
+describe("alert rule form errors", () => {
+  const form: FormState = {
+    name: "", kind: "waste_rate", scope: "project", team: "", project: "", params: { share: "x" }, forMin: "0", windowMin: "5",
+    webhookUrl: "", webhookFormat: "generic", emails: "", enabled: true, rotate: false,
+  }; // prettier-ignore
+
+  it("finds every problem at once, each by its field, in words", () => {
+    expect(ruleFormErrors(form, KINDS.waste_rate, 20)).toEqual({
+      name: "Required: give the rule a name.",
+      "params.share": "Enter a number.",
+      for_s: "At least 0.333 min (20 s): rules are checked every 20 s, so a shorter condition is never seen to hold.",
+      project: "Required for a rule that applies to one project.",
+    });
+    expect(ruleFormErrors({ ...form, name: "n", params: { share: "0.5" }, forMin: "1", project: "llm" }, KINDS.waste_rate, 60)).toEqual({});
+    expect(ruleFormErrors({ ...form, name: "n", params: {}, forMin: "0.5", project: "llm" }, KINDS.waste_rate, 60).for_s).toMatch(/^At least 1 min:/);
+  });
+
+  it("turns the API's messages into words", () => {
+    expect(fieldMessage("This field may not be blank.")).toBe("Required.");
+    expect(fieldMessage("A valid number is required.")).toBe("Enter a number.");
+    expect(fieldMessage("Ensure this value is greater than or equal to 0.")).toBe("Must be at least 0.");
+    expect(fieldMessage("must be at least one evaluation interval (20 s): rules are checked every 20 s")).toBe("Must be at least one evaluation interval (20 s): rules are checked every 20 s");
+  });
+
+  it("shows each error beside its field and sends nothing for 'for 0 min' or a blank name", async () => {
+    const server = alertsServer();
+    renderAlerts();
+    await userEvent.click(await screen.findByRole("button", { name: "New rule" }));
+    const f = screen.getByTestId("alert-rule-form");
+    await userEvent.clear(within(f).getByLabelText("For (minutes)"));
+    await userEvent.type(within(f).getByLabelText("For (minutes)"), "0");
+    await userEvent.click(within(f).getByRole("button", { name: "Create rule" }));
+    expect(await within(f).findByRole("alert")).toHaveTextContent("Check these 2 fields: Name, For (minutes).");
+    expect(within(f).getByLabelText("Name")).toHaveAccessibleDescription("Required: give the rule a name.");
+    expect(within(f).getByLabelText("For (minutes)")).toHaveAccessibleDescription(/^At least 0.333 min \(20 s\)/);
+    expect(f).not.toHaveTextContent("This field may not be blank");
+    expect(server.calls("POST", "/api/v1/alerts/rules")).toHaveLength(0);
   });
 });

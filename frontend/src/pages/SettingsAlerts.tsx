@@ -34,6 +34,11 @@ export function alertFieldName(field: string): string {
   const param = /^params\.(.+)$/.exec(field);
   if (param) return PARAM_LABEL[param[1]] ?? param[1].replace(/_/g, " ");
   const names: Record<string, string> = {
+    name: "Name",
+    kind: "When",
+    scope: "Applies to",
+    team: "Team slug",
+    project: "Project slug",
     for_s: "For (minutes)",
     window_s: "Window (minutes)",
     webhook_url: "Webhook URL",
@@ -71,7 +76,7 @@ export function ruleSummary(rule: Pick<AlertRule, "kind" | "params" | "for_s">):
   }
 }
 
-interface FormState {
+export interface FormState {
   name: string;
   kind: AlertRuleKind;
   scope: "org" | "team" | "project";
@@ -159,22 +164,88 @@ export function ruleBody(form: FormState, specs: AlertParamSpec[]): Record<strin
   };
 }
 
+/** How often the rules are evaluated when the server does not say (its default). */
+const DEFAULT_INTERVAL_S = 20;
+
+// The API's validation messages in the form's words (the field is named by where it is shown).
+const MESSAGE_WORDS: [RegExp, string][] = [
+  [/^This field may not be blank\.?$/, "Required."],
+  [/^This field is required\.?$/, "Required."],
+  [/^This field may not be null\.?$/, "Required."],
+  [/^A valid number is required\.?$/, "Enter a number."],
+  [/^Enter a valid email address\.?$/, "Not an email address."],
+  [/^Ensure this value is greater than or equal to (.+)\.$/, "Must be at least $1."],
+  [/^Ensure this value is less than or equal to (.+)\.$/, "Must be at most $1."],
+  [/^Ensure this field has no more than (\d+) characters\.$/, "At most $1 characters."],
+  [/^"(.*)" is not a valid choice\.$/, "“$1” is not one of the choices."],
+];
+
+/** An error message for one field, in words: "This field may not be blank." → "Required.". */
+export function fieldMessage(message: string): string {
+  for (const [re, words] of MESSAGE_WORDS) if (re.test(message)) return message.replace(re, words);
+  const text = message.replace(/_/g, " ");
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+/** The form's field an API field belongs to ("email_to[2]" → "email_to"). */
+function formField(field: string): string {
+  return field.replace(/\[\d+\]$/, "");
+}
+
+function minutesText(seconds: number): string {
+  return seconds % 60 === 0 ? `${seconds / 60} min` : `${minutes(seconds)} min (${seconds} s)`;
+}
+
+/**
+ * Every problem the form can see before sending, by API field, all at once: a name, numbers where
+ * numbers go, a duration of at least one evaluation interval (a condition held for less is never
+ * seen), a team or project for a scoped rule. The server checks the same and names the field.
+ */
+export function ruleFormErrors(form: FormState, specs: AlertParamSpec[], intervalS = DEFAULT_INTERVAL_S): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (form.name.trim() === "") out.name = "Required: give the rule a name.";
+  for (const spec of specs) {
+    const raw = (form.params[spec.name] ?? "").trim();
+    if (raw !== "" && !spec.choices.length && !Number.isFinite(Number(raw))) out[`params.${spec.name}`] = "Enter a number.";
+  }
+  const forMin = form.forMin.trim();
+  if (forMin === "" || !Number.isFinite(Number(forMin))) out.for_s = "Enter the minutes as a number.";
+  else if (Number(forMin) * 60 < intervalS) out.for_s = `At least ${minutesText(intervalS)}: rules are checked every ${intervalS} s, so a shorter condition is never seen to hold.`;
+  const windowMin = form.windowMin.trim();
+  if ((form.kind === "waste_rate" || form.kind === "efficiency_drop") && (windowMin === "" || !Number.isFinite(Number(windowMin)))) out.window_s = "Enter the minutes as a number.";
+  if (form.scope === "team" && form.team.trim() === "") out.team = "Required for a rule that applies to one team.";
+  if (form.scope === "project" && form.project.trim() === "") out.project = "Required for a rule that applies to one project.";
+  return out;
+}
+
 function asError(err: unknown): ApiError {
   return err instanceof ApiError ? err : new ApiError(0, "client", String(err));
 }
 
-function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; kinds: AlertRuleList["kinds"]; onDone: (saved: AlertRule) => void; onCancel: () => void }) {
+function RuleForm({ rule, kinds, intervalS = DEFAULT_INTERVAL_S, onDone, onCancel }: { rule: AlertRule | null; kinds: AlertRuleList["kinds"]; intervalS?: number; onDone: (saved: AlertRule) => void; onCancel: () => void }) {
   const [form, setForm] = useState<FormState>(rule ? formOf(rule) : EMPTY);
   const [error, setError] = useState<ApiError | null>(null);
+  const [errors, setErrors] = useState<Record<string, string>>({});
   const [busy, setBusy] = useState(false);
   const specs = kinds[form.kind] ?? [];
-  const bad = (field: string) => (error && Object.keys(error.fields).some((f) => f === field || f.startsWith(`${field}[`)) ? true : undefined);
+  const bad = (field: string) => (errors[field] ? true : undefined);
   const set = (changes: Partial<FormState>) => setForm((f) => ({ ...f, ...changes }));
+  /** The error beside a field, tied to its input (aria-describedby). */
+  const msg = (field: string) =>
+    errors[field] ? (
+      <span className="field-error" id={`alert-error-${field.replace(/\W/g, "-")}`} data-testid={`field-error-${field}`}>
+        {errors[field]}
+      </span>
+    ) : null;
+  const described = (field: string) => (errors[field] ? `alert-error-${field.replace(/\W/g, "-")}` : undefined);
 
   async function submit(e: FormEvent) {
     e.preventDefault();
-    setBusy(true);
     setError(null);
+    const seen = ruleFormErrors(form, specs, intervalS);
+    setErrors(seen);
+    if (Object.keys(seen).length > 0) return;
+    setBusy(true);
     try {
       const body = ruleBody(form, specs);
       const saved = rule
@@ -182,7 +253,10 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
         : await apiFetch<AlertRule>(`${ALERTS}rules`, { method: "POST", body });
       onDone(saved);
     } catch (err) {
-      setError(asError(err));
+      const failure = asError(err);
+      const fields = Object.entries(failure.fields ?? {});
+      setErrors(Object.fromEntries(fields.map(([f, m]) => [formField(f), fieldMessage(String(m))])));
+      setError(fields.length ? null : failure);
     } finally {
       setBusy(false);
     }
@@ -193,24 +267,26 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
     <form className="alert-rule-form" onSubmit={submit} aria-label={rule ? `Edit rule ${rule.name}` : "New alert rule"} data-testid="alert-rule-form">
       <div className="form-grid">
         <label className="field" htmlFor={id("name")}>
-          <span>Name</span>
-          <input id={id("name")} className="input" value={form.name} maxLength={200} aria-invalid={bad("name")} onChange={(e) => set({ name: e.target.value })} />
+          <span id={`${id("name")}-name`}>Name</span>
+          <input id={id("name")} aria-labelledby={`${id("name")}-name`} className="input" value={form.name} maxLength={200} aria-invalid={bad("name")} aria-describedby={described("name")} onChange={(e) => set({ name: e.target.value })} />
+          {msg("name")}
         </label>
         <label className="field" htmlFor={id("kind")}>
-          <span>When</span>
-          <select id={id("kind")} className="select" value={form.kind} aria-invalid={bad("kind")} onChange={(e) => set({ kind: e.target.value as AlertRuleKind, params: {} })}>
+          <span id={`${id("kind")}-name`}>When</span>
+          <select id={id("kind")} aria-labelledby={`${id("kind")}-name`} className="select" value={form.kind} aria-invalid={bad("kind")} onChange={(e) => set({ kind: e.target.value as AlertRuleKind, params: {} })}>
             {(Object.keys(KIND_LABEL) as AlertRuleKind[]).map((k) => (
               <option key={k} value={k}>
                 {KIND_LABEL[k]}
               </option>
             ))}
           </select>
+          {msg("kind")}
         </label>
         {specs.map((spec) => (
           <label key={spec.name} className="field" htmlFor={id(`param-${spec.name}`)} title={spec.help}>
-            <span>{PARAM_LABEL[spec.name] ?? spec.name}</span>
+            <span id={`${id(`param-${spec.name}`)}-name`}>{PARAM_LABEL[spec.name] ?? spec.name}</span>
             {spec.choices.length ? (
-              <select id={id(`param-${spec.name}`)} className="select" value={form.params[spec.name] ?? ""} aria-invalid={bad(`params.${spec.name}`)} onChange={(e) => set({ params: { ...form.params, [spec.name]: e.target.value } })}>
+              <select id={id(`param-${spec.name}`)} aria-labelledby={`${id(`param-${spec.name}`)}-name`} className="select" value={form.params[spec.name] ?? ""} aria-invalid={bad(`params.${spec.name}`)} onChange={(e) => set({ params: { ...form.params, [spec.name]: e.target.value } })}>
                 <option value="">choose…</option>
                 {spec.choices.map((c) => (
                   <option key={c} value={c}>
@@ -219,38 +295,44 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
                 ))}
               </select>
             ) : (
-              <input id={id(`param-${spec.name}`)} className="input" inputMode="decimal" value={form.params[spec.name] ?? ""} aria-invalid={bad(`params.${spec.name}`)} onChange={(e) => set({ params: { ...form.params, [spec.name]: e.target.value } })} />
+              <input id={id(`param-${spec.name}`)} aria-labelledby={`${id(`param-${spec.name}`)}-name`} className="input" inputMode="decimal" value={form.params[spec.name] ?? ""} aria-invalid={bad(`params.${spec.name}`)} aria-describedby={described(`params.${spec.name}`)} onChange={(e) => set({ params: { ...form.params, [spec.name]: e.target.value } })} />
             )}
+            {msg(`params.${spec.name}`)}
           </label>
         ))}
         <label className="field" htmlFor={id("for")}>
-          <span>{form.kind === "silent_run" ? "Silent for (minutes)" : form.kind === "idle_gpu" ? "Idle for (minutes)" : "For (minutes)"}</span>
-          <input id={id("for")} className="input" inputMode="decimal" value={form.forMin} aria-invalid={bad("for_s")} onChange={(e) => set({ forMin: e.target.value })} />
+          <span id={`${id("for")}-name`}>{form.kind === "silent_run" ? "Silent for (minutes)" : form.kind === "idle_gpu" ? "Idle for (minutes)" : "For (minutes)"}</span>
+          <input id={id("for")} aria-labelledby={`${id("for")}-name`} className="input" inputMode="decimal" value={form.forMin} aria-invalid={bad("for_s")} aria-describedby={described("for_s")} onChange={(e) => set({ forMin: e.target.value })} />
+          {msg("for_s")}
         </label>
         {(form.kind === "waste_rate" || form.kind === "efficiency_drop") && (
           <label className="field" htmlFor={id("window")} title="the trailing span of the run's telemetry a figure covers">
-            <span>Window (minutes)</span>
-            <input id={id("window")} className="input" inputMode="decimal" value={form.windowMin} aria-invalid={bad("window_s")} onChange={(e) => set({ windowMin: e.target.value })} />
+            <span id={`${id("window")}-name`}>Window (minutes)</span>
+            <input id={id("window")} aria-labelledby={`${id("window")}-name`} className="input" inputMode="decimal" value={form.windowMin} aria-invalid={bad("window_s")} aria-describedby={described("window_s")} onChange={(e) => set({ windowMin: e.target.value })} />
+            {msg("window_s")}
           </label>
         )}
         <label className="field" htmlFor={id("scope")}>
-          <span>Applies to</span>
-          <select id={id("scope")} className="select" value={form.scope} aria-invalid={bad("scope")} onChange={(e) => set({ scope: e.target.value as FormState["scope"] })}>
+          <span id={`${id("scope")}-name`}>Applies to</span>
+          <select id={id("scope")} aria-labelledby={`${id("scope")}-name`} className="select" value={form.scope} aria-invalid={bad("scope")} onChange={(e) => set({ scope: e.target.value as FormState["scope"] })}>
             <option value="org">the whole organization</option>
             <option value="team">one team</option>
             <option value="project">one project</option>
           </select>
+          {msg("scope")}
         </label>
         {form.scope === "team" && (
           <label className="field" htmlFor={id("team")}>
-            <span>Team slug</span>
-            <input id={id("team")} className="input" value={form.team} aria-invalid={bad("team")} onChange={(e) => set({ team: e.target.value })} />
+            <span id={`${id("team")}-name`}>Team slug</span>
+            <input id={id("team")} aria-labelledby={`${id("team")}-name`} className="input" value={form.team} aria-invalid={bad("team")} aria-describedby={described("team")} onChange={(e) => set({ team: e.target.value })} />
+            {msg("team")}
           </label>
         )}
         {form.scope === "project" && (
           <label className="field" htmlFor={id("project")}>
-            <span>Project slug</span>
-            <input id={id("project")} className="input" value={form.project} aria-invalid={bad("project")} onChange={(e) => set({ project: e.target.value })} />
+            <span id={`${id("project")}-name`}>Project slug</span>
+            <input id={id("project")} aria-labelledby={`${id("project")}-name`} className="input" value={form.project} aria-invalid={bad("project")} aria-describedby={described("project")} onChange={(e) => set({ project: e.target.value })} />
+            {msg("project")}
           </label>
         )}
         {form.destinationsHidden ? (
@@ -260,19 +342,21 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
         ) : (
           <>
             <label className="field" htmlFor={id("webhook")}>
-              <span>Webhook URL</span>
-              <input id={id("webhook")} className="input" value={form.webhookUrl} placeholder="https://hooks.example.com/…" aria-invalid={bad("webhook_url")} onChange={(e) => set({ webhookUrl: e.target.value })} />
+              <span id={`${id("webhook")}-name`}>Webhook URL</span>
+              <input id={id("webhook")} aria-labelledby={`${id("webhook")}-name`} className="input" value={form.webhookUrl} placeholder="https://hooks.example.com/…" aria-invalid={bad("webhook_url")} aria-describedby={described("webhook_url")} onChange={(e) => set({ webhookUrl: e.target.value })} />
+              {msg("webhook_url")}
             </label>
             <label className="field" htmlFor={id("format")}>
-              <span>Payload</span>
-              <select id={id("format")} className="select" value={form.webhookFormat} onChange={(e) => set({ webhookFormat: e.target.value as FormState["webhookFormat"] })}>
+              <span id={`${id("format")}-name`}>Payload</span>
+              <select id={id("format")} aria-labelledby={`${id("format")}-name`} className="select" value={form.webhookFormat} onChange={(e) => set({ webhookFormat: e.target.value as FormState["webhookFormat"] })}>
                 <option value="generic">generic JSON</option>
                 <option value="slack">Slack</option>
               </select>
             </label>
             <label className="field" htmlFor={id("emails")}>
-              <span>Email to</span>
-              <input id={id("emails")} className="input" value={form.emails} placeholder="oncall@example.com" aria-invalid={bad("email_to")} onChange={(e) => set({ emails: e.target.value })} />
+              <span id={`${id("emails")}-name`}>Email to</span>
+              <input id={id("emails")} aria-labelledby={`${id("emails")}-name`} className="input" value={form.emails} placeholder="oncall@example.com" aria-invalid={bad("email_to")} aria-describedby={described("email_to")} onChange={(e) => set({ emails: e.target.value })} />
+              {msg("email_to")}
             </label>
           </>
         )}
@@ -289,11 +373,9 @@ function RuleForm({ rule, kinds, onDone, onCancel }: { rule: AlertRule | null; k
           </label>
         </p>
       )}
-      {error && Object.keys(error.fields).length > 0 ? (
-        <div className="form-error" role="alert">
-          {Object.entries(error.fields)
-            .map(([field, message]) => `${alertFieldName(field)}: ${message}`)
-            .join(" ")}
+      {Object.keys(errors).length > 0 ? (
+        <div className="form-error" role="alert" data-testid="alert-form-errors">
+          {Object.keys(errors).length === 1 ? "Check" : `Check these ${Object.keys(errors).length} fields`}: {Object.keys(errors).map(alertFieldName).join(", ")}.
         </div>
       ) : (
         <FieldErrors error={error} />
@@ -359,11 +441,12 @@ function RulesCard({ onChanged }: { onChanged: () => void }) {
         ) : undefined
       }
     >
-      <p className="muted small">Evaluated from the stored analyses about every 20 s. One alert per rule and run (or GPU) until it resolves; a resolve message follows.</p>
+      <p className="muted small">Evaluated from the stored analyses about every {state.data?.evaluation_interval_s ?? DEFAULT_INTERVAL_S} s. One alert per rule and run (or GPU) until it resolves; a resolve message follows.</p>
       {editing !== null && state.data && (
         <RuleForm
           rule={editing === "new" ? null : editing}
           kinds={state.data.kinds}
+          intervalS={state.data.evaluation_interval_s}
           onCancel={() => setEditing(null)}
           onDone={(saved) => {
             setEditing(null);
