@@ -9,9 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from phantomhub.alerts import selectors
 from phantomhub.alerts.figures import recent_figures, run_usd_per_hour
+from phantomhub.alerts.liveness import hold_s
 from phantomhub.alerts.models import AlertRule, RuleKind
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.models import RunAnalysis
@@ -154,12 +156,14 @@ def _stragglers(rule: AlertRule, row: RunAnalysis) -> list[Observation]:
     return out
 
 
-def _silent(rule: AlertRule, now: datetime) -> list[Observation]:
+def _silent(rule: AlertRule, now: datetime, up_since: datetime | None = None) -> list[Observation]:
     runs = Run.objects.filter(status=RunStatus.RUNNING, project__in=selectors.rule_projects(rule)).select_related("project")
     rows = {a.run_id: a for a in RunAnalysis.objects.filter(run__in=runs).only("run_id", "result", "cost_usd")}
     out = []
     for run in runs:
-        silence = (now - run.last_seen_at).total_seconds()
+        # Silence while the server itself was down is not the run's: its agent spooled (liveness.py).
+        heard = max(run.last_seen_at, up_since) if up_since is not None and up_since <= now else run.last_seen_at
+        silence = (now - heard).total_seconds()
         row = rows.get(run.pk)
         rate = run_usd_per_hour(row.result) if row is not None else None
         out.append(
@@ -178,13 +182,32 @@ def _silent(rule: AlertRule, now: datetime) -> list[Observation]:
                     "formula": "now - the run's last telemetry, while it is still running (billed)",
                 },
                 run=run,
-                breached_since=run.last_seen_at,
+                breached_since=heard,
             )
         )
     return out
 
 
-def _idle_gpus(rule: AlertRule, now: datetime) -> list[Observation] | None:
+def _nodes_catching_up(up_since: datetime | None) -> list[Observation]:
+    """The nodes not judged yet after the server's restart (liveness.py): no sample of theirs
+    taken since it came back, within their hold. Their GPUs' alerts are left as they are."""
+    if up_since is None:
+        return []
+    try:
+        node_model = importlib.import_module("phantomhub.fleet.models").Node
+    except (ImportError, AttributeError):
+        return []
+    clock = timezone.now()  # the server's own clock, as its beats are
+    since_ns = int(up_since.timestamp() * 1e9)
+    out = []
+    for hostname, last_t_ns, interval_s in node_model.objects.values_list("hostname", "last_t_ns", "interval_s"):
+        behind = last_t_ns is None or last_t_ns < since_ns
+        if behind and (clock - up_since).total_seconds() < hold_s(interval_s):
+            out.append(Observation(f"gpu:{hostname}", hostname, False, "", None, None, None, unknown=True))
+    return out
+
+
+def _idle_gpus(rule: AlertRule, now: datetime, up_since: datetime | None = None) -> list[Observation] | None:
     """None when the fleet collector is not installed (the rule is skipped, with a note)."""
     try:
         fleet = importlib.import_module("phantomhub.fleet.selectors")
@@ -222,15 +245,16 @@ def _idle_gpus(rule: AlertRule, now: datetime) -> list[Observation] | None:
                 breached_since=since,
             )
         )
-    return out
+    return out + _nodes_catching_up(up_since)
 
 
-def observe(rule: AlertRule, now: datetime) -> list[Observation] | None:
-    """Every subject the rule covers now (None: the rule cannot be evaluated here, see notes)."""
+def observe(rule: AlertRule, now: datetime, up_since: datetime | None = None) -> list[Observation] | None:
+    """Every subject the rule covers now (None: the rule cannot be evaluated here, see notes).
+    `up_since`: when the server came back after its own downtime (liveness.py), if it did."""
     if rule.kind == RuleKind.SILENT_RUN:
-        return _silent(rule, now)
+        return _silent(rule, now, up_since)
     if rule.kind == RuleKind.IDLE_GPU:
-        return _idle_gpus(rule, now)
+        return _idle_gpus(rule, now, up_since)
     out: list[Observation] = []
     for row in selectors.live_analyses(rule):
         try:

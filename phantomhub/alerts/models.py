@@ -153,3 +153,17 @@ class AlertDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} via {self.channel} ({self.status})"
+
+
+class ServerBeat(models.Model):
+    """The evaluator's own liveness (one row): when it last evaluated, and since when it has run
+    without a gap. A node's silence is judged only once the server has been back long enough for
+    the node's spooled samples to arrive (phantomhub/alerts/liveness.py)."""
+
+    beat_at = models.DateTimeField()
+    # The first beat after a gap longer than liveness.GAP_S (the server was down); null while no
+    # gap has been seen since the row was made.
+    up_since = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"beat {self.beat_at.isoformat()} (up since {self.up_since.isoformat() if self.up_since else 'first beat'})"

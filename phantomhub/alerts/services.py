@@ -21,6 +21,7 @@ from django.utils import timezone
 from phantomhub import egress
 from phantomhub.alerts import delivery, payloads
 from phantomhub.alerts.evaluate import Observation, observe, run_link
+from phantomhub.alerts.liveness import server_beat
 from phantomhub.alerts.models import (
     AlertDelivery,
     AlertRule,
@@ -142,8 +143,8 @@ def state_apply(*, rule: AlertRule, state: AlertState, obs: Observation | None, 
     return happened
 
 
-def rule_evaluate(*, rule: AlertRule, now: datetime, result: EvaluateResult) -> None:
-    observations = observe(rule, now)
+def rule_evaluate(*, rule: AlertRule, now: datetime, result: EvaluateResult, up_since: datetime | None = None) -> None:
+    observations = observe(rule, now, up_since)
     if observations is None:
         result.skipped += 1
         return
@@ -189,10 +190,15 @@ def alerts_evaluate(*, now: datetime | None = None, send: bool = True) -> Evalua
     and does not stop the others, and a delivery that fails does not stop pruning."""
     now = now or timezone.now()
     result = EvaluateResult()
+    try:  # the server's own liveness: what it missed while down is not its subjects' doing
+        up_since = server_beat(at=timezone.now())
+    except Exception:
+        log.exception("the evaluator's beat could not be stored")
+        up_since = None
     for rule in AlertRule.objects.filter(enabled=True).select_related("team", "project"):
         result.rules += 1
         try:
-            rule_evaluate(rule=rule, now=now, result=result)
+            rule_evaluate(rule=rule, now=now, result=result, up_since=up_since)
         except Exception:
             log.exception("alert rule %s could not be evaluated", rule.pk)
     if send:
