@@ -95,6 +95,24 @@ export function rulesBody(rules: AttributionRule[]): { rules: Record<string, str
   };
 }
 
+const RULE_FIELD_WORDS: Record<string, string> = { match: "what it matches", key: "label name", pattern: "pattern", team: "team", project: "project" };
+
+/**
+ * An API field of the rules as the page numbers and names them: "rules[4].team" → "Rule 5: team"
+ * (the list shows rules from 1), "rules" → "Rules".
+ */
+export function ruleFieldName(field: string): string {
+  const m = /^rules\[(\d+)\](?:\.(\w+))?$/.exec(field);
+  if (!m) return field === "rules" ? "Rules" : field.replace(/_/g, " ");
+  const rule = `Rule ${Number(m[1]) + 1}`;
+  return m[2] ? `${rule}: ${RULE_FIELD_WORDS[m[2]] ?? m[2].replace(/_/g, " ")}` : rule;
+}
+
+/** "rules[4].team: no team 'x'" → "Rule 5: team: no team 'x'", wherever a message names a rule. */
+export function ruleErrorWords(message: string): string {
+  return message.replace(/rules\[\d+\](?:\.\w+)?/g, (field) => ruleFieldName(field)).replace(/\bk8s_label\b/g, "Kubernetes pod label");
+}
+
 function mapped(team: string | null, project: string | null): string {
   if (!team && !project) return "unattributed";
   return [team, project].filter(Boolean).join(" / ");
@@ -116,27 +134,30 @@ const PREVIEW_COLUMNS: Column<PreviewHolder>[] = [
   { key: "usd", header: "Cost", align: "right", render: (r) => formatUsd(r.usd) },
 ];
 
-function RuleRow({ rule, index, count, editable, onChange, onMove, onRemove }: {
+function RuleRow({ rule, index, count, editable, onChange, onMove, onRemove, badField }: {
   rule: AttributionRule; index: number; count: number; editable: boolean;
   onChange: (r: AttributionRule) => void; onMove: (delta: number) => void; onRemove: () => void;
+  /** The field of this rule the API refused, if any ("team", "pattern", …). */
+  badField?: string | null;
 }) {
   const id = `rule-${index}`;
+  const bad = (field: string) => (badField === field ? true : undefined);
   return (
     <li className="rule-row" data-testid={id} style={{ display: "flex", gap: 8, alignItems: "center", flexWrap: "wrap", marginBottom: 8 }}>
       <span className="muted small">{index + 1}.</span>
       <label className="visually-hidden" htmlFor={`${id}-match`}>Rule {index + 1} matches</label>
-      <select id={`${id}-match`} className="input" value={rule.match} disabled={!editable} onChange={(e) => onChange({ ...rule, match: e.target.value as Match })}>
+      <select id={`${id}-match`} className="input" aria-invalid={bad("match")} value={rule.match} disabled={!editable} onChange={(e) => onChange({ ...rule, match: e.target.value as Match })}>
         {MATCHES.map((m) => (
           <option key={m} value={m}>{MATCH_LABEL[m]}</option>
         ))}
       </select>
       {rule.match === "k8s_label" && (
-        <input aria-label={`Rule ${index + 1} label name`} className="input" placeholder="label, e.g. team" value={rule.key} disabled={!editable} onChange={(e) => onChange({ ...rule, key: e.target.value })} />
+        <input aria-label={`Rule ${index + 1} label name`} aria-invalid={bad("key")} className="input" placeholder="label, e.g. team" value={rule.key} disabled={!editable} onChange={(e) => onChange({ ...rule, key: e.target.value })} />
       )}
-      <input aria-label={`Rule ${index + 1} pattern`} className="input" placeholder="value or glob, e.g. ml-*" value={rule.pattern} disabled={!editable} onChange={(e) => onChange({ ...rule, pattern: e.target.value })} />
+      <input aria-label={`Rule ${index + 1} pattern`} aria-invalid={bad("pattern")} className="input" placeholder="value or glob, e.g. ml-*" value={rule.pattern} disabled={!editable} onChange={(e) => onChange({ ...rule, pattern: e.target.value })} />
       <span aria-hidden="true">→</span>
-      <input aria-label={`Rule ${index + 1} team`} className="input" placeholder="team" value={rule.team ?? ""} disabled={!editable} onChange={(e) => onChange({ ...rule, team: e.target.value })} />
-      <input aria-label={`Rule ${index + 1} project`} className="input" placeholder="project (optional)" value={rule.project ?? ""} disabled={!editable} onChange={(e) => onChange({ ...rule, project: e.target.value })} />
+      <input aria-label={`Rule ${index + 1} team`} aria-invalid={bad("team")} className="input" placeholder="team" value={rule.team ?? ""} disabled={!editable} onChange={(e) => onChange({ ...rule, team: e.target.value })} />
+      <input aria-label={`Rule ${index + 1} project`} aria-invalid={bad("project")} className="input" placeholder="project (optional)" value={rule.project ?? ""} disabled={!editable} onChange={(e) => onChange({ ...rule, project: e.target.value })} />
       {editable && (
         <span className="rule-actions">
           <button type="button" className="btn btn-small btn-ghost" aria-label={`Move rule ${index + 1} up`} disabled={index === 0} onClick={() => onMove(-1)}>↑</button>
@@ -208,11 +229,19 @@ export function AttributionCard() {
       saved.reload();
     }
   };
+  // Any edit makes a preview stale (it showed the rules as they were): it goes, with the errors about them.
+  const edit = (next: AttributionRule[]) => {
+    setRules(next);
+    setPreview(null);
+    setError(null);
+  };
   const move = (i: number, delta: number) => {
     const next = [...rules];
     [next[i], next[i + delta]] = [next[i + delta], next[i]];
-    setRules(next);
+    edit(next);
   };
+  const refused = error ? Object.keys(error.fields ?? {}).map((f) => /^rules\[(\d+)\](?:\.(\w+))?$/.exec(f)).filter((m) => m !== null) : [];
+  const badFieldOf = (i: number) => refused.find((m) => Number(m![1]) === i)?.[2] ?? (refused.some((m) => Number(m![1]) === i) ? "rule" : null);
 
   return (
     <Card title="Attribution rules" actions={<span className="muted small">{admin ? "first match wins · unmatched time stays unattributed" : "read-only: organization admins change these"}</span>}>
@@ -231,21 +260,32 @@ export function AttributionCard() {
                     index={i}
                     count={rules.length}
                     editable={admin && !busy}
-                    onChange={(r) => setRules(rules.map((x, j) => (j === i ? r : x)))}
+                    onChange={(r) => edit(rules.map((x, j) => (j === i ? r : x)))}
                     onMove={(delta) => move(i, delta)}
-                    onRemove={() => setRules(rules.filter((_, j) => j !== i))}
+                    onRemove={() => edit(rules.filter((_, j) => j !== i))}
+                    badField={badFieldOf(i)}
                   />
                 ))}
               </ol>
             )}
             {admin && (
               <div className="form-actions">
-                <button type="button" className="btn" disabled={busy} onClick={() => setRules([...rules, { match: "k8s_namespace", key: "", pattern: "", team: "", project: "" }])}>Add rule</button>
+                <button type="button" className="btn" disabled={busy} onClick={() => edit([...rules, { match: "k8s_namespace", key: "", pattern: "", team: "", project: "" }])}>Add rule</button>
                 <button type="button" className="btn" disabled={busy} onClick={onPreview} data-testid="rules-preview">Preview on the last day</button>
                 <button type="button" className="btn btn-primary" disabled={busy} onClick={onSave} data-testid="rules-save">Save rules</button>
               </div>
             )}
-            <FieldErrors error={error} />
+            {error && Object.keys(error.fields ?? {}).length > 0 ? (
+              <ul className="form-error" role="alert" data-testid="rules-errors">
+                {Object.entries(error.fields).map(([field, message]) => (
+                  <li key={field}>
+                    {ruleFieldName(field)}: {ruleErrorWords(String(message))}
+                  </li>
+                ))}
+              </ul>
+            ) : (
+              <FieldErrors error={error ? new ApiError(error.status, error.code, ruleErrorWords(error.message), error.fields) : null} />
+            )}
             {notice && <p role="status" className="muted">{notice}</p>}
             {job && (
               <div data-testid="attribution-job" className="muted small">
