@@ -8,8 +8,12 @@ the cap: a small body that would inflate to tens of MiB costs the cap, not its i
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import importlib
 import json
+import threading
 import zlib
 from collections.abc import Callable, Mapping
 from typing import IO, Any
@@ -17,6 +21,7 @@ from typing import IO, Any
 import numpy as np
 import orjson
 from django.conf import settings
+from django.core.signals import request_finished
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.parsers import BaseParser
 
@@ -31,6 +36,30 @@ try:  # imported by name: mypy then needs neither the package nor its stubs wher
     inflate_lib = importlib.import_module("isal.isal_zlib")
 except ImportError:  # pragma: no cover - depends on the installation
     inflate_lib = zlib
+
+
+# A parsed body outlives its request: DRF's request, view and response refer to one another, so
+# they (and the body, held by the request) are freed only by a full collection of the cyclic GC,
+# which a long-lived process runs rarely. A worker taking 16 MiB batches of plain arrays grew by
+# ~60 MiB with each (45 MiB of Python lists and numbers a batch), to 605 MiB after 8
+# (bench/ingest_limits.py). So once the answer to a request whose body was at least
+# TRIM_AFTER_BYTES is sent, a full collection frees it, and malloc_trim(0) hands the pages freed
+# back to the system where the C library has it (glibc). Only after such requests: tens of ms.
+TRIM_AFTER_BYTES = 4 * 1024 * 1024
+_libc = ctypes.util.find_library("c")
+_malloc_trim: Any = getattr(ctypes.CDLL(_libc), "malloc_trim", None) if _libc else None
+_trim_due = threading.local()
+
+
+def _large_body_release(**_kwargs: Any) -> None:
+    if getattr(_trim_due, "due", False):
+        _trim_due.due = False
+        gc.collect()
+        if _malloc_trim is not None:
+            _malloc_trim(0)
+
+
+request_finished.connect(_large_body_release, dispatch_uid="phantomhub.telemetry.parsers.large_body_release")
 
 
 def _too_large(what: str, limit: int) -> ApiError:
@@ -236,6 +265,8 @@ class CappedJSONParser(BaseParser):
                 f"Content-Encoding {encoding!r} is not supported (use gzip)",
                 status_code=415,
             )
+        if len(raw) >= TRIM_AFTER_BYTES:
+            _trim_due.due = True
         return json_body_parse(raw)
 
 

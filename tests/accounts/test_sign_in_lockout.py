@@ -142,3 +142,13 @@ def test_the_admin_sign_in_is_under_the_address_limit_too(ada: User) -> None:
     _spray(APIClient(REMOTE_ADDR="203.0.113.9"), ADDRESS_LIMIT)
     admin = Client(REMOTE_ADDR="203.0.113.9").post("/admin/login/", {"username": "ada", "password": "right-password"})
     assert admin.status_code == 429 and int(admin["Retry-After"]) > 0
+
+
+def test_sessions_still_name_the_backend_that_signed_the_person_in(ada: User) -> None:
+    # The address limit's backend signs nobody in: a session must not come to name it.
+    client = APIClient()
+    assert _sign_in(client, "right-password").status_code == 200
+    assert client.get(SESSION).json()["authenticated"] is True
+    forced = APIClient()
+    forced.force_login(ada)  # the first backend with get_user
+    assert forced.get(SESSION).json()["authenticated"] is True
