@@ -121,8 +121,9 @@ def runs_visible(principal: Any) -> QuerySet[Run]:
 
 def _billed_between(start: str | None, end: str | None) -> Q:
     """Runs billed on some UTC day from `start` to `end` (either open): the days finance counts a
-    run in. A run not analysed yet has no billed days; its allocation_start's day stands in."""
-    days = RunDay.objects.filter(run=OuterRef("pk"))
+    run in (as pages read them: a closed month's frozen). A run not analysed yet has no billed
+    days; its allocation_start's day stands in."""
+    days = _days_read().filter(run=OuterRef("pk"))
     unpriced = ~Q(Exists(RunDay.objects.filter(run=OuterRef("pk"))))
     if start:
         days = days.filter(day__gte=start)
@@ -142,6 +143,12 @@ PERIOD_COLUMNS = {
     "period_recoverable_usd": "recoverable_usd",
 }
 Span = tuple[str | None, str | None]
+
+
+def _days_read() -> QuerySet[RunDay]:
+    """Run-days as every page reads them (portal.models RunDayRead: a closed month's frozen, other
+    days live), so a list's period figures are the ones finance and the boards show."""
+    return cast("QuerySet[RunDay]", RunDayRead.objects.all())
 
 
 def billed_span(filters: dict[str, str]) -> Span | None:
@@ -174,7 +181,7 @@ def _with_period(rows: list[dict[str, Any]], span: Span | None) -> list[dict[str
     if span is None:
         return [row | dict.fromkeys(PERIOD_COLUMNS) for row in rows]
     ids = [uuid.UUID(row["id"]) for row in rows]
-    days = _days_within(RunDay.objects.filter(run_id__in=ids), span).values("run_id")
+    days = _days_within(_days_read().filter(run_id__in=ids), span).values("run_id")
     summed: Any = days.annotate(**{name: Sum(column) for name, column in PERIOD_COLUMNS.items()})
     by_run = {str(row["run_id"]): _period_figures(row) for row in summed}
     empty = dict.fromkeys(PERIOD_COLUMNS)
@@ -182,7 +189,7 @@ def _with_period(rows: list[dict[str, Any]], span: Span | None) -> list[dict[str
 
 
 def _period_sort_key(column: str, span: Span) -> Subquery:
-    days = _days_within(RunDay.objects.filter(run=OuterRef("pk")), span)
+    days = _days_within(_days_read().filter(run=OuterRef("pk")), span)
     return Subquery(days.values("run").annotate(summed=Sum(column)).values("summed")[:1])
 
 
@@ -242,7 +249,7 @@ def _runs_totals(runs: QuerySet[Run], count: int, span: Span | None) -> dict[str
     }
     if span is None:
         return totals | dict.fromkeys(PERIOD_COLUMNS) | {"period_waste_share": None}
-    summed = _days_within(RunDay.objects.filter(run__in=ids), span).aggregate(
+    summed = _days_within(_days_read().filter(run__in=ids), span).aggregate(
         **{name: Sum(column) for name, column in PERIOD_COLUMNS.items()}
     )
     figures = _period_figures(summed)

@@ -267,3 +267,24 @@ def test_a_run_not_analysed_yet_has_no_period_cost_rather_than_zero(owner: Tenan
     owner.create_run(name="pending", gpu_model="H100-SXM", gpu_count=1, allocation_start="2026-10-15T10:00:00+00:00")
     (row,) = october["root"].get("/api/v1/portal/runs", {**OCTOBER, "q": "pending"}).json()["results"]
     assert row["analysed"] is False and row["period_cost_usd"] is None and row["cost_usd"] is None
+
+
+@pytest.mark.django_db
+def test_a_closed_month_keeps_its_period_costs_in_the_list_as_finance_keeps_them(october: dict[str, Any]) -> None:
+    root = october["root"]
+    assert root.post("/api/v1/portal/finance/2026-10/close").status_code == 200
+    frozen = root.get("/api/v1/portal/finance/2026-10").json()["totals"]
+    # A price change that reaches back into October moves the live figures, not the closed month's.
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("72"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
+    services.analysis_sweep(inline=True)
+    review = root.get("/api/v1/portal/finance/2026-10").json()
+    assert review["totals"]["cost_usd"] == frozen["cost_usd"]
+    listed = root.get("/api/v1/portal/runs", OCTOBER).json()
+    assert listed["count"] == review["totals"]["runs"] == 109
+    assert listed["totals"]["period_cost_usd"] == review["totals"]["cost_usd"]
+    board = root.get("/api/v1/portal/leaderboards/runs", {"period": "2026-10"}).json()
+    assert board["totals"]["cost_usd"] == review["totals"]["cost_usd"]
+    (row,) = root.get("/api/v1/portal/runs", {**OCTOBER, "q": "crossing"}).json()["results"]
+    assert row["period_cost_usd"] == 6.0  # October, as closed
+    (line,) = _csv(root.get("/api/v1/portal/runs.csv", {**OCTOBER, "q": "crossing"}))
+    assert Decimal(line["period_cost_usd"]) == Decimal("6.00")
