@@ -154,6 +154,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # so Retry-After holds: retrying does not extend it
 AXES_LOCKOUT_CALLABLE = "phantomhub.accounts.signin.lockout_response"
+# The client's address, from X-Forwarded-For when the connection is a PHANTOMHUB_TRUSTED_PROXIES one.
+AXES_CLIENT_IP_CALLABLE = "phantomhub.accounts.signin.client_address"
 AXES_DISABLE_ACCESS_LOG = True  # no row per successful sign-in; failures are still recorded
 AXES_VERBOSE = False
 # One password tried over many usernames never locks a (username, address) pair: an address with

@@ -11,10 +11,18 @@ are also summed per address: once an address has PHANTOMHUB_SIGN_IN_ADDRESS_FAIL
 sign-ins (any usernames) within the cool-off, `AddressSignInLimitBackend` refuses its sign-ins,
 before any password is hashed, with 429 and Retry-After until enough of them are older than the
 cool-off. Refused attempts are not recorded (as axes does), so waiting ends it.
+
+Both count by the client's address, which behind a TLS proxy is not the connection's: every
+client would share the proxy's, and 30 failures anywhere would stop everyone. So when the
+connection comes from PHANTOMHUB_TRUSTED_PROXIES (gunicorn drops X-Forwarded-For from anyone
+else, deploy/gunicorn.py), the address is the last one in X-Forwarded-For that is not a trusted
+proxy: each proxy appends the address it was reached from (`client_address`, axes'
+AXES_CLIENT_IP_CALLABLE).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import Any
 
@@ -32,12 +40,42 @@ from phantomhub.errors import error_body
 _ADDRESS_WAIT = "phantomhub_sign_in_address_wait_s"
 
 
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _is_proxy(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    proxies: list[str] = settings.TRUSTED_PROXIES
+    return "*" in proxies or any(address in ipaddress.ip_network(entry) for entry in proxies if entry != "*")
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The address a sign-in comes from: the connection's, or, when that is a trusted proxy (a
+    Unix socket's peer is the local one, as gunicorn takes it), the last address of
+    X-Forwarded-For that is not a trusted proxy (with `*`, any peer may say anything: the first)."""
+    peer = request.META.get("REMOTE_ADDR") or ""
+    peer_ip = _ip(peer)
+    if not settings.TRUSTED_PROXIES or (peer_ip is not None and not _is_proxy(peer_ip)):
+        return peer or None
+    hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
+    for hop in reversed(hops):
+        hop_ip = _ip(hop)
+        if hop_ip is None:
+            break  # not an address: nothing before it can be believed
+        if not _is_proxy(hop_ip):
+            return str(hop_ip)
+    return str(_ip(hops[0])) if hops and _ip(hops[0]) is not None else peer or None
+
+
 def address_retry_after_s(*, request: HttpRequest) -> int:
     """Seconds until the request's address has fewer than SIGN_IN_ADDRESS_FAILURE_LIMIT failed
     sign-ins within the cool-off (0: it has fewer now). Axes keeps one row per (username, address,
     user agent) with its failures and the time of its last; a row leaves the count as a whole."""
     cool_off = get_cool_off(request)
-    address = getattr(request, "axes_ip_address", None) or get_client_ip_address(request)
+    address = getattr(request, "axes_ip_address", None) or get_client_ip_address(request)  # client_address
     if cool_off is None or address is None:
         return 0
     now = timezone.now()

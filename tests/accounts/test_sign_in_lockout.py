@@ -13,7 +13,7 @@ import pytest
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -152,3 +152,32 @@ def test_sessions_still_name_the_backend_that_signed_the_person_in(ada: User) ->
     forced = APIClient()
     forced.force_login(ada)  # the first backend with get_user
     assert forced.get(SESSION).json()["authenticated"] is True
+
+
+def _via_proxy(forwarded_for: str) -> APIClient:
+    return APIClient(REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR=forwarded_for)
+
+
+def test_behind_a_trusted_proxy_the_address_is_the_client_s_not_the_proxy_s(ada: User) -> None:
+    with override_settings(TRUSTED_PROXIES=["10.0.0.0/8"]):
+        # The sprayer's own X-Forwarded-For entry is ignored: the proxy appended the real one.
+        sprayer = _via_proxy("6.6.6.6, 198.51.100.7")
+        _spray(sprayer, ADDRESS_LIMIT)
+        assert _sign_in(sprayer, "right-password").status_code == 429
+        assert _sign_in(_via_proxy("198.51.100.7"), "right-password").status_code == 429
+        # Everyone else behind the same proxy signs in.
+        assert _sign_in(_via_proxy("203.0.113.5"), "right-password").status_code == 200
+        assert _sign_in(_via_proxy("203.0.113.6, 10.0.0.9"), "right-password").status_code == 200  # two proxies
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"198.51.100.7"}
+
+
+def test_x_forwarded_for_from_anyone_else_is_not_believed(ada: User) -> None:
+    with override_settings(TRUSTED_PROXIES=["10.0.0.0/8"]):
+        for i in range(ADDRESS_LIMIT):  # a new made-up address each time, straight to the server
+            client = APIClient(REMOTE_ADDR="198.51.100.7", HTTP_X_FORWARDED_FOR=f"192.0.2.{i}")
+            _sign_in(client, "Summer2026!", username=f"user{i}")
+        assert _sign_in(APIClient(REMOTE_ADDR="198.51.100.7"), "right-password").status_code == 429
+    with override_settings(TRUSTED_PROXIES=[]):  # no proxies: the header means nothing
+        client = APIClient(REMOTE_ADDR="198.51.100.8", HTTP_X_FORWARDED_FOR="203.0.113.5")
+        _sign_in(client, "guess")
+    assert AccessAttempt.objects.filter(ip_address="198.51.100.8").exists()
