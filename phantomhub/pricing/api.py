@@ -209,9 +209,11 @@ class PriceCsvApi(APIView):
 
     @extend_schema(
         request={"text/csv": str},
-        responses={201: inline_serializer("PriceImport", {"created": serializers.IntegerField()})},
+        parameters=[CONFIRM_CLOSED],
+        responses={201: inline_serializer("PriceImport", {"created": serializers.IntegerField()}), 409: ErrorSerializer},
     )
     def post(self, request: Request) -> Response:
+        _closed_reached(request, services.prices_import_reach(text=str(request.data)))
         result = services.prices_import_csv(text=str(request.data), actor=request.user, actor_label="csv import")
         if result.errors:
             raise csv_import_refused(result.errors, len(result.errors))

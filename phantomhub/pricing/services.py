@@ -109,6 +109,21 @@ def price_delete_reach(*, entry: PriceEntry) -> list[str]:
     return closed_periods_reached(start=entry.effective_from, end=entry.effective_to)
 
 
+def prices_import_reach(*, text: str) -> list[str]:
+    """The closed periods a CSV import would reprice (none for a file it would refuse anyway)."""
+    try:
+        rows, errors = _csv_rows(text)
+    except _RowRefused:
+        return []
+    if errors:
+        return []
+    reached: set[str] = set()
+    for _line, row in rows:
+        key = {k: row[k] for k in ("gpu", "provider", "region", "tier", "effective_from")}
+        reached.update(price_set_reach(**key))
+    return sorted(reached)
+
+
 class PriceError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
