@@ -109,7 +109,7 @@ export function OverviewPage() {
             </div>
             <div className="grid grid-2-1">
               <Card title="Worst offenders" actions={<span className="muted small">runs by recoverable spend in the period</span>}>
-                {d.worst_runs.length > 0 ? <RunTable rows={d.worst_runs} compact caption="Runs with the most recoverable spend" testId="worst-runs" /> : <Empty title="No analysed runs" />}
+                {d.worst_runs.length > 0 ? <RunTable rows={d.worst_runs} compact caption="Runs with the most recoverable spend" testId="worst-runs" period /> : <Empty title="No analysed runs" />}
               </Card>
               <Card title="Spend by GPU model">
                 {d.by_gpu.length > 0 && gpuOption ? <EChart option={gpuOption} height={Math.max(160, 40 + d.by_gpu.length * 34)} label="Spend and recoverable spend by GPU model" /> : <Empty title="No GPU spend" />}
