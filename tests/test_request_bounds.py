@@ -27,8 +27,14 @@ from phantomhub.telemetry.parsers import MAX_JSON_DEPTH, json_body_parse
 from phantomhub_agent import _node as node
 from tests import rawrows
 from tests.conftest import Tenant, steps_body
+from tests.conftest import _tenant as _tenant_for
 
 MIB = 1024 * 1024
+
+
+def _owner_tenant() -> Tenant:
+    return _tenant_for("nlp", "llm-pretrain")
+
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 
@@ -319,3 +325,18 @@ def test_a_large_body_is_freed_once_its_answer_is_sent(owner: Tenant, monkeypatc
                                  HTTP_CONTENT_ENCODING="gzip")  # fmt: skip
     assert response.status_code == 400  # parsed whole (4 MiB), then refused: `pad` is no field
     assert collections == [1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_large_body_the_database_connection_lets_go_of_its_buffers() -> None:
+    # libpq keeps its send buffer as large as the largest statement sent, while the connection lives.
+    from django.db import connection
+
+    owner = _owner_tenant()
+    run_id = owner.create_run()
+    assert owner.post_steps(run_id, steps_body(100)).status_code == 200
+    assert connection.connection is not None  # kept for the next request (CONN_MAX_AGE)
+    body = json.dumps({"batches": [steps_body(100, first=100)], "pad": "x" * parsers.TRIM_AFTER_BYTES}).encode()
+    owner.client.post(f"/api/v1/runs/{run_id}/batches", body, content_type="application/json")
+    assert connection.connection is None
+    assert owner.post_steps(run_id, steps_body(100, first=200)).status_code == 200  # a new one, as usual

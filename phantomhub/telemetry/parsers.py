@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 from django.conf import settings
 from django.core.signals import request_finished
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.parsers import BaseParser
 
@@ -42,9 +43,11 @@ except ImportError:  # pragma: no cover - depends on the installation
 # they (and the body, held by the request) are freed only by a full collection of the cyclic GC,
 # which a long-lived process runs rarely. A worker taking 16 MiB batches of plain arrays grew by
 # ~60 MiB with each (45 MiB of Python lists and numbers a batch), to 605 MiB after 8
-# (bench/ingest_limits.py). So once the answer to a request whose body was at least
-# TRIM_AFTER_BYTES is sent, a full collection frees it, and malloc_trim(0) hands the pages freed
-# back to the system where the C library has it (glibc). Only after such requests: tens of ms.
+# (bench/ingest_limits.py). And libpq keeps its send buffer as large as the largest statement the
+# connection sent (a node batch's chunks: tens of MiB) for as long as the connection lives. So
+# once the answer to a request whose body was at least TRIM_AFTER_BYTES is sent: a full collection,
+# the database connection closed (the next request opens one, ~5 ms), and malloc_trim(0) to hand
+# the freed pages back to the system where the C library has it (glibc). Only after such requests.
 TRIM_AFTER_BYTES = 4 * 1024 * 1024
 _libc = ctypes.util.find_library("c")
 _malloc_trim: Any = getattr(ctypes.CDLL(_libc), "malloc_trim", None) if _libc else None
@@ -55,6 +58,8 @@ def _large_body_release(**_kwargs: Any) -> None:
     if getattr(_trim_due, "due", False):
         _trim_due.due = False
         gc.collect()
+        if not connection.in_atomic_block:  # (a test's transaction spans its requests)
+            connection.close()
         if _malloc_trim is not None:
             _malloc_trim(0)
 
