@@ -437,7 +437,7 @@ class SettingsApi(APIView):
     def put(self, request: Request) -> Response:
         data = self.SettingsInput(data=request.data)
         data.is_valid(raise_exception=True)
-        services.org_settings_update(changes=dict(data.validated_data))
+        services.org_settings_update(changes=dict(data.validated_data), actor=request.user)
         return Response(self._view())
 
 

@@ -18,7 +18,15 @@ from phantomhub.accounts.models import Project
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.fleet.reconcile import invoice_reconcile
 from phantomhub.portal.footing import largest_remainder
-from phantomhub.portal.models import ClosedMonth, ClosedProjectDay, ClosedRunDay, MonthLog, ProjectDayRead, RunDayRead
+from phantomhub.portal.models import (
+    ClosedMonth,
+    ClosedProjectDay,
+    ClosedRunDay,
+    MonthLog,
+    PolicyChange,
+    ProjectDayRead,
+    RunDayRead,
+)
 from phantomhub.portal.periods import Period
 from phantomhub.portal.selectors import AGG, categories_by, categories_total, figures_from_sums, pick
 from phantomhub.pricing.models import PriceAudit, PriceEntry
@@ -269,7 +277,16 @@ def closed_note(
 def _causes(closed: ClosedMonth, principal: Any, scope: dict[str, Any]) -> list[dict[str, Any]]:
     """Why live figures moved since the close: price-book changes reaching into the month (who may
     read the price audit sees who made them), a newer waste model, runs billed late."""
-    causes = _price_causes(closed, show_who=user_sees_everything(principal))
+    show_who = user_sees_everything(principal)
+    causes = _price_causes(closed, show_who=show_who)
+    for change in PolicyChange.objects.filter(at__gt=closed.closed_at).select_related("actor").order_by("at", "id"):
+        causes.append({
+            "kind": "policy",
+            "at": change.at.isoformat(),
+            "by": (change.actor.get_username() if change.actor else None) if show_who else None,
+            "before": change.before,
+            "after": change.after,
+        })  # fmt: skip
     if closed.model_version is not None and closed.model_version != MODEL_VERSION:
         causes.append({"kind": "model", "from_version": closed.model_version, "to_version": MODEL_VERSION})
     last = closed.last_day or closed.month

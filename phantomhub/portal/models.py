@@ -143,3 +143,19 @@ class ProjectDayRead(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id} on {self.day}"
+
+
+class PolicyChange(models.Model):
+    """A change to the waste model's organization settings that moves dollar figures (target MFU,
+    recoverability caps): who, when, before and after. A closed month names it as a cause."""
+
+    at = models.DateTimeField(auto_now_add=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"policy change at {self.at:%Y-%m-%d %H:%M}"

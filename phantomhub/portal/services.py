@@ -12,7 +12,7 @@ from phantomhub.accounts.models import Membership, Project, Role, Team
 from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.errors import ApiError, invalid
 from phantomhub.portal.finance import finance_review, month_close_refusal
-from phantomhub.portal.models import ClosedMonth, ClosedProjectDay, ClosedRunDay, MonthAction, MonthLog
+from phantomhub.portal.models import ClosedMonth, ClosedProjectDay, ClosedRunDay, MonthAction, MonthLog, PolicyChange
 from phantomhub.portal.periods import Period
 from phantomhub.waste.inputs import MODEL_VERSION
 from phantomhub.waste.model import CATEGORIES, recoverability_check
@@ -88,8 +88,9 @@ def month_reopen(*, month: date, actor: Any, reason: str) -> None:
         closed.delete()
 
 
-def org_settings_update(*, changes: dict[str, Any]) -> OrgSettings:
+def org_settings_update(*, changes: dict[str, Any], actor: Any = None) -> OrgSettings:
     row = OrgSettings.get()
+    before = {field: getattr(row, field) for field in _MONEY_SETTINGS if field in changes}
     if "recoverability" in changes:
         try:
             recoverability_check(changes["recoverability"])
@@ -99,9 +100,15 @@ def org_settings_update(*, changes: dict[str, Any]) -> OrgSettings:
     for field, value in changes.items():
         setattr(row, field, value)
     row.save()
-    if {"target_mfu", "recoverability"} & set(changes):
+    if set(_MONEY_SETTINGS) & set(changes):
+        after = {field: getattr(row, field) for field in before}
+        if after != before:  # recorded: a closed month names it beside its adjustment
+            PolicyChange.objects.create(actor=actor if getattr(actor, "pk", None) else None, before=before, after=after)
         analyses_invalidate()  # every run's dollars of inefficiency and recoverable spend move
     return row
+
+
+_MONEY_SETTINGS = ("target_mfu", "recoverability")
 
 
 def user_may_rename(*, user: Any, team: Team) -> bool:

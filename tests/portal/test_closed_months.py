@@ -237,3 +237,16 @@ def test_the_receiver_names_only_the_closed_months_a_span_reaches(books: dict[st
     assert reached(None, start=start + timedelta(days=40), end=None) == []
     assert reached(None, start=start + timedelta(days=20), end=None) == [books["month"]]
     assert uuid.UUID(books["runs"]["nlp"])
+
+
+def test_a_policy_change_moves_live_figures_only_and_is_named_with_who(books: dict[str, Any]) -> None:
+    fin, root = _client(books["users"]["fin"]), _client(books["users"]["root"])
+    month = books["month"]
+    closed = fin.post(f"/api/v1/portal/finance/{month}/close").json()
+    assert root.put("/api/v1/portal/settings", {"target_mfu": 0.9}, format="json").status_code == 200
+    services.analysis_sweep(inline=True)
+    review = fin.get(f"/api/v1/portal/finance/{month}").json()
+    assert review["totals"] == closed["totals"]
+    assert review["adjustment"]["difference"]["waste_usd"] != 0
+    (policy,) = [c for c in review["adjustment"]["causes"] if c["kind"] == "policy"]
+    assert policy["by"] == "root" and policy["before"] == {"target_mfu": 0.5} and policy["after"] == {"target_mfu": 0.9}

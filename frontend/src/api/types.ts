@@ -511,7 +511,10 @@ export interface PriceAuditRow {
 
 /** What caused a closed month's live figures to move since it was closed. */
 export interface ClosedMonthCause {
-  kind: "price" | "model" | "telemetry" | "telemetry_removed" | string;
+  kind: "price" | "policy" | "model" | "telemetry" | "telemetry_removed" | string;
+  /** A policy change: the waste model settings before and after (target_mfu, recoverability). */
+  before?: Record<string, unknown>;
+  after?: Record<string, unknown>;
   at?: string;
   /** Who changed the price (null where the reader may not see the price audit). */
   by?: string | null;

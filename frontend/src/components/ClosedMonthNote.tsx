@@ -3,7 +3,7 @@
 // and what caused it.
 
 import type { ClosedMonthCause, ClosedMonthNote as Note } from "../api/types";
-import { formatDate, formatDateTime, formatMonth, formatUsd, formatUsdChange, formatUsdPrice, tierLabel } from "../lib/format";
+import { formatDate, formatDateTime, formatMonth, formatPct, formatUsd, formatUsdChange, formatUsdPrice, tierLabel } from "../lib/format";
 
 /** One cause in words: "Dec 2, 2026 14:05: root changed the H100-SXM price (any provider, on-demand) $36.00 → $45.00 per GPU-hour". */
 export function causeText(c: ClosedMonthCause): string {
@@ -18,6 +18,14 @@ export function causeText(c: ClosedMonthCause): string {
           ? `${formatUsdPrice(c.before_usd_per_gpu_hour)} → ${formatUsdPrice(c.after_usd_per_gpu_hour)} per GPU-hour`
           : `${formatUsdPrice(c.after_usd_per_gpu_hour)} per GPU-hour`;
     return `${formatDateTime(c.at)}: ${who} ${what} the ${c.gpu ?? "GPU"} price (${where}) ${prices}`;
+  }
+  if (c.kind === "policy") {
+    const parts: string[] = [];
+    const before = c.before ?? {};
+    const after = c.after ?? {};
+    if ("target_mfu" in after) parts.push(`target MFU ${formatPct(Number(before.target_mfu))} → ${formatPct(Number(after.target_mfu))}`);
+    if ("recoverability" in after) parts.push("the recoverable share caps");
+    return `${formatDateTime(c.at)}: ${c.by ?? "an organization admin"} changed the waste model settings (${parts.join("; ") || "settings"})`;
   }
   if (c.kind === "model") return `the waste model changed from version ${c.from_version} to ${c.to_version}`;
   if (c.kind === "telemetry") return `${c.runs_added} run${c.runs_added === 1 ? "" : "s"} billed in the month arrived after it was closed`;

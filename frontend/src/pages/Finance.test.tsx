@@ -4,7 +4,7 @@ import { MemoryRouter, Route, Routes } from "react-router";
 
 import { SessionProvider } from "../api/session";
 import type { FinanceReport } from "../api/types";
-import { ClosedMonthNote } from "../components/ClosedMonthNote";
+import { causeText, ClosedMonthNote } from "../components/ClosedMonthNote";
 import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
 import { FinancePage } from "./Finance";
@@ -100,4 +100,10 @@ test("the closed-month note on other pages says which figures these are and what
   expect(note).toHaveTextContent("November 2026 is closed: these are the figures it was closed with on Dec 1, 2026 by fin.");
   expect(note).toHaveTextContent("Live figures differ by +$7.52 (live $2,991.80");
   expect(note).toHaveTextContent("root set the B200 price");
+});
+
+test("a policy change is named in words", () => {
+  expect(causeText({ kind: "policy", at: "2026-12-02T10:00:00Z", by: "root", before: { target_mfu: 0.5 }, after: { target_mfu: 0.9 } })).toMatch(
+    /root changed the waste model settings \(target MFU 50\.0% → 90\.0%\)$/,
+  );
 });
