@@ -467,8 +467,15 @@ def compute_recoverable(
 
 def median_recoverable(*, label: str, usd_cents: int, run_s: float | None, project: Sequence[Peer], attr: str) -> Recoverable:
     """Start-up or tear-down idle at the project's median: ``usd x (1 - median / run_value)``."""
-    if usd_cents <= 0 or not run_s:
+    if not run_s:
         return none_recoverable(f"No {label}: nothing to recover.", "s", run_s)
+    if usd_cents <= 0:  # time was spent, but it cost under a cent: say so, not "No start-up"
+        return none_recoverable(
+            f"The run spent {seconds_text(run_s)} on {label}, but that rounds to $0.00 (under a cent, or time no "
+            "price covers): too little to count as recoverable.",
+            "s",
+            run_s,
+        )
     pv = _peer_values(project, attr)
     if not pv:
         return none_recoverable(f"No evidence: no other finished run of the project to compare its {label} with.", "s", run_s)

@@ -34,8 +34,10 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
+from phantomhub.waste.money import cents_allocate
 from phantomhub.waste.result import Analysis, CategoryFigure, Explained, HostFigure, Straggler, to_jsonable
 
 GIB = 2**30
@@ -199,13 +201,27 @@ def _severity(share: float, t: Thresholds) -> str:
 def _category_evidence(fig: CategoryFigure, a: Analysis) -> list[Evidence]:
     return [
         Evidence(f"{_words(fig.category)}, share of billed GPU time", round(fig.share, 4), "ratio"),
-        Evidence(f"{_words(fig.category)}, GPU-hours", round(fig.gpu_seconds / 3600, 3), "GPU-h"),
+        Evidence(f"{_words(fig.category)}, GPU-hours", _hours(fig.gpu_seconds), "GPU-h"),
         # A category that cost under a cent says so rather than "$0.00" beside a real share of time.
         Evidence(f"{_words(fig.category)}, cost", fig.usd, "USD")
         if fig.usd_cents > 0 or fig.gpu_seconds <= 0 or not _priced(a)
         else Evidence(f"{_words(fig.category)}, cost: under a cent", None, ""),
         Evidence(fig.evidence.summary, fig.recoverable_usd, "USD"),
     ]
+
+
+def _hours(gpu_seconds: float) -> float:
+    """GPU-hours unrounded (to 9 decimals, for tidy JSON): the page rounds once, as it rounds the
+    same figure elsewhere (0.0014 GPU-h, not a 0.001 rounded here beside it)."""
+    return round(gpu_seconds / 3600, 9)
+
+
+def _footed_parts(saving: float | None, wait_usd: float, own_usd: float) -> tuple[float, float]:
+    """A straggler's two costs in cents that add up to its saving (largest remainder), so its
+    evidence never reads $71.09 in parts beside a $71.08 saving."""
+    total = round(saving * 100) if saving is not None else round((wait_usd + own_usd) * 100)
+    parts = cents_allocate(total, {"wait": Fraction(wait_usd), "own": Fraction(own_usd)})
+    return parts["wait"] / 100, parts["own"] / 100
 
 
 def _priced(a: Analysis) -> bool:
@@ -298,6 +314,8 @@ def _comm(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
 
 
 def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Recommendation:
+    saving, explain, claimed = _claimed(a, claims, f"STRAGGLER:{s.rank}")
+    wait_usd, own_usd = _footed_parts(saving, s.caused_wait_usd, sum(s.own_excess_usd.values()))
     share = (s.caused_wait_gpu_seconds + s.own_excess_gpu_seconds) / a.billed_gpu_seconds if a.billed_gpu_seconds else 0.0
     severity = "high" if share >= t.straggler_high_share else "medium" if share >= t.straggler_medium_share else "low"
     ev = [
@@ -309,11 +327,11 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
         Evidence("mean lead over the other ranks per step (data, compute and host time beyond their median)",
                  round(s.lead_ns_mean / 1e6, 2), "ms"),
         Evidence(
-            "the other ranks' exposed communication spent waiting for it", round(s.caused_wait_gpu_seconds / 3600, 3), "GPU-h"
+            "the other ranks' exposed communication spent waiting for it", _hours(s.caused_wait_gpu_seconds), "GPU-h"
         ),
-        Evidence("cost of that wait", round(s.caused_wait_usd, 2), "USD"),
-        Evidence("its own time beyond the other ranks", round(s.own_excess_gpu_seconds / 3600, 3), "GPU-h"),
-        Evidence("cost of its own excess", round(sum(s.own_excess_usd.values()), 2), "USD"),
+        Evidence("cost of that wait", wait_usd, "USD"),
+        Evidence("its own time beyond the other ranks", _hours(s.own_excess_gpu_seconds), "GPU-h"),
+        Evidence("cost of its own excess", own_usd, "USD"),
     ]  # fmt: skip
     if s.compute_ns_mean is not None and s.median_rank_compute_ns_mean:
         ev.append(
@@ -349,7 +367,6 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
         ]
     if data_heavy:
         fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
-    saving, explain, claimed = _claimed(a, claims, f"STRAGGLER:{s.rank}")
     return Recommendation(
         code="STRAGGLER",
         title=f"Rank {s.rank} holds the other ranks up" if one_node else f"Rank {s.rank} on {s.host} holds the other ranks up",
@@ -509,7 +526,7 @@ def _idle(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
     for part in sorted(a.idle, key=lambda i: -i.gpu_seconds):
         if part.gpu_seconds <= 0:
             continue
-        ev.append(Evidence(f"idle: {_words(part.label)}", round(part.gpu_seconds / 3600, 3), "GPU-h"))
+        ev.append(Evidence(f"idle: {_words(part.label)}", _hours(part.gpu_seconds), "GPU-h"))
         if part.label.startswith("phase:"):
             name = part.label[len("phase:") :]
             if "checkpoint" in name or "ckpt" in name or "save" in name:

@@ -20,6 +20,8 @@ interface Props {
   entry?: Explained;
   /** Where a figure without an explain entry comes from (the API field and how it is derived). */
   source?: ExplainSource;
+  /** The figure as the page shows it, unrounded (dollars of a run under a dime), where the entry keeps it in cents. */
+  shown?: number;
 }
 
 const PANEL_W = 420;
@@ -39,7 +41,7 @@ function place(button: DOMRect, panelHeight: number): { top: number; left: numbe
  * is drawn over the page (a layer of its own, fixed to the window), so opening it inside a table
  * never scrolls the table or covers its header.
  */
-export function Explain({ label, entry, source }: Props) {
+export function Explain({ label, entry, source, shown }: Props) {
   const [open, setOpen] = useState(false);
   const [pos, setPos] = useState<{ top: number; left: number; width: number } | null>(null);
   const id = useId();
@@ -127,7 +129,12 @@ export function Explain({ label, entry, source }: Props) {
           }}
         >
           <div className="explain-title">{label}</div>
-          {info.value !== undefined && <div className="explain-value">{formatExplainValue(info.value, unit, info.formula)}</div>}
+          {info.value !== undefined && (
+            <div className="explain-value">
+              {shown !== undefined ? formatExplainValue(shown, unit, info.formula, { exact_usd: shown }) : formatExplainValue(info.value, unit, info.formula, info.inputs)}
+            </div>
+          )}
+          {shown !== undefined && <div className="explain-note">Shown unrounded: the run cost under a dime, so its cents ({formatExplainValue(info.value, unit, info.formula)}) would hide its split.</div>}
           <div className="explain-label">Formula</div>
           <code className="explain-formula">{humanFormula(info.formula)}</code>
           {inputs.length > 0 && (

@@ -201,9 +201,11 @@ describe("one format per quantity, rounded once", () => {
   });
 
   it("gives GPU-hours one precision for a card and the column total beside it", () => {
-    expect(formatGpuHours(0.005)).toBe("0.005 GPU-h");
-    expect(formatGpuHours(0.0049)).toBe("0.005 GPU-h");
-    expect(formatGpuHours(0.0004)).toBe("< 0.001 GPU-h");
+    // A run of seconds keeps two significant digits, never "0.00" or "0.000 GPU-h" for time it billed.
+    expect(formatGpuHours(0.0021)).toBe("0.0021 GPU-h");
+    expect(formatGpuHours(0.005)).toBe("0.0050 GPU-h");
+    expect(formatGpuHours(0.05)).toBe("0.050 GPU-h");
+    expect(formatGpuHours(0.0000004)).toBe("< 0.000001 GPU-h");
     expect(formatGpuHours(0)).toBe("0.000 GPU-h");
   });
 

@@ -125,6 +125,7 @@ export function formatGpuHours(hours: number | null | undefined): string {
 /** Decimals of GPU-hours for a figure (or a column) whose size is `hours`: a card and its table agree. */
 export function gpuHoursDigits(hours: number): number {
   const abs = Math.abs(hours);
+  if (abs > 0 && abs < 0.1) return Math.min(6, 1 - Math.floor(Math.log10(abs))); // two significant digits: 0.0021
   return abs >= 100 ? 0 : abs >= 10 ? 1 : abs >= 1 ? 2 : 3;
 }
 
@@ -497,7 +498,8 @@ export function formatInput(name: string | undefined, value: unknown, unitGiven?
   const unit = unitGiven || (name ? unitOf(name) : "");
   switch (unit) {
     case "USD":
-      return formatUsd(value, { digits: usdDigitsFor(value) });
+      // Cents from a cent up; under a cent, its significant digits ($0.00172), never "$0.00".
+      return formatUsd(value, { digits: value === 0 || Math.abs(value) >= 0.01 ? 2 : usdDigitsFor(value) });
     case "cents":
       return formatUsd(value / 100);
     case "USD/GPU-h":
@@ -584,8 +586,14 @@ export function formulaName(formula: string): string {
   return m ? m[1] : "";
 }
 
-/** An explained figure's value in its unit, a difference of shares in percentage points. */
-export function formatExplainValue(value: unknown, unit: string, formula: string): string {
+/**
+ * An explained figure's value in its unit, a difference of shares in percentage points. Dollars
+ * under a dime are shown from the unrounded figure the explanation keeps (``exact_usd``), as the
+ * page shows them, not as the cents they round to.
+ */
+export function formatExplainValue(value: unknown, unit: string, formula: string, inputs: Record<string, unknown> = {}): string {
+  const exact = inputs.exact_usd;
+  if (unit === "USD" && isNum(value) && Math.abs(value) < 0.1 && isNum(exact) && Math.abs(exact) < 0.1) return formatInput(undefined, exact, unit);
   return formatInput(formulaName(formula).split(".").pop(), value, unit);
 }
 

@@ -129,7 +129,7 @@ test("an admin previews rules on the last day before saving, and a refused rule 
   await user.click(await screen.findByRole("button", { name: "Add rule" }));
   await user.type(screen.getByLabelText("Rule 1 pattern"), "ml-*");
   await user.click(screen.getByTestId("rules-preview"));
-  expect(await screen.findByRole("alert")).toHaveTextContent("rules[0].team");
+  expect(await screen.findByRole("alert")).toHaveTextContent("Rule 1: team: a rule names a team, a project, or both");
   await user.type(screen.getByLabelText("Rule 1 team"), "nlp");
   await user.click(screen.getByTestId("rules-preview"));
   const result = await screen.findByTestId("rules-preview-result");

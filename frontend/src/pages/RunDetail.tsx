@@ -209,7 +209,7 @@ function AnalysisView({ run, analysis: a, series, phases, baseline }: { run: Run
           label="Cost"
           testId="run-cost"
           value={usd(money.cost)}
-          explain={<Explain label="cost" entry={ex.cost_usd} />}
+          explain={<Explain label="cost" entry={ex.cost_usd} shown={money.tiny ? money.cost : undefined} />}
           sub={isNum(perGpuHour) ? formatUsdPerGpuHour(perGpuHour) : formatGpuHours(a.gpu_hours)}
         />
         <Stat
@@ -225,7 +225,7 @@ function AnalysisView({ run, analysis: a, series, phases, baseline }: { run: Run
             </>
           }
         />
-        <Stat label="Waste" testId="run-waste" value={usd(money.waste)} explain={<Explain label="waste" entry={ex.waste_usd} />} sub={`${formatPct(wasteShare)} of cost`} />
+        <Stat label="Waste" testId="run-waste" value={usd(money.waste)} explain={<Explain label="waste" entry={ex.waste_usd} shown={money.tiny ? money.waste : undefined} />} sub={`${formatPct(wasteShare)} of cost`} />
         <Stat label="GPU-hours" testId="run-gpu-hours" value={formatNumber(a.gpu_hours, gpuHoursDigits(a.gpu_hours))} unit="GPU-h" explain={<Explain label="billed GPU time" entry={ex.billed_gpu_seconds} />} sub={a.unpriced_gpu_seconds > 0 ? `${formatGpuHours(a.unpriced_gpu_seconds / 3600)} unpriced` : `${formatNumber(a.gpu_seconds, 0)} GPU-s billed`} />
         <Stat label="MFU" testId="run-mfu" value={formatShare(a.mfu)} explain={<Explain label="MFU" entry={ex.mfu} />} sub={`target ${formatPct(a.target_mfu, 0)}${a.peak_known ? "" : " · peak unknown"}`} />
         <Stat

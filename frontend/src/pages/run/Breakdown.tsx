@@ -8,8 +8,8 @@ import { runPath } from "../../components/RunTable";
 import { CategoryName } from "../../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, type Category } from "../../lib/categories";
 import { elapsedLabel } from "../../lib/charts";
-import { columnDigits, largestRemainder } from "../../lib/footing";
-import { formatEvidenceValue, formatNumber, formatPct, formatUsd, formatUsdRange, isNum, plainWords } from "../../lib/format";
+import { largestRemainder } from "../../lib/footing";
+import { formatEvidenceValue, formatNumber, formatPct, formatUsd, formatUsdRange, gpuHoursDigits, isNum, plainWords } from "../../lib/format";
 import { capShown, EVIDENCE_HELP, evidenceLabel, hasEvidence, isNotWaste, keptSearch } from "./evidence";
 import { runMoney, type RunMoney } from "./money";
 
@@ -46,7 +46,7 @@ function byCategory(values: number[]): Record<Category, number> {
  */
 export function footBreakdown(a: Analysis): FootedColumns {
   const col = (pick: (f: CategoryFigure) => number) => CATEGORIES.map((c) => pick(a.categories[c]));
-  const gpuDigits = columnDigits(a.gpu_hours);
+  const gpuDigits = gpuHoursDigits(a.gpu_hours); // the GPU-hours card's precision: the card and the total agree
   const shares = col((f) => f.share * 100);
   return {
     gpuDigits,
@@ -105,7 +105,7 @@ export function BreakdownTable({ a, money: given, t0Ns, highlighted, onHighlight
               </td>
               <td className="align-right nowrap">
                 {usd(money.usd[c])}
-                <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} />
+                <Explain label={`${CATEGORY_LABEL[c]} cost`} entry={ex[`categories.${c}.usd`]} shown={money.tiny ? money.usd[c] : undefined} />
               </td>
               <td className="align-right">{`${foot.sharePct[c].toFixed(1)}%`}</td>
               <RecoverableCell category={c} f={{ ...f, recoverable_usd: foot.recoverable[c], recoverable_low_usd: foot.low[c], recoverable_high_usd: foot.high[c] }} a={a} />
