@@ -209,14 +209,33 @@ def _span_reaches(snap: dict[str, Any] | None, start: datetime, end: datetime) -
     return begins is not None and begins < end and (ends is None or ends > start)
 
 
+def _audit_reaches(audit: PriceAudit, start: datetime, end: datetime) -> bool:
+    """Whether a price-book change repriced part of [start, end): a new or deleted entry over it,
+    a new price of an entry in force in it, or an end date moved across it. A note, the example
+    flag, or an entry closed by a new one (the create says it) reprices nothing."""
+    before, after = audit.before or {}, audit.after or {}
+    if audit.action == "create":
+        return _span_reaches(after, start, end)
+    if audit.action == "delete":
+        return _span_reaches(before, start, end)
+    if audit.action != "update":
+        return False
+    if before.get("usd_per_gpu_hour") != after.get("usd_per_gpu_hour"):
+        return _span_reaches(before, start, end) or _span_reaches(after, start, end)
+    if before.get("effective_to") != after.get("effective_to"):
+        ends = [parse_datetime(t) if t else None for t in (before.get("effective_to"), after.get("effective_to"))]
+        known = [t for t in ends if t is not None]
+        moved = {"effective_from": min(known).isoformat(), "effective_to": max(known).isoformat() if None not in ends else None}
+        return bool(known) and _span_reaches(moved, start, end)
+    return False
+
+
 def _price_causes(closed: ClosedMonth, show_who: bool) -> list[dict[str, Any]]:
     """The price-book changes since the close whose entry, before or after, priced part of the month."""
     start, end = _month_bounds(closed)
     causes = []
     for audit in PriceAudit.objects.filter(at__gt=closed.closed_at).select_related("actor").order_by("at", "id"):
-        if audit.action == "close":  # the previous entry ended by a new one: the create says it
-            continue
-        if not (_span_reaches(audit.before, start, end) or _span_reaches(audit.after, start, end)):
+        if not _audit_reaches(audit, start, end):
             continue
         entry = audit.after or audit.before or {}
         causes.append({

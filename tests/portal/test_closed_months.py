@@ -250,3 +250,22 @@ def test_a_policy_change_moves_live_figures_only_and_is_named_with_who(books: di
     assert review["adjustment"]["difference"]["waste_usd"] != 0
     (policy,) = [c for c in review["adjustment"]["causes"] if c["kind"] == "policy"]
     assert policy["by"] == "root" and policy["before"] == {"target_mfu": 0.5} and policy["after"] == {"target_mfu": 0.9}
+
+
+def test_only_changes_that_reprice_the_month_are_named_as_causes() -> None:
+    from phantomhub.pricing.models import PriceAudit
+
+    start, end = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+    entry = {"gpu": "B200", "usd_per_gpu_hour": "14.2400", "effective_from": "2026-01-01T00:00:00+00:00", "effective_to": None}
+
+    def reaches(action: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
+        return finance._audit_reaches(PriceAudit(action=action, before=before, after=after), start, end)
+
+    assert reaches("update", entry, entry | {"usd_per_gpu_hour": "15.0000"})
+    assert not reaches("update", entry, entry | {"note": "contract"})
+    assert not reaches("update", entry, entry | {"effective_to": "2026-12-15T00:00:00+00:00"})  # ends after the month
+    assert reaches("update", entry, entry | {"effective_to": "2026-11-15T00:00:00+00:00"})
+    assert not reaches("close", entry, entry | {"effective_to": "2026-11-15T00:00:00+00:00"})  # its create says it
+    assert reaches("create", None, entry | {"effective_from": "2026-11-20T00:00:00+00:00"})
+    assert not reaches("create", None, entry | {"effective_from": "2026-12-01T00:00:00+00:00"})
+    assert reaches("delete", entry, None)
