@@ -10,7 +10,7 @@ import type { AlertDeliveryRow, AlertParamSpec, AlertRule, AlertRuleKind, AlertR
 import { DataTable } from "../components/DataTable";
 import { Async, Empty, FieldErrors } from "../components/States";
 import { Card } from "../components/ui";
-import { formatDateTime, formatUsd } from "../lib/format";
+import { formatDateTime, formatDuration, formatShare, formatUsd, formatUsdRate } from "../lib/format";
 
 const ALERTS = "/api/v1/alerts/";
 
@@ -531,10 +531,10 @@ function RulesCard({ onChanged }: { onChanged: () => void }) {
 
 function figureText(a: AlertStateRow): string {
   if (a.value === null) return "–";
-  if (a.figure === "waste_share") return `${(a.value * 100).toFixed(1)}% waste`;
-  if (a.figure?.endsWith("_drop_pct")) return `${a.value.toFixed(1)}% below baseline`;
-  if (a.figure?.endsWith("_seconds")) return `${(a.value / 60).toFixed(1)} min`;
-  if (a.figure?.endsWith("usd_per_hour")) return `${formatUsd(a.value)}/h`;
+  if (a.figure === "waste_share") return `${formatShare(a.value)} waste`;
+  if (a.figure?.endsWith("_drop_pct")) return `${formatShare(a.value / 100)} below baseline`;
+  if (a.figure?.endsWith("_seconds")) return formatDuration(a.value);
+  if (a.figure?.endsWith("usd_per_hour")) return `${formatUsdRate(a.value)}/h`;
   return String(a.value);
 }
 
@@ -565,7 +565,7 @@ function AlertsCard({ nonce }: { nonce: number }) {
               { key: "rule", header: "Rule", render: (a) => a.rule_name },
               { key: "state", header: "State", render: (a) => <span className={`badge${a.state === "firing" ? " badge-warn" : ""}`}>{a.state}</span> },
               { key: "figure", header: "Figure", align: "right", render: (a) => figureText(a) },
-              { key: "usd", header: "$/h", align: "right", render: (a) => (a.usd_per_hour === null ? "–" : `${formatUsd(a.usd_per_hour)}/h`) },
+              { key: "usd", header: "$/h", align: "right", render: (a) => (a.usd_per_hour === null ? "–" : `${formatUsdRate(a.usd_per_hour)}/h`) },
               { key: "since", header: "Since", render: (a) => formatDateTime(a.fired_at ?? a.pending_since) },
               {
                 key: "actions",
