@@ -3,6 +3,7 @@ import userEvent from "@testing-library/user-event";
 import { MemoryRouter, Route, Routes } from "react-router";
 
 import { SessionProvider } from "../api/session";
+import type { SessionUser } from "../api/types";
 import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
 import { FleetPage, heldFor, type FleetSummary } from "./Fleet";
@@ -35,7 +36,7 @@ function summary(over: Partial<FleetSummary> = {}): FleetSummary {
   };
 }
 
-function renderAt(path: string, routes: Record<string, unknown>, user = admin) {
+function renderAt(path: string, routes: Record<string, unknown>, user: SessionUser = admin) {
   const api = mockFetch({ "/api/v1/portal/session": { authenticated: true, user, csrf_token: "tok" }, ...routes });
   vi.stubGlobal("fetch", api.fn);
   render(
