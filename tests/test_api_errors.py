@@ -137,8 +137,8 @@ def test_the_portal_query_parameters_are_in_the_schema(schema: dict[str, Any]) -
     filters = {"team", "project", "status", "gpu", "tag", "from", "to", "q", "sort"}
     assert names("/api/v1/portal/runs") == filters | {"page", "page_size"}
     assert names("/api/v1/portal/runs.csv") == filters
-    for path in ("/api/v1/portal/leaderboards/{kind}", "/api/v1/portal/leaderboards/{kind}.csv"):
-        assert names(path) == {"period", "sort"}
+    assert names("/api/v1/portal/leaderboards/{kind}") == {"period", "sort", "page", "page_size"}
+    assert names("/api/v1/portal/leaderboards/{kind}.csv") == {"period", "sort"}  # every row: no pages
     for path in ("/api/v1/portal/overview", "/api/v1/portal/teams/{slug}", "/api/v1/portal/projects/{slug}"):
         assert names(path) == {"period"}
 
