@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from phantomhub.alerts import selectors
 from phantomhub.alerts.figures import recent_figures, run_usd_per_hour
-from phantomhub.alerts.liveness import hold_s
+from phantomhub.alerts.liveness import RUN_HOLD_S, hold_s
 from phantomhub.alerts.models import AlertRule, RuleKind
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.models import RunAnalysis
@@ -160,10 +160,14 @@ def _silent(rule: AlertRule, now: datetime, up_since: datetime | None = None) ->
     runs = Run.objects.filter(status=RunStatus.RUNNING, project__in=selectors.rule_projects(rule)).select_related("project")
     rows = {a.run_id: a for a in RunAnalysis.objects.filter(run__in=runs).only("run_id", "result", "cost_usd")}
     out = []
+    clock = timezone.now()  # the server's own clock, as its beats are
     for run in runs:
-        # Silence while the server itself was down is not the run's: its agent spooled (liveness.py).
-        heard = max(run.last_seen_at, up_since) if up_since is not None and up_since <= now else run.last_seen_at
-        silence = (now - heard).total_seconds()
+        if up_since is not None and run.last_seen_at < up_since and (clock - up_since).total_seconds() < RUN_HOLD_S:
+            # Not heard from since the server came back, within the time its agent's replay may
+            # take: the server's downtime is not the run's silence (liveness.py). Left as it is.
+            out.append(Observation(f"run:{run.pk}", run.name, False, "", None, None, None, run=run, unknown=True))
+            continue
+        silence = (now - run.last_seen_at).total_seconds()
         row = rows.get(run.pk)
         rate = run_usd_per_hour(row.result) if row is not None else None
         out.append(
@@ -182,7 +186,7 @@ def _silent(rule: AlertRule, now: datetime, up_since: datetime | None = None) ->
                     "formula": "now - the run's last telemetry, while it is still running (billed)",
                 },
                 run=run,
-                breached_since=heard,
+                breached_since=run.last_seen_at,
             )
         )
     return out

@@ -14,7 +14,8 @@ after the one before starts a new up-time: `up_since`. Then:
   collector's longest retry backoff: the time its replay may take to begin. Its subjects are
   left as they are (neither resolved nor fired); once a newer sample arrives, or the hold ends
   without one (the node really stopped), it is judged as always;
-- a running run's silence counts from `up_since` at the earliest (its agent spooled too).
+- a running run not heard from since `up_since` is not judged for `RUN_HOLD_S` (its agent's
+  flush interval plus the backoff): its silent-run alert neither fires nor resolves meanwhile.
 
 A database with no beat yet has seen no gap (a new install evaluates at once).
 """
@@ -47,6 +48,9 @@ GAP_S = max(15.0, 3 * _cadence_s())
 # after an outage its first try may come this late.
 COLLECTOR_BACKOFF_S = 30.0
 STALE_INTERVALS = 4  # phantomhub.fleet.selectors.STALE_INTERVALS: "now" is four intervals
+# A run's agent sends each rank's batch every 60 s (flush_interval_s) and retries as the collector
+# does: a run not heard from since the restart is left unjudged this long.
+RUN_HOLD_S = 60.0 + COLLECTOR_BACKOFF_S
 
 
 def server_beat(*, at: datetime) -> datetime | None:

@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ import pytest
 from tests.agent.conftest import PYTHON, REPO, LiveServer
 from tests.agent.test_node_collector import node_cmd, node_env, state_file
 from tests.alerts.conftest import LOOPBACK_ALLOWED, Receiver
+from tests.conftest import Tenant
+from tests.fleet.conftest import h100_price, node_client, raw_days_for_fixed_dates, teams  # noqa: F401
 
-pytestmark = [pytest.mark.live_server, pytest.mark.slow, pytest.mark.timeout(280)]
 INTERVAL_S = 3  # the collector's: four intervals are 12 s, the server's "reporting now"
 DOWN_S = 25  # longer than four intervals, and than the evaluator's gap (liveness.GAP_S, 15 s)
 
@@ -104,6 +106,9 @@ def events(receiver: Receiver) -> list[str]:
         return [str(item.json.get("event")) for item in receiver.got]
 
 
+@pytest.mark.live_server
+@pytest.mark.slow
+@pytest.mark.timeout(280)
 def test_a_restart_longer_than_four_intervals_neither_resolves_nor_refires_an_alert(
     server: SweepingServer, receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -154,3 +159,84 @@ def test_a_restart_longer_than_four_intervals_neither_resolves_nor_refires_an_al
         collector.wait(timeout=20)
         busy.kill()
         busy.wait()
+
+
+# -- the same rules on the database, the restart made by a beat in the past -----------------------
+
+
+def _restarted(seconds_down: float) -> None:
+    """The evaluator last beat `seconds_down` ago: the next evaluation starts a new up-time."""
+    from django.utils import timezone
+
+    from phantomhub.alerts.models import ServerBeat
+
+    ServerBeat.objects.update_or_create(pk=1, defaults={"beat_at": timezone.now() - timedelta(seconds=seconds_down)})
+
+
+@pytest.mark.django_db
+def test_a_beat_after_a_gap_starts_an_up_time_and_a_first_beat_does_not() -> None:
+    from django.utils import timezone
+
+    from phantomhub.alerts.liveness import GAP_S, server_beat
+
+    now = timezone.now()
+    assert server_beat(at=now) is None  # a new install has seen no gap
+    assert server_beat(at=now + timedelta(seconds=GAP_S - 1)) is None
+    later = now + timedelta(seconds=3 * GAP_S)
+    assert server_beat(at=later) == later
+    assert server_beat(at=later + timedelta(seconds=5)) == later  # one up-time until the next gap
+
+
+@pytest.mark.django_db
+def test_a_silent_runs_alert_neither_resolves_nor_fires_while_its_agent_may_still_replay(owner: Tenant) -> None:
+    from django.utils import timezone
+
+    from phantomhub.alerts import services
+    from phantomhub.alerts.models import AlertRule, AlertState
+    from phantomhub.telemetry.models import Run
+    from tests.alerts.conftest import live_run, steps
+
+    quiet, lost = live_run(owner, steps(10)), live_run(owner, steps(10))
+    now = timezone.now()
+    Run.objects.filter(pk=quiet).update(last_seen_at=now - timedelta(seconds=400))
+    rule = AlertRule.objects.create(name="silent", kind="silent_run", for_s=300)
+    services.alerts_evaluate(now=now)
+    assert AlertState.objects.get(rule=rule, subject=f"run:{quiet}").state == "firing"
+    Run.objects.filter(pk=lost).update(last_seen_at=now - timedelta(seconds=400))  # silent during the outage
+    _restarted(120)
+    services.alerts_evaluate()
+    states = dict(AlertState.objects.filter(rule=rule).values_list("subject", "state"))
+    assert states == {f"run:{quiet}": "firing"}  # kept, and the other not fired for the server's downtime
+
+
+@pytest.mark.django_db
+def test_a_node_that_has_not_caught_up_keeps_its_gpus_alerts_until_its_hold_ends(
+    node_client: Any,  # noqa: F811
+    h100_price: Any,  # noqa: F811
+    teams: Any,  # noqa: F811
+) -> None:
+    from django.utils import timezone
+
+    from phantomhub.alerts import services
+    from phantomhub.alerts.liveness import hold_s
+    from phantomhub.alerts.models import AlertRule, AlertState, ServerBeat
+    from phantomhub.fleet.models import Node
+    from tests.fleet.test_ground_truth import post_hour
+
+    post_hour(node_client)  # GPU 2 idle-held for an hour, ending at HOUR_START + 1 h
+    node = Node.objects.get()
+    now = datetime.fromtimestamp(node.last_t_ns / 1e9, tz=UTC) + timedelta(seconds=10)
+    rule = AlertRule.objects.create(name="idle", kind="idle_gpu", for_s=60)
+    services.alerts_evaluate(now=now)
+    assert AlertState.objects.get(rule=rule).state == "firing"
+    # The node's newest sample is from before the restart: its GPU is not "reporting now", and
+    # the node is left unjudged, not resolved.
+    _restarted(120)
+    services.alerts_evaluate(now=now + timedelta(minutes=5))
+    assert AlertState.objects.get(rule=rule).state == "firing"
+    # Its hold over and still no sample since: it stopped reporting.
+    up_since = ServerBeat.objects.get().up_since
+    assert up_since is not None
+    ServerBeat.objects.update(up_since=timezone.now() - timedelta(seconds=hold_s(node.interval_s) + 1))
+    services.alerts_evaluate(now=now + timedelta(minutes=6))
+    assert AlertState.objects.get(rule=rule).state == "resolved"
