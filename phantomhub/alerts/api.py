@@ -160,7 +160,8 @@ class RuleInput(serializers.Serializer[Any]):
 def evaluation_interval_s() -> float:
     """How often the rules are evaluated (the beat schedule's ``alerts-evaluate``): the shortest
     duration a rule may ask a condition to hold."""
-    return float(settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]["schedule"])
+    schedule = settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]["schedule"]  # seconds (settings.py)
+    return float(cast(float, schedule))
 
 
 def _target(data: dict[str, Any]) -> tuple[Team | None, Project | None]:
