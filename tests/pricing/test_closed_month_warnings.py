@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -54,3 +55,17 @@ def test_a_csv_import_reaching_a_closed_month_asks_first(entry: PriceEntry) -> N
     assert PriceEntry.objects.count() == 1
     done = client.post("/api/v1/pricing/prices.csv?confirm_closed=1", text, content_type="text/csv")
     assert done.status_code == 201 and done.json() == {"created": 1}
+
+
+def test_the_commands_ask_too(entry: PriceEntry, tmp_path: Any) -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=r"closed month.*2026-10.*--confirm-closed"):
+        call_command("setprice", "--gpu", "H100-SXM", "--usd-per-hour", "5", "--from", "2026-10-20")
+    call_command("setprice", "--gpu", "H100-SXM", "--usd-per-hour", "5", "--from", "2026-10-20", "--confirm-closed")
+    call_command("setprice", "--gpu", "H100-SXM", "--usd-per-hour", "6", "--from", "2026-11-20")  # after it: no question
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,usd_per_gpu_hour,effective_from\nH100-SXM,4.5,2026-10-10T00:00:00Z\n")
+    with pytest.raises(CommandError, match=r"nothing imported.*2026-10"):
+        call_command("importprices", str(path))
+    call_command("importprices", str(path), "--confirm-closed")

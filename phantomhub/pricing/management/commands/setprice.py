@@ -1,7 +1,7 @@
 """Put a price in force.
 
 manage.py setprice --gpu H100-SXM --usd-per-hour 2.50 [--provider aws] [--region …]
-                   [--tier on_demand] [--from 2026-01-01]
+                   [--tier on_demand] [--from 2026-01-01] [--confirm-closed]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from phantomhub.pricing.catalog import gpu_resolve
-from phantomhub.pricing.services import PriceError, price_set
+from phantomhub.pricing.services import PriceError, price_set, price_set_reach
 from phantomhub.telemetry.models import PricingTier
 
 
@@ -40,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--tier", default=PricingTier.ON_DEMAND, choices=PricingTier.values)
         parser.add_argument("--from", dest="start", default=None, help="effective from (default: now)")
         parser.add_argument("--note", default="")
+        parser.add_argument(
+            "--confirm-closed", action="store_true", help="go ahead although the price reaches into a closed finance month"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -48,11 +51,17 @@ class Command(BaseCommand):
             raise CommandError(f"--usd-per-hour {options['usd_per_hour']!r} is not a number") from None
         if gpu_resolve(options["gpu"]) is None:
             self.stderr.write(f"note: {options['gpu']!r} is not in the GPU catalog; it prices runs reporting exactly that name")
+        start = _moment(options["start"]) if options["start"] else None
+        key = {"gpu": options["gpu"], "provider": options["provider"], "region": options["region"], "tier": options["tier"]}
+        closed = price_set_reach(**key, effective_from=start)
+        if closed and not options["confirm_closed"]:
+            raise CommandError(
+                f"this price reaches into closed month(s) {', '.join(closed)}: their closed figures stay, and finance "
+                "shows the difference as an adjustment. Add --confirm-closed to go ahead"
+            )
         try:
             entry = price_set(
-                gpu=options["gpu"], usd_per_gpu_hour=price, provider=options["provider"], region=options["region"],
-                tier=options["tier"], effective_from=_moment(options["start"]) if options["start"] else None,
-                note=options["note"], actor_label="cli",
+                **key, usd_per_gpu_hour=price, effective_from=start, note=options["note"], actor_label="cli",
             )  # fmt: skip
         except PriceError as exc:
             raise CommandError(str(exc)) from None
