@@ -101,6 +101,8 @@ def test_a_price_change_across_a_closed_month_leaves_finance_overview_and_leader
             assert usd(closed_total) in _text(page, "stat-spend")
             note = _text(page, "closed-month-note")
             assert "is closed" in note and usd(live["difference"]["cost_usd"]) in note and ADMIN[0] in note
+            shots = os.environ.get("PHANTOMHUB_E2E_SHOTS")
+            page.screenshot(path=str(Path(shots or tmp_path) / f"closed-month-overview-{width}.png"))
 
             page.goto(f"/leaderboards?period={month}")
             page.get_by_test_id("leaderboard-total-label").wait_for()
@@ -110,7 +112,7 @@ def test_a_price_change_across_a_closed_month_leaves_finance_overview_and_leader
             if width == 1440:
                 page.goto(f"/finance?month={month}")
                 page.get_by_test_id("finance-adjustment").wait_for()
-                shots = os.environ.get("PHANTOMHUB_E2E_SHOTS")  # docs/screenshots/closed-month.png is this one
+                # docs/screenshots/closed-month.png is this one
                 page.screenshot(path=str(Path(shots or tmp_path) / "closed-month.png"), full_page=True)
     finally:
         _patch(api, f"/api/v1/pricing/prices/{entry['id']}?confirm_closed=1", {"usd_per_gpu_hour": str(original)})
