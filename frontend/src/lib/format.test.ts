@@ -59,6 +59,8 @@ describe("money", () => {
     expect(formatUsdChange(12.3)).toBe("+$12.30");
     expect(formatUsdChange(-4)).toBe("−$4.00");
     expect(formatUsdChange(null)).toBe("–");
+    expect(formatUsdChange(0.004)).toBe("< +$0.01");
+    expect(formatUsdChange(-0.004)).toBe("> −$0.01");
   });
 });
 
@@ -168,6 +170,7 @@ describe("evidence figures", () => {
     expect(plainWords("idle: phase:eval")).toBe("idle: phase · eval");
     expect(plainWords("idle: no_steps")).toBe("idle: no steps");
     expect(plainWords("idle: startup")).toBe("idle: start-up");
+    expect(plainWords("comm_ns not reported by 1 rank(s)")).toBe("communication time not reported by 1 rank(s)");
   });
 });
 

@@ -78,6 +78,7 @@ export function formatUsdPrice(value: number | string | null | undefined): strin
 export function formatUsdChange(value: number | null | undefined): string {
   if (!isNum(value)) return DASH;
   if (value === 0) return formatUsd(0);
+  if (Math.abs(value) < 0.005) return value > 0 ? "< +$0.01" : "> −$0.01"; // a change under a cent, honestly
   const sign = value > 0 ? "+" : "−";
   return sign + formatUsd(Math.abs(value));
 }
@@ -272,6 +273,12 @@ const HUMAN_NAMES: Record<string, string> = {
   host_overhead: "host overhead",
   world_size: "world size",
   gpu_count: "GPU count",
+  comm_ns: "communication time",
+  data_ns: "data wait time",
+  forward_ns: "forward time",
+  backward_ns: "backward time",
+  optimizer_ns: "optimizer time",
+  dur_ns: "step time",
 };
 
 const REC_CODE_RE = /\b(COMM_EXPOSED|DATA_STALL|HOST_CONTENTION|HOST_OVERHEAD|LOW_MFU|MEMORY_FRAGMENTATION|MFU_UNKNOWN|STRAGGLER|IDLE|OOM)\b/g;
