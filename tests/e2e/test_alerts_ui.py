@@ -35,9 +35,21 @@ def test_create_a_rule_test_it_and_read_the_delivery_log(signed_in: Any, api: Ap
     form.get_by_role("button", name="Create rule").click()
     error = form.get_by_role("alert")
     error.wait_for()
-    assert "Waste share above (0–1): must be above 0 and at most 1" in error.inner_text()
+    assert "Check: Waste share above (0–1)." in error.inner_text()
+    assert "Must be above 0 and at most 1" in form.get_by_test_id("field-error-params.share").inner_text()  # beside its field
     assert form.get_by_label("Waste share above (0–1)").get_attribute("aria-invalid") == "true"
     assert _rule(api, "e2e loader stall") is None  # nothing written
+
+    # "for 0 min" is shorter than one evaluation interval: refused beside its field, with the others at once.
+    form.get_by_label("For (minutes)").fill("0")
+    form.get_by_label("Name").fill("")
+    form.get_by_role("button", name="Create rule").click()
+    form.get_by_test_id("field-error-for_s").wait_for()
+    assert "rules are checked every" in form.get_by_test_id("field-error-for_s").inner_text()
+    assert "Required" in form.get_by_test_id("field-error-name").inner_text()
+    assert "This field may not be blank" not in form.inner_text()
+    form.get_by_label("Name").fill("e2e loader stall")
+    form.get_by_label("For (minutes)").fill("2.5")
 
     form.get_by_label("Waste share above (0–1)").fill("0.5")
     form.get_by_role("button", name="Create rule").click()
