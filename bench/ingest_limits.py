@@ -276,7 +276,7 @@ def main() -> None:
     parser.add_argument(
         "--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ph_bench_limits")
     )
-    parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/7"))
+    parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ingest_limits.json"))
     args = parser.parse_args()
 
