@@ -47,7 +47,9 @@ except ImportError:  # pragma: no cover - depends on the installation
 # connection sent (a node batch's chunks: tens of MiB) for as long as the connection lives. So
 # once the answer to a request whose body was at least TRIM_AFTER_BYTES is sent: a full collection,
 # the database connection closed (the next request opens one, ~5 ms), and malloc_trim(0) to hand
-# the freed pages back to the system where the C library has it (glibc). Only after such requests.
+# the freed pages back to the system where the C library has it (glibc). Only after such requests
+# (the agent's node batches are a few hundred KB), and after the answer: the collection walks only
+# what requests made where boot's objects are frozen (deploy/gunicorn.py; ~25 ms where not).
 TRIM_AFTER_BYTES = 4 * 1024 * 1024
 _libc = ctypes.util.find_library("c")
 _malloc_trim: Any = getattr(ctypes.CDLL(_libc), "malloc_trim", None) if _libc else None
