@@ -181,14 +181,15 @@ describe("one format per quantity, rounded once", () => {
     expect(formatUsd(0.005)).toBe("$0.01");
     expect(formatUsd(-0.002)).toBe("> −$0.01");
     expect(formatUsd(0)).toBe("$0.00");
-    // A run of a fraction of a cent shows its figures to three significant digits.
-    expect(usdDigitsFor(0.0021)).toBe(5);
-    expect(formatUsd(0.0021, { digits: usdDigitsFor(0.0021) })).toBe("$0.00210");
+    // A run of a fraction of a cent shows its figures to the tenth of a mill.
+    expect(usdDigitsFor(0.0021)).toBe(4); // at most four decimals: a figure, never a float's tail
+    expect(formatUsd(0.0021, { digits: usdDigitsFor(0.0021) })).toBe("$0.0021");
+    expect(formatUsd(0.00004, { digits: 4 })).toBe("< $0.0001");
     expect(usdDigitsFor(0.05)).toBe(4);
     expect(usdDigitsFor(0.5)).toBe(2);
     expect(usdDigitsFor(1234)).toBe(2);
     expect(usdDigitsFor(0)).toBe(2);
-    expect(formatInput(undefined, 0.00042, "USD")).toBe("$0.000420");
+    expect(formatInput(undefined, 0.00042, "USD")).toBe("$0.0004");
   });
 
   it("writes a rate from unrounded figures once: the price, never the rounded cost over hours", () => {
@@ -208,7 +209,7 @@ describe("one format per quantity, rounded once", () => {
     expect(formatGpuHours(0.0021)).toBe("0.0021 GPU-h");
     expect(formatGpuHours(0.005)).toBe("0.0050 GPU-h");
     expect(formatGpuHours(0.05)).toBe("0.050 GPU-h");
-    expect(formatGpuHours(0.0000004)).toBe("< 0.000001 GPU-h");
+    expect(formatGpuHours(0.0000004)).toBe("< 0.0001 GPU-h");
     expect(formatGpuHours(0)).toBe("0.000 GPU-h");
   });
 

@@ -37,6 +37,9 @@ export function formatUsd(value: number | null | undefined, opts: { compact?: bo
   return usdFormatter(digits, compact).format(value);
 }
 
+/** The most decimals any figure is shown with (a tiny run's dollars and GPU-hours): never a float's tail. */
+const MAX_DIGITS = 4;
+
 /**
  * Decimals for the dollars of a run (or any group of figures) whose total is `total`: cents from a
  * dime up; below that enough decimals for three significant digits of the total (at most 6), so a
@@ -44,7 +47,7 @@ export function formatUsd(value: number | null | undefined, opts: { compact?: bo
  */
 export function usdDigitsFor(total: number | null | undefined): number {
   if (!isNum(total) || total === 0 || Math.abs(total) >= 0.1) return 2;
-  return Math.min(6, Math.max(2, 2 - Math.floor(Math.log10(Math.abs(total)))));
+  return Math.min(MAX_DIGITS, Math.max(2, 2 - Math.floor(Math.log10(Math.abs(total)))));
 }
 
 /**
@@ -55,7 +58,7 @@ export function usdDigitsFor(total: number | null | undefined): number {
 export function formatUsdRate(value: number | null | undefined): string {
   if (!isNum(value)) return DASH;
   const a = Math.abs(value);
-  if (a > 0 && a < 0.1) return usdFormatter(Math.min(6, 2 - Math.floor(Math.log10(a))), false).format(value);
+  if (a > 0 && a < 0.1) return usdFormatter(Math.min(MAX_DIGITS, 2 - Math.floor(Math.log10(a))), false).format(value);
   const fourDecimals = Math.abs(value * 1e4 - Math.round(value * 1e4)) < 1e-6;
   const wholeCents = Math.abs(value * 100 - Math.round(value * 100)) < 1e-6;
   return usdFormatter(a < 1 && fourDecimals && !wholeCents ? 4 : 2, false).format(value);
@@ -126,7 +129,7 @@ export function formatGpuHours(hours: number | null | undefined): string {
 /** Decimals of GPU-hours for a figure (or a column) whose size is `hours`: a card and its table agree. */
 export function gpuHoursDigits(hours: number): number {
   const abs = Math.abs(hours);
-  if (abs > 0 && abs < 0.1) return Math.min(6, 1 - Math.floor(Math.log10(abs))); // two significant digits: 0.0021
+  if (abs > 0 && abs < 0.1) return Math.min(MAX_DIGITS, 1 - Math.floor(Math.log10(abs))); // two significant digits: 0.0021
   return abs >= 100 ? 0 : abs >= 10 ? 1 : abs >= 1 ? 2 : 3;
 }
 
@@ -600,7 +603,8 @@ export function formulaName(formula: string): string {
  */
 export function formatExplainValue(value: unknown, unit: string, formula: string, inputs: Record<string, unknown> = {}): string {
   const exact = inputs.exact_usd;
-  if (unit === "USD" && isNum(value) && Math.abs(value) < 0.1 && isNum(exact) && Math.abs(exact) < 0.1) return formatInput(undefined, exact, unit);
+  // Only where the page shows the unrounded figure (Explain's `shown`), never beside a figure in cents.
+  if (unit === "USD" && isNum(exact) && exact === value) return formatInput(undefined, exact, unit);
   return formatInput(formulaName(formula).split(".").pop(), value, unit);
 }
 
