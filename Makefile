@@ -89,6 +89,7 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/fleet.py
 	$(PY) bench/fleet_nodes.py
 	$(PY) bench/node_collector.py
+	$(PY) bench/ingest_limits.py
 
 fleet-sim: venv-dev ## the fleet simulation: how many live 8-rank runs this machine keeps up with (long)
 	$(PY) bench/fleet_sim.py
