@@ -5,7 +5,7 @@ import { DataTable, type Column } from "../../components/DataTable";
 import { Explain } from "../../components/Explain";
 import { Empty } from "../../components/States";
 import { Card } from "../../components/ui";
-import { formatDateTime, formatGpuHours, formatMs, formatPct, formatPctPoints, formatUsd, formatUsdChange, isNum } from "../../lib/format";
+import { formatDateTime, formatGpuHours, formatMs, formatPct, formatPctPoints, formatUsd, formatUsdChange, formatUsdPerGpuHour, isNum } from "../../lib/format";
 import { usePeriodLink } from "../../lib/links";
 
 /** "+12.3%" for a relative change; "–" where there is none. */
@@ -89,7 +89,7 @@ export function BaselineCard({ baseline }: { baseline: BaselineComparison | null
       {vol && (
         <p className="muted small">
           Priced at the project's last {vol.days} days: {formatGpuHours(vol.project_gpu_hours_30d)} costing {formatUsd(vol.project_usd_30d)}
-          {isNum(vol.usd_per_gpu_hour_30d) ? ` (${formatUsd(vol.usd_per_gpu_hour_30d)} per GPU-hour)` : ""}. Each part's dollars are its own excess over the baseline step, so they need not add up to
+          {isNum(vol.usd_per_gpu_hour_30d) ? ` (${formatUsdPerGpuHour(vol.usd_per_gpu_hour_30d)})` : ""}. Each part's dollars are its own excess over the baseline step, so they need not add up to
           the step's. Baseline runs:{" "}
           {baseline.baseline_runs.map((r, i) => (
             <span key={r.id}>
