@@ -27,7 +27,10 @@ pytestmark = pytest.mark.e2e
 SCENARIOS = {"healthy": "cpu-healthy", "starved": "cpu-starved-dataloader", "ddp-straggler": "ddp-slow-rank"}
 WIDTHS = (390, 1024, 1440)
 SCREENSHOT = ROOT / "docs" / "screenshots" / "run.png"
-CODE = re.compile(r"10⁹|\bsegment[ _]\d|\w_ns\b|round_half_up|\$\d[\d,]*\.(?!0000)\d\d00(?!\d)|\d\.\d{5,}|no saving left to claim|one-off run")
+CODE = re.compile(
+    r"10⁹|\bsegment[ _]\d|\w_ns\b|round_half_up|\$\d[\d,]*\.(?!0000)\d\d00(?!\d)|\d\.\d{5,}"
+    r"|no saving left to claim|one-off run"
+)
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +161,15 @@ def test_the_demo_cpu_runs_read_their_figures_at_three_widths(cpu_demo: tuple[Se
             if name == "cpu-starved-dataloader":
                 data = parts[2]
                 assert data > 0, (where, cells)  # the data stall's share of a starved run is not $0.00
+            if name == "ddp-slow-rank" and width == WIDTHS[0]:
+                # The run exists to show a straggler: rank 1, priced by what fixing it saves; and
+                # the single-rank demo runs are no baseline for a 2-rank job.
+                assert [s["rank"] for s in a["stragglers"]] == [1], a["stragglers"]
+                straggler = next(r for r in a["recommendations"] if r["code"] == "STRAGGLER")
+                assert straggler["saving_usd"] is None or straggler["saving_usd"] >= 0, straggler
+                assert detail["baseline"]["status"] != "compared", detail["baseline"]
+                reason = detail["baseline"]["reason"]
+                assert "none of this run's shape" in reason or "no finished run" in reason, reason
             overflow = page.evaluate("() => document.scrollingElement.scrollWidth - window.innerWidth")
             assert overflow <= 1, (where, overflow)
             assert not re.search(r"\w_ns\b|\bcomm ns\b", body), where
