@@ -19,7 +19,8 @@ part of it (data wait, forward, backward, optimizer, exposed communication, host
 part's share of the step, and MFU over step time.
 
 The difference is priced at the project's recent volume: the project's GPU-hours over the trailing
-``RECURRENCE_DAYS`` days before the run ended (RunDay rows, as ``recurrence`` in selectors.py), at
+``RECURRENCE_DAYS`` days of ``recurrence`` in selectors.py (as of reading for a live project, else
+before the run ended; RunDay rows), the window the recommendations' monthly figures use, at
 the project's average price over those days::
 
     delta_usd_per_month = (run_ms - baseline_ms) / baseline_step_ms
@@ -44,7 +45,7 @@ from django.utils import timezone
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.evidence import PEER_TOLERANCE, PEERS_MAX, RunProfile
 from phantomhub.waste.models import RunAnalysis, RunDay
-from phantomhub.waste.selectors import RECURRENCE_DAYS, project_usd_exact
+from phantomhub.waste.selectors import RECURRENCE_DAYS, project_usd_exact, recurrence_as_of
 
 BASELINE_RUNS = 10  # the most recent comparable finished runs the median is taken over
 NO_SIGNATURE = "The run reports no FLOPs, tokens or samples per step: nothing says which runs did the same work."
@@ -248,10 +249,10 @@ class Volume:
 
 
 def project_volume(*, run: Run, row: RunAnalysis) -> Volume:
-    """The project's GPU-hours and cost over the trailing 30 days before the run's end (the window
-    of ``recurrence`` in selectors.py: the same figures as leaderboards and finance)."""
-    end = run.finished_at or row.analysed_at or run.last_seen_at
-    assert end is not None
+    """The project's GPU-hours and cost over the trailing 30 days of ``recurrence`` in selectors.py
+    (as of now for a live project, else before the run's end), from the same figures as
+    leaderboards and finance, so the baseline's monthly figure and the recommendations' agree."""
+    end, _ = recurrence_as_of(run=run, row=row)
     since = (end - timedelta(days=RECURRENCE_DAYS)).date()
     agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=end.date()).aggregate(
         gpu_seconds=Sum("gpu_seconds"), cost=Sum("cost_usd")

@@ -139,6 +139,18 @@ def _run_names(ids: set[str]) -> dict[str, str]:
     return {str(pk): name for pk, name in Run.objects.filter(pk__in=ids).values_list("pk", "name")}
 
 
+def recurrence_as_of(*, run: Run, row: RunAnalysis, now: datetime | None = None) -> tuple[datetime, bool]:
+    """Where a run's trailing 30 days end, and whether its project is live: as of ``now`` when any
+    of the project's runs was billed in the 30 days before it, else when the run ended. Every
+    monthly figure of a run (recommendations', the baseline's) reads the same window."""
+    now = now or timezone.now()
+    end = run.finished_at or row.analysed_at or run.last_seen_at
+    assert end is not None
+    live_since = (now - timedelta(days=RECURRENCE_DAYS)).date()
+    live = RunDay.objects.filter(project_id=row.project_id, day__gt=live_since, day__lte=now.date()).exists()
+    return (now if live else end), live
+
+
 def recurrence(*, run: Run, row: RunAnalysis, now: datetime | None = None) -> dict[str, Any]:
     """How often this run's work recurs: the project's GPU-hours over a trailing 30 days (RunDay
     rows, so the same figures as leaderboards and finance).
@@ -147,12 +159,7 @@ def recurrence(*, run: Run, row: RunAnalysis, now: datetime | None = None) -> di
     30 days as of reading, so the runs that came after this one count; for a project that has
     gone quiet it is the 30 days before the run ended. A run with no other run of its project in
     that window is one-off: it gets no monthly figure."""
-    now = now or timezone.now()
-    end = run.finished_at or row.analysed_at or run.last_seen_at
-    assert end is not None
-    live_since = (now - timedelta(days=RECURRENCE_DAYS)).date()
-    live = RunDay.objects.filter(project_id=row.project_id, day__gt=live_since, day__lte=now.date()).exists()
-    as_of = now if live else end
+    as_of, live = recurrence_as_of(run=run, row=row, now=now)
     since = (as_of - timedelta(days=RECURRENCE_DAYS)).date()
     agg = RunDay.objects.filter(project_id=row.project_id, day__gt=since, day__lte=as_of.date()).aggregate(
         gpu_seconds=Sum("gpu_seconds"), others=Count("run_id", distinct=True, filter=~Q(run_id=run.pk))
