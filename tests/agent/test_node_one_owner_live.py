@@ -48,8 +48,8 @@ import json
 from datetime import UTC, datetime
 from phantomhub.accounts.models import Project
 from phantomhub.fleet.derive import fleet_derive_pending
-from phantomhub.fleet.models import GpuSample
-from phantomhub.fleet.selectors import fleet_by_project, fleet_nodes
+from phantomhub.fleet.models import FleetDay, GpuClass, GpuSample
+from phantomhub.fleet.selectors import fleet_nodes
 from phantomhub.portal.periods import range_period
 from phantomhub.telemetry.models import RunGpu
 fleet_derive_pending()
@@ -61,7 +61,13 @@ print(json.dumps({{
     "classes": sorted({{(s.gpu_index, s.cls, s.holder.kind if s.holder else None) for s in samples}}),
     "holders": sorted({{json.dumps(s.holder.data, sort_keys=True) for s in samples if s.gpu_index == 0}}),
     "coverage": [n["coverage"] for n in fleet_nodes(period) if n["node"] == {hostname!r}],
-    "project_fleet": fleet_by_project(period).get(project.pk, {{}}),
+    # This node's part of the project's fleet dollars: the live server is shared with the other
+    # node tests, whose pods the rule below may map to the same project.
+    "project_fleet": {{
+        name: sum(FleetDay.objects.filter(node__hostname={hostname!r}, project=project, cls=cls, day=day)
+                  .values_list("cost_cents", flat=True)) / 100
+        for name, cls in (("uninstrumented_usd", GpuClass.BUSY_UNINSTRUMENTED), ("idle_held_usd", GpuClass.IDLE_HELD))
+    }},
     "run_gpus": list(RunGpu.objects.filter(run__name="dcgm-held").values_list("rank", "gpu_index", "gpu_uuid")),
 }}))
 """
