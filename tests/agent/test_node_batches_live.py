@@ -66,7 +66,9 @@ def test_a_nodes_ranks_reach_the_server_through_local_rank_0(live: LiveServer, t
     assert node_batches >= 1 and all(h >= 1 for h in handed)  # the peers handed, local rank 0 sent them
     assert carried >= 1 and carried <= sum(handed)  # a handed batch left at finish goes out with its writer
     ranks = {r["rank"]: r for r in live.run(run_id)["ranks"]}
-    assert ranks[0]["counters"]["node_batches"] == node_batches  # the counters, stored by the server
+    # The counters, stored by the server as of the last batch that carried them: a node batch sent
+    # in the final pass carries the snapshot taken before it went out, so it may not count itself.
+    assert ranks[0]["counters"]["node_batches"] in (node_batches - 1, node_batches)
     assert [p for p in (tmp_path / "spool").rglob("*.phk*")] == []  # nothing left behind
     assert time.monotonic() - started < 60
 
