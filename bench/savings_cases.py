@@ -22,7 +22,8 @@ waste of a known size in real CPU PyTorch training through the agent:
   every stage (per-rank logging or evaluation, a throttled GPU's host wait); every other rank waits
   for it in the gradient all-reduce. The fix: that rank does what the others do. The whole job's
   cost is compared, all ranks: the saving is the others' wait and the slow rank's own excess
-  (docs/waste-model.md, section 5), within ±15%.
+  (docs/waste-model.md, section 5), within ±15%. The job is billed from when every rank is up (a
+  barrier after the rendezvous), as the forkserver keeps torch's import out of the other cases.
 
 Per case: ``Case.peers`` healthy runs (the fixed variant; PEERS, none for a straggler, whose
 evidence is the other ranks), each analysed as it finishes; then run A (the waste), analysed
@@ -152,13 +153,21 @@ def train(case: str, variant: str, *, project: str, team: str, name: str, server
     waste = variant == "waste"
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    allocation_start = None
     if world > 1:
+        import datetime as dt
+
         import torch.distributed as dist
 
-        # Before the agent starts: it reads the rank and world size from the process group.
+        # Before the agent starts: it reads the rank and world size from the process group. The
+        # job's GPUs are billed from when every rank is up (the barrier), not from each process's
+        # start: on a busy 2-core machine the ranks' fork and rendezvous wait differs by seconds
+        # between two runs, noise equal in expectation for A and B but not in any one pair.
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        dist.barrier()
+        allocation_start = dt.datetime.now(dt.UTC)
     run = pa.init(project=project, team=team, name=name, gpu_model=GPU_MODEL, gpu_count=world, dtype=DTYPE, run_id=run_id,
-                  server=server, token=token, debug=True, spool_dir=spool_dir,
+                  server=server, token=token, debug=True, spool_dir=spool_dir, allocation_start=allocation_start,
                   tags=[f"case:{case}", f"variant:{variant}"])  # fmt: skip
 
     class Tokens(Dataset):  # type: ignore[type-arg]
