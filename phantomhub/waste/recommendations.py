@@ -367,6 +367,12 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
         ]
     if data_heavy:
         fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
+    saving_usd: float | None = saving
+    if not saving and 0 < s.saving_usd < 0.01:  # a short or cheap run: measured, but no whole cent
+        saving_usd, claimed = None, {}
+        explain = _unpriced(
+            f"what fixing it saves comes to ${s.saving_usd:.4f} on this run, under a cent: too little to price a saving"
+        )
     return Recommendation(
         code="STRAGGLER",
         title=f"Rank {s.rank} holds the other ranks up" if one_node else f"Rank {s.rank} on {s.host} holds the other ranks up",
@@ -374,7 +380,7 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
         severity=severity,
         evidence=tuple(ev),
         fixes=tuple(fixes),
-        saving_usd=saving,
+        saving_usd=saving_usd,
         claims=claimed,
         explain=explain,
     )

@@ -253,3 +253,14 @@ def test_recommendation_texts_use_the_product_s_words():
     # (fixes quote code people type: find_unused_parameters=True, PYTORCH_CUDA_ALLOC_CONF, ...)
     for text in texts:
         assert not re.search(r"\b[a-z]+_[a-z_]+\b|\b[A-Z]{3,}_[A-Z_]+\b", text), text
+
+
+def test_a_straggler_saving_under_a_cent_is_said_not_priced_at_zero():
+    from tests.waste.test_waste_stragglers import two_ranks_one_slow
+
+    a = analyze(two_ranks_one_slow(50, n=6))  # a few 50 ms steps at a cent a GPU-second: fractions of a cent
+    [s] = a.stragglers
+    assert 0 < s.saving_usd < 0.01
+    r = by_code(recommend(a))["STRAGGLER"]
+    assert r.saving_usd is None and r.claims == {}
+    assert r.explain is not None and f"comes to ${s.saving_usd:.4f} on this run, under a cent" in r.explain.formula
