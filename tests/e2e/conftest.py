@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,9 +128,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "PHANTOMHUB_EGRESS_ALLOW_NETWORKS": "127.0.0.1/32",  # the alert tests' local receiver (phantomhub/egress.py)
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    with served(tmp, env, port) as srv:
+        tokens = {project: srv.manage("createtoken", "--team", team, "--project", project).strip() for team, project in PROJECTS}
+        srv.run_ids = seed(srv.url, tokens)
+        srv.manage("sweep")
+        yield srv
+
+
+@contextmanager
+def served(tmp: Path, env: dict[str, str], port: int) -> Iterator[Server]:
+    """A PhantomHub of its own on ``port`` (its database and var directory in ``env``): migrated,
+    the organization admin ADMIN made, gunicorn serving until the block ends."""
     srv = Server(url=f"http://127.0.0.1:{port}", env=env, run_ids=[])
     srv.manage("migrate", "--no-input", "-v", "0")
-    tokens = {project: srv.manage("createtoken", "--team", team, "--project", project).strip() for team, project in PROJECTS}
     srv.manage(
         "shell",
         "-c",
@@ -145,8 +156,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )  # fmt: skip
     try:
         _wait_healthy(srv.url, gunicorn, tmp / "gunicorn.log")
-        srv.run_ids = seed(srv.url, tokens)
-        srv.manage("sweep")
         yield srv
     finally:
         gunicorn.terminate()

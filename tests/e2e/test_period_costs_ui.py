@@ -10,8 +10,6 @@ import csv
 import io
 import os
 import random
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ADMIN, ROOT, Api, Server, _free_port, _wait_healthy
+from tests.e2e.conftest import ADMIN, Api, Server, _free_port, served
 from tests.e2e.seed import Client
 
 pytestmark = pytest.mark.e2e
@@ -87,35 +85,12 @@ def month_server(tmp_path_factory: pytest.TempPathFactory, server: Server) -> It
     port = _free_port()
     env = {**server.env, "PHANTOMHUB_DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "PHANTOMHUB_VAR_DIR": str(tmp / "var"),
            "PHANTOMHUB_PORT": str(port)}  # fmt: skip
-    srv = Server(url=f"http://127.0.0.1:{port}", env=env, run_ids=[])
-    srv.manage("migrate", "--no-input", "-v", "0")
-    tokens = {project: srv.manage("createtoken", "--team", team, "--project", project).strip() for team, project in PROJECTS}
-    srv.manage(
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model; from phantomhub.accounts.models import Profile; "
-        f"u = get_user_model().objects.create_user({ADMIN[0]!r}, password={ADMIN[1]!r}); "
-        "Profile.objects.create(user=u, is_org_admin=True)",
-    )
-    log = (tmp / "gunicorn.log").open("w")
-    gunicorn = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-         "--threads", "4", "--timeout", "60"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        _wait_healthy(srv.url, gunicorn, tmp / "gunicorn.log")
+    with served(tmp, env, port) as srv:
+        tokens = {project: srv.manage("createtoken", "--team", team, "--project", project).strip() for team, project in PROJECTS}
         first = _month()
         crossing = _seed(srv.url, tokens, first)
         srv.manage("sweep")
         yield {"server": srv, "api": Api(srv.url, *ADMIN), "month": f"{first:%Y-%m}", "first": first, "crossing": crossing}
-    finally:
-        gunicorn.terminate()
-        try:
-            gunicorn.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            gunicorn.kill()
-        log.close()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ADMIN, ROOT, Api, Server, _free_port, _wait_healthy, missing_reason
+from tests.e2e.conftest import ADMIN, ROOT, Api, Server, _free_port, missing_reason, served
 
 pytestmark = pytest.mark.e2e
 SCENARIOS = {"healthy": "cpu-healthy", "starved": "cpu-starved-dataloader", "ddp-straggler": "ddp-slow-rank"}
@@ -53,25 +53,9 @@ def cpu_demo() -> Iterator[tuple[Server, dict[str, str]]]:
             "PHANTOMHUB_PORT": str(port),
         }
         env.pop("DJANGO_SETTINGS_MODULE", None)
-        srv = Server(url=f"http://127.0.0.1:{port}", env=env, run_ids=[])
-        srv.manage("migrate", "--no-input", "-v", "0")
-        srv.manage("setprice", "--gpu", "L4", "--usd-per-hour", "0.82", "--from", "2020-01-01")
-        token = srv.manage("createtoken", "--team", "demo", "--project", "quickstart").strip()
-        srv.manage(
-            "shell",
-            "-c",
-            "from django.contrib.auth import get_user_model; from phantomhub.accounts.models import Profile; "
-            f"u = get_user_model().objects.create_user({ADMIN[0]!r}, password={ADMIN[1]!r}); "
-            "Profile.objects.create(user=u, is_org_admin=True)",
-        )
-        log = (tmp / "gunicorn.log").open("w")
-        gunicorn = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "phantomhub.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-             "--threads", "4", "--timeout", "60"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            _wait_healthy(srv.url, gunicorn, tmp / "gunicorn.log")
+        with served(tmp, env, port) as srv:
+            srv.manage("setprice", "--gpu", "L4", "--usd-per-hour", "0.82", "--from", "2020-01-01")
+            token = srv.manage("createtoken", "--team", "demo", "--project", "quickstart").strip()
             train_env = {**env, "PHANTOMHUB_SERVER": srv.url, "PHANTOMHUB_TOKEN": token, "PHANTOMHUB_MODE": "online",
                          "PYTHONUNBUFFERED": "1"}  # fmt: skip
             train_env.pop("PHANTOMHUB_RUN_ID", None)
@@ -86,13 +70,6 @@ def cpu_demo() -> Iterator[tuple[Server, dict[str, str]]]:
             ids = {row["name"]: row["id"] for row in api.get_json("/api/v1/portal/runs?page_size=200")["results"]}
             assert set(SCENARIOS.values()) <= set(ids), ids
             yield srv, {name: ids[name] for name in SCENARIOS.values()}
-        finally:
-            gunicorn.terminate()
-            try:
-                gunicorn.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                gunicorn.kill()
-            log.close()
 
 
 VISIBLE_TEXT = "d => { const c = d.cloneNode(true); c.querySelectorAll('details').forEach(n => n.remove()); return c.innerText; }"
