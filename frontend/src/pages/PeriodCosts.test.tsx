@@ -1,38 +1,15 @@
-import { render, screen, within } from "@testing-library/react";
+import { screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes, useLocation } from "react-router";
 
-import { SessionProvider } from "../api/session";
 import type { Leaderboard, RunTotals } from "../api/types";
 import { periodFigure, wholeCost } from "../components/RunTable";
-import { ThemeProvider } from "../lib/theme";
 import { parseRunsQuery } from "../lib/urlState";
+import { renderAt } from "../test/render";
 import { mockFetch, runRow } from "../test/fixtures";
 import { LeaderboardsPage } from "./Leaderboards";
 import { RunsPage } from "./Runs";
 
 const signedIn = { authenticated: true, user: { username: "ada", is_finance: true, is_org_admin: false, teams: [] }, csrf_token: "tok" };
-
-function Where() {
-  const location = useLocation();
-  return <output data-testid="location">{location.pathname + location.search}</output>;
-}
-
-function renderAt(url: string, element: React.ReactNode, path: string) {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={[url]}>
-          <Routes>
-            <Route path={path} element={element} />
-            <Route path="*" element={null} />
-          </Routes>
-          <Where />
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
-}
 
 afterEach(() => vi.unstubAllGlobals());
 

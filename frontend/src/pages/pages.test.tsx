@@ -1,10 +1,11 @@
 import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes, useLocation } from "react-router";
+import { MemoryRouter } from "react-router";
 
 import { AppRoutes } from "../App";
 import { SessionProvider } from "../api/session";
 import { ThemeProvider } from "../lib/theme";
+import { renderAt, Where } from "../test/render";
 import { analysis, leaderboard, mockFetch, PEER_RUN_IDS, recommendation, runDetail, runRow } from "../test/fixtures";
 import { LeaderboardsPage } from "./Leaderboards";
 import { RunDetailPage } from "./RunDetail";
@@ -18,27 +19,6 @@ vi.mock("../components/EChart", () => ({
 
 const admin = { username: "ada", is_finance: false, is_org_admin: true, teams: [{ slug: "nlp", name: "NLP", role: "admin" }] };
 const signedIn = { authenticated: true, user: admin, csrf_token: "tok" };
-
-function Where() {
-  const location = useLocation();
-  return <output data-testid="location">{location.pathname + location.search}</output>;
-}
-
-function renderAt(url: string, element: React.ReactNode, path: string) {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={[url]}>
-          <Routes>
-            <Route path={path} element={element} />
-            <Route path="*" element={null} />
-          </Routes>
-          <Where />
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
-}
 
 afterEach(() => vi.unstubAllGlobals());
 
