@@ -167,7 +167,8 @@ def sweep_case(run: Any, database_url: str) -> dict[str, Any]:
     (bench/sweep.py), as a worker runs them."""
     from django.db import connection
 
-    from phantomhub.waste.services import analysis_sweep, run_analyze
+    from phantomhub.waste.services import run_analyze
+    from phantomhub.waste.sweeps import analysis_sweep
 
     run_analyze(run_id=run.pk)
     analysis_sweep(inline=True)
@@ -273,7 +274,7 @@ BREAKDOWN = [
     ("phantomhub.waste.finalize", "ledger_build"), ("phantomhub.waste.accumulator:RunAccumulator", "finished"),
     ("phantomhub.waste.services", "_store"), ("phantomhub.waste.result:Analysis", "to_json"),
     ("phantomhub.waste.result:Analysis", "to_json_bytes"), ("phantomhub.waste.services", "recommend"),
-    ("phantomhub.waste.services", "_days_of"), ("phantomhub.waste.services", "_state_write"),
+    ("phantomhub.waste.rollups", "run_days"), ("phantomhub.waste.services", "_state_write"),
     ("phantomhub.waste.services", "pass_outputs_write"), ("phantomhub.telemetry.selectors", "hot_rows"),
 ]  # fmt: skip
 

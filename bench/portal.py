@@ -163,7 +163,8 @@ def setup(args: argparse.Namespace) -> str:
     from phantomhub.telemetry.models import Run, RunRank
     from phantomhub.telemetry.storage import STEPS, chunk_rows
     from phantomhub.waste.models import RunAnalysis, RunDay
-    from phantomhub.waste.services import rollups_rebuild, run_analyze
+    from phantomhub.waste.rollups import rollups_rebuild
+    from phantomhub.waste.services import run_analyze
 
     rng = np.random.default_rng(3)
     projects = []

@@ -40,7 +40,7 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
 
     from phantomhub.telemetry.models import Run, RunRank
-    from phantomhub.waste.services import analysis_sweep
+    from phantomhub.waste.sweeps import analysis_sweep
 
     analysis_sweep(inline=True)
     times = []

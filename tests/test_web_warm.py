@@ -30,15 +30,15 @@ else:  # what post_worker_init did before the producer was warmed too
     from django.urls import get_resolver
 
     get_resolver().url_patterns
-from phantomhub.waste import services
+from phantomhub.waste import scheduling
 
-services._debounce_cache[:] = [float("inf"), 3600.0]  # the organization's interval, without a database
+scheduling._debounce_cache[:] = [float("inf"), 3600.0]  # the organization's interval, without a database
 before = set(sys.modules)
 run_id = uuid.uuid4()
 t0 = time.process_time()
-services.analysis_request(run_id)
+scheduling.analysis_request(run_id)
 cpu_ms = (time.process_time() - t0) * 1000
-from phantomhub.waste.tasks import redis_client
+from phantomhub.waste.scheduling import redis_client
 
 r = redis_client()
 queued = [m for m in r.lrange("phantomhub", 0, -1) if str(run_id).encode() in m]

@@ -17,7 +17,7 @@ from phantomhub.portal.periods import Period
 from phantomhub.waste.inputs import MODEL_VERSION
 from phantomhub.waste.model import CATEGORIES, recoverability_check
 from phantomhub.waste.models import OrgSettings, ProjectDay, RunDay
-from phantomhub.waste.services import analyses_invalidate
+from phantomhub.waste.scheduling import analyses_invalidate
 
 
 def month_close(*, period: Period, actor: Any) -> ClosedMonth:

@@ -48,7 +48,7 @@ def _snapshot(entry: PriceEntry) -> dict[str, Any]:
 
 def _analyses_stale(gpu: str) -> None:
     # Prices feed every dollar figure: analyses of runs on this GPU are recomputed by the sweep.
-    from phantomhub.waste.services import analyses_invalidate
+    from phantomhub.waste.scheduling import analyses_invalidate
 
     analyses_invalidate(gpu_key=gpu)
 

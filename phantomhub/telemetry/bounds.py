@@ -92,6 +92,11 @@ def ns_of(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
 
 
+def moment_of(t_ns: int) -> datetime:
+    """The aware UTC datetime of epoch nanoseconds (to the microsecond)."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=t_ns // 1000)
+
+
 def span_end_ns(allocation_start: datetime) -> int:
     """The latest moment a run's telemetry may reach: MAX_SPAN after its allocation start."""
     return ns_of(allocation_start) + MAX_SPAN_NS

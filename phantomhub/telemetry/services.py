@@ -239,7 +239,7 @@ def _columns(
 
 
 def _analysis_soon(run: Run) -> None:
-    from phantomhub.waste.services import analysis_request
+    from phantomhub.waste.scheduling import analysis_request
 
     run_id = run.pk
     transaction.on_commit(lambda: analysis_request(run_id))

@@ -40,7 +40,7 @@ def sweep_once() -> list[str]:
     from phantomhub.alerts.services import alerts_evaluate
     from phantomhub.fleet.derive import fleet_derive_pending
     from phantomhub.telemetry.retention import storage_maintain_due
-    from phantomhub.waste.services import analysis_sweep
+    from phantomhub.waste.sweeps import analysis_sweep
 
     def analyse() -> None:
         result = analysis_sweep(inline=True)

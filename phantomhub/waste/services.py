@@ -12,35 +12,28 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import orjson
-from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Q
-from django.db.models.signals import post_save
-from django.dispatch import receiver
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
 from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.pricing.selectors import gpu_key_for, run_price_segments
 from phantomhub.runtime import collector_paused
+from phantomhub.telemetry.bounds import EARLIEST, LATEST, MAX_SPAN, MAX_SPAN_NS, moment_of, ns_of
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import samples_arrays, steps_rows_after
 from phantomhub.waste.accumulator import MEM_COLUMNS
 from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
 from phantomhub.waste.inputs import OPTIONAL_COLUMNS
 from phantomhub.waste.model import (
-    CATEGORIES,
     Analysis,
     NotAppendable,
     Phase,
@@ -55,13 +48,8 @@ from phantomhub.waste.model import (
     world_size_for,
 )
 from phantomhub.waste.models import (
-    OrgSettings,
-    ProjectDay,
-    RollupPending,
     RunAnalysis,
-    RunDay,
 )
-from phantomhub.waste.money import cents_allocate
 from phantomhub.waste.pass_io import (
     PassInputs,
     Policy,
@@ -73,6 +61,7 @@ from phantomhub.waste.pass_io import (
 )
 from phantomhub.waste.recommendations import recommend
 from phantomhub.waste.result import json_bytes, to_jsonable
+from phantomhub.waste.rollups import run_days
 from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 
 log = logging.getLogger(__name__)
@@ -82,14 +71,6 @@ NS = 10**9
 PRICE_HORIZON = timedelta(days=400)
 _OPTIONAL = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns", "tokens", "samples",
              "mem_allocated", "mem_reserved", "mem_peak", "alloc_retries")  # fmt: skip
-
-
-def _ns(moment: datetime) -> int:
-    return int(moment.timestamp()) * NS + moment.microsecond * 1000
-
-
-def _moment(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / NS, tz=UTC)
 
 
 def policy_of(inputs: PassInputs) -> Policy:
@@ -144,9 +125,9 @@ def run_config_and_prices(
     config = RunConfig(
         gpu_count=run.gpu_count,
         world_size=world_size_for(run.world_size, ranks_seen, run.gpu_count)[0],
-        allocation_start_ns=_ns(run.allocation_start),
+        allocation_start_ns=ns_of(run.allocation_start),
         price_segments=tuple(
-            PriceSegment(_ns(s.start), _ns(s.end), s.usd_per_gpu_hour) for s in segments if s.usd_per_gpu_hour is not None
+            PriceSegment(ns_of(s.start), ns_of(s.end), s.usd_per_gpu_hour) for s in segments if s.usd_per_gpu_hour is not None
         ),
         phases=tuple(phases),
         peak_flops_per_gpu=peak,
@@ -313,24 +294,19 @@ def _state_write(
     return StateWrite(header=header, ranks=ranks, windows=windows if windows != loaded.windows else None, new=False)
 
 
-# Bounds of a run's billed span the model accepts; telemetry outside them is refused at ingest,
-# and a stored run beyond them fails its analysis (recorded, isolated) instead of looping for ever.
-EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
-LATEST = datetime(2100, 1, 1, tzinfo=UTC)
-MAX_SPAN = timedelta(days=400)
-
-
 class AnalysisRefused(ValueError):
     """The run's stored data cannot be analysed (out-of-range times); the message says why."""
 
 
 def _span_check(run: Run, end_ns: int | None = None) -> None:
+    # The span bounds of telemetry/bounds.py: ingest refuses telemetry outside them, and a stored
+    # run beyond them fails its analysis (recorded, isolated) instead of looping for ever.
     if not EARLIEST <= run.allocation_start < LATEST:
         raise AnalysisRefused(f"allocation_start {run.allocation_start.isoformat()} is outside 2000-01-01..2100-01-01")
-    if end_ns is not None and end_ns - _ns(run.allocation_start) > MAX_SPAN.total_seconds() * NS:
+    if end_ns is not None and end_ns - ns_of(run.allocation_start) > MAX_SPAN_NS:
         raise AnalysisRefused(
             f"the run's telemetry spans more than {MAX_SPAN.days} days from allocation_start "
-            f"({run.allocation_start.isoformat()} to {_moment(min(end_ns, _ns(LATEST))).isoformat()})"
+            f"({run.allocation_start.isoformat()} to {moment_of(min(end_ns, ns_of(LATEST))).isoformat()})"
         )
 
 
@@ -396,7 +372,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         end_ns = _run_end_ns(run, steps_end_ns, samples_since, config.allocation_start_ns, inputs.last_event_ns)
         _span_check(run, end_ns)
         if run.status == RunStatus.CRASHED and run.finished_at is None:
-            Run.objects.filter(pk=run.pk).update(finished_at=_moment(end_ns))
+            Run.objects.filter(pk=run.pk).update(finished_at=moment_of(end_ns))
         oom_count = inputs.oom_count
         # The state is packed before the analysis finishes the accumulator in place (no copy).
         steps_changed = full or any(len(cols) for cols, _, _, _ in fresh)
@@ -413,7 +389,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
             consume=True,
         )
         serialized = _store(row, run, inputs.team_id, analysis, seq)
-        day_rows, prune_days, marked = _days_of(
+        day_rows, prune_days, marked = run_days(
             run, inputs.team_id, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None
         )
         state = _state_write(
@@ -591,7 +567,7 @@ def _run_end_ns(run: Run, steps_end_ns: int, samples_t_ns: int, start_ns: int, l
     """
     end = max(steps_end_ns, samples_t_ns, start_ns, last_event_ns or 0)
     if run.status != RunStatus.RUNNING and run.finished_at is not None:
-        end = max(_ns(run.finished_at), steps_end_ns, start_ns)
+        end = max(ns_of(run.finished_at), steps_end_ns, start_ns)
     return end
 
 
@@ -618,344 +594,3 @@ def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: in
     row.mfu = analysis.mfu
     row.profile = to_jsonable(analysis.profile) if analysis.steps else None
     return serialized
-
-
-def _day_span_ns(day: date, start: int, end: int) -> tuple[int, int]:
-    midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    return max(start, _ns(midnight)), min(end, _ns(midnight + timedelta(days=1)))
-
-
-def _day_weights(config: RunConfig, analysis: Analysis) -> tuple[dict[date, Fraction], dict[date, Fraction]]:
-    """Each UTC day's share of the run's billed dollars (price × time) and of its billed time.
-
-    Categories are spread over days in proportion to the dollars of each day: a day's category
-    mix is the run's mix (documented approximation; the per-day totals are exact).
-    """
-    start, end = analysis.allocation_start_ns, analysis.end_ns
-    segments = [(s.start_ns, s.end_ns, s.price()) for s in config.price_segments]
-    dollars: dict[date, Fraction] = {}
-    time: dict[date, Fraction] = {}
-    day = _moment(start).date()
-    span = max(end - start, 1)
-    while True:
-        lo, hi = _day_span_ns(day, start, end)
-        if lo >= end and dollars:
-            break
-        dollars[day] = sum((Fraction(max(0, min(hi, b) - max(lo, a))) * p for a, b, p in segments), Fraction(0))
-        time[day] = Fraction(max(0, hi - lo), span)
-        day += timedelta(days=1)
-    if sum(dollars.values()) == 0:
-        dollars = dict(time)
-    return dollars, time
-
-
-def _days_of(
-    run: Run,
-    team_id: int,
-    row: RunAnalysis,
-    analysis: Analysis,
-    config: RunConfig,
-    price_rows: list[PriceSegmentRow],
-    old_days: set[date] | None = None,
-) -> tuple[list[RunDay], bool, list[date]]:
-    """The run's RunDay rows, whether it no longer covers a day it had rows for (its other rows
-    are then deleted), and the days to mark for a rollup (both). ``old_days`` (the days the
-    stored state says were written last time) saves reading them."""
-    weights, time_weights = _day_weights(config, analysis)
-    days = sorted(weights)
-    keys = [d.isoformat() for d in days]
-    by_cat = {
-        fig.category: cents_allocate(fig.usd_cents, {k: weights[d] for k, d in zip(keys, days)}) for fig in analysis.categories
-    }
-    # The run's recoverable cents follow its dollars over the days, so days sum to the run exactly.
-    recoverable = cents_allocate(round(analysis.recoverable_usd * 100), {k: weights[d] for k, d in zip(keys, days)})
-    if old_days is None:
-        old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
-    rows = []
-    for key, day in zip(keys, days):
-        cats = {name: by_cat[name][key] / 100 for name in CATEGORIES}
-        cost_cents = sum(by_cat[name][key] for name in CATEGORIES)
-        waste_cents = cost_cents - by_cat["useful_compute"][key]
-        seconds = float(time_weights[day]) * analysis.billed_gpu_seconds
-        rows.append(
-            RunDay(
-                run_id=run.pk,
-                day=day,
-                project_id=run.project_id,
-                team_id=team_id,
-                gpu_key=row.gpu_key,
-                gpu_seconds=seconds,
-                cost_usd=Decimal(cost_cents) / 100,
-                waste_usd=Decimal(waste_cents) / 100,
-                price_entry_ids=_entries_on(day, analysis, price_rows),
-                categories_usd=cats,
-                recoverable_usd=Decimal(recoverable[key]) / 100,
-                mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds,
-                mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
-            )
-        )
-    return rows, bool(old_days - set(days)), sorted(old_days | set(days))
-
-
-def _entries_on(day: date, analysis: Analysis, price_rows: list[PriceSegmentRow]) -> list[int]:
-    """Price-book entries that priced some of this run's time on this day (for finance)."""
-    lo, hi = _day_span_ns(day, analysis.allocation_start_ns, analysis.end_ns)
-    return sorted({seg.entry_id for seg in price_rows if seg.entry_id is not None and _ns(seg.start) < hi and _ns(seg.end) > lo})
-
-
-def rollups_mark(days: Iterable[date]) -> None:
-    """Mark days for a rollup rebuild (one upsert for all of them)."""
-    now = timezone.now()
-    RollupPending.objects.bulk_create(
-        [RollupPending(day=day, marked_at=now) for day in sorted(set(days))],
-        update_conflicts=True,
-        unique_fields=["day"],
-        update_fields=["marked_at"],
-    )
-
-
-def rollups_rebuild(*, days: Iterable[date] | None = None) -> list[date]:
-    """Rebuild ProjectDay rows for pending days (or the given ones) from RunDay."""
-    if days is None:
-        if connection.vendor == "postgresql":  # every sweep asks: the statement as text
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT day FROM waste_rolluppending")
-                days = [row[0] for row in cursor.fetchall()]
-        else:
-            days = list(RollupPending.objects.values_list("day", flat=True))
-    done: list[date] = []
-    for day in sorted(set(days)):
-        with transaction.atomic():
-            if connection.vendor == "postgresql":  # one rebuilder of a day at a time
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [4242, day.toordinal()])
-            RollupPending.objects.filter(day=day).delete()
-            _rollup_day(day)
-        done.append(day)
-    return done
-
-
-def _rollup_day(day: date) -> None:
-    groups: dict[int, dict[str, Any]] = {}
-    for rd in RunDay.objects.filter(day=day).order_by("project_id"):
-        g = groups.setdefault(
-            rd.project_id,
-            {"team_id": rd.team_id, "runs": 0, "gpu_seconds": 0.0, "cost": Decimal(0), "cats": dict.fromkeys(CATEGORIES, 0.0),
-             "waste": Decimal(0), "recoverable": Decimal(0), "mfu_gs": 0.0, "mfu_known": 0.0},
-        )  # fmt: skip
-        g["runs"] += 1
-        g["gpu_seconds"] += rd.gpu_seconds
-        g["cost"] += rd.cost_usd
-        for name in CATEGORIES:
-            g["cats"][name] += float(rd.categories_usd.get(name, 0))
-        g["recoverable"] += rd.recoverable_usd
-        g["waste"] += rd.waste_usd
-        g["mfu_gs"] += rd.mfu_gpu_seconds
-        g["mfu_known"] += rd.mfu_known_gpu_seconds
-    ProjectDay.objects.filter(day=day).delete()
-    ProjectDay.objects.bulk_create(
-        [
-            ProjectDay(
-                day=day,
-                project_id=pid,
-                team_id=g["team_id"],
-                runs=g["runs"],
-                gpu_seconds=g["gpu_seconds"],
-                cost_usd=g["cost"],
-                categories_usd={k: round(v, 2) for k, v in g["cats"].items()},
-                waste_usd=g["waste"],
-                recoverable_usd=g["recoverable"],
-                mfu_gpu_seconds=g["mfu_gs"],
-                mfu_known_gpu_seconds=g["mfu_known"],
-            )
-            for pid, g in groups.items()
-        ]
-    )
-
-
-def runs_mark_crashed(*, now: datetime | None = None, org: OrgSettings | None = None) -> int:
-    """Running runs the server has not heard from for longer than the crash threshold become
-    crashed; analysis then bills them up to their last sign of life and sets finished_at there.
-    ``org``: the organization's settings, when the caller has read them."""
-    now = now or timezone.now()
-    return _runs_mark_crashed(now - timedelta(seconds=(org or OrgSettings.get()).crash_after_s))
-
-
-def _runs_mark_crashed(cutoff: datetime) -> int:
-    if connection.vendor == "postgresql":  # the statement as text: the ORM's compiling was most of a sweep
-        with connection.cursor() as cursor:
-            cursor.execute(_MARK_CRASHED_SQL, [RunStatus.CRASHED.value, cutoff, RunStatus.RUNNING.value])
-            return int(cursor.rowcount)
-    return Run.objects.filter(status=RunStatus.RUNNING, last_seen_at__lt=cutoff).update(
-        status=RunStatus.CRASHED, ingest_seq=F("ingest_seq") + 1
-    )
-
-
-_MARK_CRASHED_SQL = "UPDATE telemetry_run SET status = %s, ingest_seq = ingest_seq + 1 WHERE last_seen_at < %s AND status = %s"
-# runs_dirty_orm's query as one SELECT (a run is in at most one of its two halves: no UNION needed).
-_DIRTY_SQL = """
-SELECT r.id FROM telemetry_run r LEFT OUTER JOIN waste_runanalysis a ON a.run_id = r.id
-WHERE a.run_id IS NULL
-   OR (a.analysed_seq < r.ingest_seq
-       AND NOT (a.failed_seq = r.ingest_seq AND (a.failures >= %s OR (a.retry_at > %s AND a.retry_at IS NOT NULL))))
-ORDER BY r.allocation_start LIMIT %s
-"""
-
-
-def runs_dirty(limit: int = 500) -> list[uuid.UUID]:
-    """Runs whose stored analysis is missing or older than their telemetry, oldest allocation
-    first: earlier runs finish first, so later ones find them as peers (evidence.py). On
-    PostgreSQL one SELECT as text (what ``runs_dirty_orm`` builds, without building it each
-    sweep: the ORM's compiling was most of a sweep with nothing to do)."""
-    if connection.vendor != "postgresql":
-        return runs_dirty_orm(limit)
-    with connection.cursor() as cursor:
-        cursor.execute(_DIRTY_SQL, [MAX_ANALYSIS_FAILURES, timezone.now(), limit])
-        return [row[0] for row in cursor.fetchall()]
-
-
-def runs_dirty_orm(limit: int = 500) -> list[uuid.UUID]:
-    """``runs_dirty`` through the ORM (SQLite; and the oracle the SQL is tested against)."""
-    never = Run.objects.filter(analysis__isnull=True).values_list("id", "allocation_start")
-    # A run whose analysis failed at its current telemetry waits for its retry time, and after
-    # MAX_ANALYSIS_FAILURES for new telemetry.
-    held = Q(analysis__failed_seq=F("ingest_seq")) & (
-        Q(analysis__failures__gte=MAX_ANALYSIS_FAILURES) | Q(analysis__retry_at__gt=timezone.now())
-    )
-    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq")).exclude(held).values_list("id", "allocation_start")
-    return [run_id for run_id, _ in never.union(stale).order_by("allocation_start")[:limit]]
-
-
-def analyses_invalidate(*, gpu_key: str | None = None) -> int:
-    """Mark analyses for re-computation (after a price or policy change); failed ones get a fresh
-    set of retries."""
-    rows = RunAnalysis.objects.all() if gpu_key is None else RunAnalysis.objects.filter(gpu_key=gpu_key)
-    return rows.update(analysed_seq=-1, failures=0, retry_at=None)
-
-
-# While the broker is down every ingest request fails to enqueue: warn once a minute, not once
-# a request (a 30 s Redis outage logged ~930 tracebacks in bench/soak.py).
-ENQUEUE_WARNING_INTERVAL_S = 60.0
-_enqueue_warned_at = -ENQUEUE_WARNING_INTERVAL_S
-
-
-# analysis_request runs on the commit of every ingest batch. A web process keeps (a) the
-# organization's debounce interval for ANALYSIS_SETTINGS_CACHE_S seconds, and (b) for each run,
-# until when it knows the run's debounce key in Redis is held: it set the key itself (held for the
-# whole interval), or Redis said it was held and for how long (PTTL, in the same round trip). A
-# batch of a run whose key is known held costs no query and no Redis call, and schedules nothing,
-# exactly as the refused SET NX did. Staleness: a debounce interval changed in another process
-# applies here within ANALYSIS_SETTINGS_CACHE_S seconds (at once in the process that saves it);
-# a key deleted by hand before it expires is not noticed by this process until then (the beat
-# sweep still enqueues the run's analysis).
-ANALYSIS_SETTINGS_CACHE_S = 5.0
-_HELD_MAX = 10_000
-_debounce_cache: list[float] = [-1.0, 0.0]  # [monotonic expiry, debounce_s]
-_debounce_held: dict[uuid.UUID, float] = {}  # run id -> monotonic time until which its key is held
-
-
-def _debounce_s(now: float) -> int:
-    if _debounce_cache[0] > now:
-        return int(_debounce_cache[1])
-    debounce = OrgSettings.get().analysis_debounce_s
-    _debounce_cache[:] = [now + ANALYSIS_SETTINGS_CACHE_S, float(debounce)]
-    return debounce
-
-
-def analysis_request_cache_forget() -> None:
-    """Forget this process's debounce interval and held keys (after the settings change)."""
-    _debounce_cache[0] = -1.0
-    _debounce_held.clear()
-
-
-@receiver(post_save, sender=OrgSettings)
-def _org_settings_saved(**_: Any) -> None:
-    analysis_request_cache_forget()
-
-
-def analysis_request(run_id: uuid.UUID) -> None:
-    """After new telemetry committed: analyse soon, at most once per debounce interval per run.
-
-    With a broker, a Redis key debounces and a delayed Celery task does the work. On the
-    embedded default (no broker) the in-process sweeper picks the run up (see waste/embedded.py).
-    """
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        return
-    now = time.monotonic()
-    if _debounce_held.get(run_id, 0.0) > now:
-        return  # the key is held: Redis would refuse the SET NX
-    from phantomhub.waste.tasks import analyze_run, redis_client
-
-    debounce = _debounce_s(now)
-    key = f"phantomhub:analyze:{run_id}"
-    try:
-        pipe = redis_client().pipeline(transaction=False)
-        pipe.set(key, "1", nx=True, ex=max(debounce, 1))
-        pipe.pttl(key)
-        first, left_ms = pipe.execute()
-        if len(_debounce_held) >= _HELD_MAX:
-            _debounce_held.clear()
-        if first:
-            _debounce_held[run_id] = now + max(debounce, 1)
-            analyze_run.apply_async(args=[str(run_id)], countdown=debounce)
-        elif left_ms > 0:
-            _debounce_held[run_id] = now + left_ms / 1000
-    except Exception:  # the beat sweep catches up; ingest must not fail because the broker is down
-        global _enqueue_warned_at
-        if now - _enqueue_warned_at >= ENQUEUE_WARNING_INTERVAL_S:  # once a minute, not every request
-            _enqueue_warned_at = now
-            log.warning("could not enqueue analysis of run %s; the periodic sweep will pick it up", run_id, exc_info=True)
-
-
-def _analysis_enqueue_once(run_id: uuid.UUID, debounce_s: int) -> int:
-    """The sweep's catch-up for a dirty run, through the same debounce key as ingest: a run whose
-    analysis is already scheduled (key held) is left to it, so the sweep adds no duplicate
-    analyses (a fleet simulation measured 11-23 extra per 30 s sweep without this). The key
-    expires after the debounce interval, so a lost message is still retried by a later sweep."""
-    from phantomhub.waste.tasks import analyze_run, redis_client
-
-    try:
-        held = not redis_client().set(f"phantomhub:analyze:{run_id}", "1", nx=True, ex=max(debounce_s, 1))
-    except Exception:  # Redis down: enqueue anyway (it fails too, or reaches a broker that is back)
-        held = False
-    if held:
-        return 0
-    analyze_run.delay(str(run_id))
-    return 1
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    crashed: int
-    analysed: int
-    enqueued: int
-    rollup_days: int
-
-
-def _sweep_settings() -> tuple[int, int]:
-    """The organization's crash threshold and analysis debounce, s (the row is made if missing)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT crash_after_s, analysis_debounce_s FROM waste_orgsettings WHERE id = 1")
-            found = cursor.fetchone()
-        if found is not None:
-            return int(found[0]), int(found[1])
-    org = OrgSettings.get()
-    return org.crash_after_s, org.analysis_debounce_s
-
-
-def analysis_sweep(*, inline: bool) -> SweepResult:
-    """Mark silent runs crashed, analyse (or enqueue) every dirty run, rebuild pending rollups."""
-    crash_after_s, debounce_s = _sweep_settings()  # once per sweep
-    crashed = _runs_mark_crashed(timezone.now() - timedelta(seconds=crash_after_s))
-    dirty = runs_dirty()
-    analysed = enqueued = 0
-    if inline:
-        for run_id in dirty:
-            if run_analyze_isolated(run_id=run_id) is not None:
-                analysed += 1
-    else:
-        for run_id in dirty:
-            enqueued += _analysis_enqueue_once(run_id, debounce_s)
-    days = rollups_rebuild()
-    return SweepResult(crashed, analysed, enqueued, len(days))

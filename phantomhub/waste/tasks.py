@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from functools import cache
 
-import redis
 from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 
 from phantomhub.waste import services
-
-
-@cache
-def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
+from phantomhub.waste.scheduling import ANALYZE_RUN, redis_client
+from phantomhub.waste.sweeps import analysis_sweep
 
 
 def producer_warm() -> None:
@@ -31,6 +26,7 @@ def producer_warm() -> None:
 
 
 @shared_task(
+    name=ANALYZE_RUN,
     acks_late=True,
     autoretry_for=(OperationalError,),
     retry_backoff=2,
@@ -46,7 +42,7 @@ def analyze_run(run_id: str) -> str | None:
 def sweep() -> dict[str, int]:
     """Beat, every ~30 s: crash detection, dirty runs, pending rollups. A lost analysis message
     delays an analysis until here; it never loses one."""
-    result = services.analysis_sweep(inline=settings.CELERY_TASK_ALWAYS_EAGER)
+    result = analysis_sweep(inline=settings.CELERY_TASK_ALWAYS_EAGER)
     return {
         "crashed": result.crashed,
         "analysed": result.analysed,

@@ -219,7 +219,7 @@ def test_a_silent_run_that_is_still_billed(owner: Tenant) -> None:
 
 
 def test_a_silent_run_marked_crashed_resolves_saying_so(owner: Tenant, receiver: Receiver) -> None:
-    from phantomhub.waste.services import runs_mark_crashed
+    from phantomhub.waste.sweeps import runs_mark_crashed
 
     run_id = live_run(owner, steps(10))
     now = timezone.now()

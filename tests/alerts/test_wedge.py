@@ -170,7 +170,7 @@ def test_the_embedded_sweeper_runs_every_step_when_one_fails(monkeypatch: pytest
     from phantomhub.fleet import derive
     from phantomhub.telemetry import retention
     from phantomhub.waste import embedded
-    from phantomhub.waste import services as waste_services
+    from phantomhub.waste import sweeps as waste_sweeps
 
     ran: list[str] = []
 
@@ -181,7 +181,7 @@ def test_the_embedded_sweeper_runs_every_step_when_one_fails(monkeypatch: pytest
 
         return call
 
-    monkeypatch.setattr(waste_services, "analysis_sweep", fails("analysis"))
+    monkeypatch.setattr(waste_sweeps, "analysis_sweep", fails("analysis"))
     monkeypatch.setattr(derive, "fleet_derive_pending", fails("fleet"))
     monkeypatch.setattr(alert_services, "alerts_evaluate", fails("alerts"))
     monkeypatch.setattr(retention, "storage_maintain_due", lambda: ran.append("storage"))

@@ -22,7 +22,7 @@ from phantomhub.fleet.services import node_token_create
 from phantomhub.portal.periods import range_period
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.models import RunDay
-from phantomhub.waste.services import analysis_sweep
+from phantomhub.waste.sweeps import analysis_sweep
 
 torch = pytest.importorskip("torch")
 pa = pytest.importorskip("phantomhub_agent")

@@ -21,7 +21,7 @@ from phantomhub.portal import finance
 from phantomhub.portal.models import ClosedRunDay, MonthLog
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
-from phantomhub.waste import services
+from phantomhub.waste import sweeps
 from phantomhub.waste.models import RunDay
 from tests.conftest import Tenant
 
@@ -73,7 +73,7 @@ def books(owner: Tenant, outsider: Tenant) -> dict[str, Any]:
         "vision": _run(outsider, "vision-a", at + timedelta(hours=2), 600),
         "now": _run(owner, "nlp-now", timezone.now().replace(microsecond=0) - timedelta(hours=2), 300),
     }
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     users = {name: User.objects.create_user(name) for name in ("fin", "root", "member")}
     Profile.objects.create(user=users["fin"], is_finance=True)
     Profile.objects.create(user=users["root"], is_org_admin=True)
@@ -130,7 +130,7 @@ def test_a_price_change_across_a_closed_month_leaves_every_page_at_the_closed_fi
     assert PriceEntry.objects.count() == 1  # nothing written
     confirmed = root.post("/api/v1/pricing/prices?confirm_closed=1", body, format="json")
     assert confirmed.status_code == 201, confirmed.content
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
 
     after = _pages(fin, month, team, project)
     assert {k: v for k, v in after.items() if k != "notes"} == {k: v for k, v in before.items() if k != "notes"}
@@ -208,7 +208,7 @@ def test_a_member_sees_the_adjustment_of_their_rows_without_who(books: dict[str,
     assert fin.post(f"/api/v1/portal/finance/{month}/close").status_code == 200
     body = {"gpu": "H100-SXM", "usd_per_gpu_hour": "45", "effective_from": f"{books['start']}T00:00:00Z", "confirm_closed": True}
     assert root.post("/api/v1/pricing/prices", body, format="json").status_code == 201
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     review = member.get(f"/api/v1/portal/finance/{month}").json()
     assert {r["project"] for r in review["adjustment"]["rows"]} == {books["owner"].project.slug}
     assert [c["by"] for c in review["adjustment"]["causes"] if c["kind"] == "price"] == [None]
@@ -220,7 +220,7 @@ def test_late_telemetry_moves_live_figures_only_and_is_named(books: dict[str, An
     closed = fin.post(f"/api/v1/portal/finance/{month}/close").json()
     start = books["start"]
     _run(books["owner"], "nlp-late", datetime(start.year, start.month, 12, 9, tzinfo=UTC), 300)
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     review = fin.get(f"/api/v1/portal/finance/{month}").json()
     assert review["totals"] == closed["totals"]
     assert {"kind": "telemetry", "runs_added": 1} in review["adjustment"]["causes"]
@@ -244,7 +244,7 @@ def test_a_policy_change_moves_live_figures_only_and_is_named_with_who(books: di
     month = books["month"]
     closed = fin.post(f"/api/v1/portal/finance/{month}/close").json()
     assert root.put("/api/v1/portal/settings", {"target_mfu": 0.9}, format="json").status_code == 200
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     review = fin.get(f"/api/v1/portal/finance/{month}").json()
     assert review["totals"] == closed["totals"]
     assert review["adjustment"]["difference"]["waste_usd"] != 0

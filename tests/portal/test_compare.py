@@ -15,7 +15,7 @@ from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.portal.compare import flatten, key_diff
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
-from phantomhub.waste import services
+from phantomhub.waste import sweeps
 from tests.conftest import Tenant
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -80,7 +80,7 @@ def world(owner: Tenant, outsider: Tenant, price_36: None) -> dict[str, Any]:
         "c": _run(owner, "c", start + timedelta(hours=2), 5, config={}, environment={}),
         "theirs": _run(outsider, "theirs", start, 10, config={}, environment={}),
     }  # fmt: skip
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     member = _person("member", team=owner.project.team)
     return {"runs": runs, "member": member, "owner": owner, "outsider": outsider}
 

@@ -26,7 +26,7 @@ from phantomhub.portal.periods import period_parse
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run
-from phantomhub.waste import services
+from phantomhub.waste import sweeps
 from phantomhub.waste.models import RunAnalysis
 from tests.conftest import Tenant
 
@@ -117,7 +117,7 @@ def fleet(owner: Tenant, outsider: Tenant) -> dict[str, Any]:
         "late": _run(owner, "late", midnight - timedelta(days=3, hours=-2), 700, register_now=True),
         "a100": _run(outsider, "a100", midnight - timedelta(days=2, hours=-4), 500, gpu="A100-80GB"),
     }
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     users = {name: User.objects.create_user(name, password="pw") for name in ("lead", "member", "root", "fin")}
     Membership.objects.create(user=users["lead"], team=owner.project.team, role=Role.ADMIN)
     Membership.objects.create(user=users["member"], team=owner.project.team, role=Role.MEMBER)

@@ -24,7 +24,7 @@ from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.services import RuleInput, node_token_create, rules_replace
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
-from phantomhub.waste import services
+from phantomhub.waste import sweeps
 
 pytestmark = pytest.mark.django_db
 HOSTILE = "=cmd|' /C calc'!A0"
@@ -97,7 +97,7 @@ def hostile_org(db: None) -> dict[str, Any]:
     assert client.post(f"/api/v1/runs/{run_id}/steps", {"rank": 0, "steps": steps}, format="json").status_code == 200
     event = {"id": "end", "kind": "finish", "t_ns": t0 + n * S, "status": "finished"}
     client.post(f"/api/v1/runs/{run_id}/events", {"events": [event]}, format="json")
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     admin = User.objects.create_user("root")
     Profile.objects.create(user=admin, is_org_admin=True)
     reader = APIClient()

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client, override_settings
 
 from phantomhub.telemetry.models import RunRank
-from phantomhub.waste.services import analysis_sweep
+from phantomhub.waste.sweeps import analysis_sweep
 from tests.conftest import Tenant, steps_body
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]

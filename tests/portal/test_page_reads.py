@@ -24,7 +24,7 @@ from phantomhub.portal.selectors import leaderboard
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunDay
-from phantomhub.waste.services import rollups_rebuild
+from phantomhub.waste.rollups import rollups_rebuild
 
 
 def _client(user: User) -> APIClient:

@@ -23,10 +23,10 @@ from phantomhub.accounts.services import project_get_or_create, team_get_or_crea
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run
-from phantomhub.waste import services
+from phantomhub.waste import sweeps
 from phantomhub.waste.model import CATEGORIES
 from phantomhub.waste.models import RunAnalysis, RunDay
-from phantomhub.waste.services import rollups_rebuild
+from phantomhub.waste.rollups import rollups_rebuild
 from tests.conftest import Tenant
 from tests.portal.test_consistent_figures import _run
 
@@ -98,7 +98,7 @@ def october(owner: Tenant) -> dict[str, Any]:
     PriceEntry.objects.all().delete()
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("36"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
     crossing = _run(owner, "crossing", datetime(2026, 10, 31, 23, 50, tzinfo=UTC), 1200)
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     _stored_runs(STORED, random.Random(29))
     root = User.objects.create_user("root", password="pw")
     Profile.objects.create(user=root, is_org_admin=True)
@@ -276,7 +276,7 @@ def test_a_closed_month_keeps_its_period_costs_in_the_list_as_finance_keeps_them
     frozen = root.get("/api/v1/portal/finance/2026-10").json()["totals"]
     # A price change that reaches back into October moves the live figures, not the closed month's.
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("72"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     review = root.get("/api/v1/portal/finance/2026-10").json()
     assert review["totals"]["cost_usd"] == frozen["cost_usd"]
     listed = root.get("/api/v1/portal/runs", OCTOBER).json()

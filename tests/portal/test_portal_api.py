@@ -18,7 +18,7 @@ from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.portal import finance
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
-from phantomhub.waste import services
+from phantomhub.waste import services, sweeps
 from phantomhub.waste.models import RunAnalysis
 from tests.conftest import Tenant
 
@@ -67,7 +67,7 @@ def org(owner: Tenant, outsider: Tenant) -> dict[str, Any]:
     }
     # The healthy run first: the starved one's recoverable data stall is measured against it.
     services.run_analyze(run_id=uuid.UUID(runs["nlp-healthy"]))
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     users = {
         name: User.objects.create_user(name, password="pw-" + name) for name in ("lead", "member", "stranger", "fin", "root")
     }
@@ -168,7 +168,7 @@ def test_finance_review_csv_totals_match_and_a_closed_month_stays_put(org: dict[
     assert fin.post(f"/api/v1/portal/finance/{month}/close").status_code == 409
     # Late telemetry: a new run in the closed month moves the live rollups but not the review.
     _run(org["owner"], "late", timezone.now() - timedelta(days=2, hours=-2), 300, 0.1)
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     frozen = fin.get(f"/api/v1/portal/finance/{month}").json()
     assert frozen["totals"] == review["totals"] and frozen["closed_by"] == "fin"
     assert fin.post(f"/api/v1/portal/finance/{month}/reopen").status_code == 403
@@ -183,7 +183,7 @@ def test_settings_are_read_by_all_and_written_by_admins(org: dict[str, Any]) -> 
     bad = root.put("/api/v1/portal/settings", {"recoverability": {"idle": 2}}, format="json")
     assert bad.status_code == 400 and "recoverability.idle" in bad.json()["error"]["fields"]
     assert root.put("/api/v1/portal/settings", {"target_mfu": 0.4}, format="json").json()["target_mfu"] == 0.4
-    assert len(services.runs_dirty()) == 3  # every analysis is recomputed under the new target
+    assert len(sweeps.runs_dirty()) == 3  # every analysis is recomputed under the new target
 
 
 def test_tokens_are_managed_by_team_admins_and_personal_tokens_read_as_their_owner(org: dict[str, Any]) -> None:

@@ -185,7 +185,7 @@ def test_a_price_change_reprices_an_archived_run(owner: Tenant) -> None:
 
     from phantomhub.pricing.models import PriceEntry
     from phantomhub.pricing.services import price_set
-    from phantomhub.waste.services import analyses_invalidate
+    from phantomhub.waste.scheduling import analyses_invalidate
 
     PriceEntry.objects.all().delete()
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("1000"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))

@@ -368,10 +368,10 @@ def test_other_callers_get_what_batch_gives_them(owner: Tenant, outsider: Tenant
 def test_one_analysis_request_per_node_batch(
     owner: Tenant, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from phantomhub.waste import services as waste_services
+    from phantomhub.waste import scheduling as waste_scheduling
 
     asked: list[uuid.UUID] = []
-    monkeypatch.setattr(waste_services, "analysis_request", asked.append)
+    monkeypatch.setattr(waste_scheduling, "analysis_request", asked.append)
     oracle, node = owner.create_run(), owner.create_run()
     entries = node_interval(0)
     with django_capture_on_commit_callbacks(execute=True):

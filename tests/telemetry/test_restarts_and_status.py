@@ -14,7 +14,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from phantomhub.telemetry.models import Run, RunRank, RunStatus
-from phantomhub.waste.services import runs_mark_crashed
+from phantomhub.waste.sweeps import runs_mark_crashed
 from tests import rawrows
 from tests.conftest import T0_NS, Tenant, steps_body
 

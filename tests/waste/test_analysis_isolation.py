@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from phantomhub.telemetry.models import Run
-from phantomhub.waste import services
+from phantomhub.waste import services, sweeps
 from phantomhub.waste.models import RunAnalysis
 from tests.conftest import Tenant
 from tests.waste.test_analysis_service import T0, T0_NS, S, finish, known_steps, make_run, price_36  # noqa: F401
@@ -32,7 +32,7 @@ def test_a_run_that_cannot_be_analysed_does_not_stop_the_sweep(owner: Tenant) ->
     owner.post_steps(good, known_steps(20))
     finish(owner, good, T0_NS + 25 * S)
 
-    result = services.analysis_sweep(inline=True)
+    result = sweeps.analysis_sweep(inline=True)
 
     assert result.analysed == 1
     assert RunAnalysis.objects.get(run_id=good).analysed_at is not None
@@ -51,23 +51,23 @@ def test_a_run_that_cannot_be_analysed_does_not_stop_the_sweep(owner: Tenant) ->
 
 def test_failures_back_off_stop_after_a_few_and_start_over_with_new_telemetry(owner: Tenant) -> None:
     bad = _poisoned(owner)
-    services.analysis_sweep(inline=True)
-    assert bad not in services.runs_dirty()  # waiting for its retry time
+    sweeps.analysis_sweep(inline=True)
+    assert bad not in sweeps.runs_dirty()  # waiting for its retry time
     delays = []
     for _ in range(services.MAX_ANALYSIS_FAILURES - 1):
         row = RunAnalysis.objects.get(run_id=bad)
         delays.append(row.retry_at - timezone.now())
         RunAnalysis.objects.filter(run_id=bad).update(retry_at=timezone.now() - timedelta(seconds=1))
-        assert bad in services.runs_dirty()
-        services.analysis_sweep(inline=True)
+        assert bad in sweeps.runs_dirty()
+        sweeps.analysis_sweep(inline=True)
     assert [round(d.total_seconds() / 30) for d in delays] == [1, 2, 4, 8]  # 30 s doubling
     row = RunAnalysis.objects.get(run_id=bad)
     assert row.failures == services.MAX_ANALYSIS_FAILURES
     RunAnalysis.objects.filter(run_id=bad).update(retry_at=timezone.now() - timedelta(seconds=1))
-    assert bad not in services.runs_dirty()  # given up until something changes
+    assert bad not in sweeps.runs_dirty()  # given up until something changes
     Run.objects.filter(pk=bad).update(allocation_start=T0 - timedelta(seconds=10), ingest_seq=2)  # fixed data
-    assert bad in services.runs_dirty()
-    services.analysis_sweep(inline=True)
+    assert bad in sweeps.runs_dirty()
+    sweeps.analysis_sweep(inline=True)
     fixed = RunAnalysis.objects.get(run_id=bad)
     assert fixed.analysed_at is not None and fixed.error == "" and fixed.failures == 0
 
@@ -105,9 +105,9 @@ def test_the_sweeps_dirty_run_query_picks_what_the_orm_query_picks(owner: Tenant
             )
         ids[run_id] = name
 
-    picked = services.runs_dirty()
+    picked = sweeps.runs_dirty()
 
-    assert picked == services.runs_dirty_orm()
+    assert picked == sweeps.runs_dirty_orm()
     assert [ids[r] for r in picked] == ["never analysed", "stale", "failed, retry due", "failed, no retry time",
                                         "failed at older telemetry"]  # fmt: skip
-    assert services.runs_dirty(limit=2) == services.runs_dirty_orm(limit=2) == picked[:2]
+    assert sweeps.runs_dirty(limit=2) == sweeps.runs_dirty_orm(limit=2) == picked[:2]

@@ -16,7 +16,7 @@ from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_update
 from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.services import samples_ingest
-from phantomhub.waste import services
+from phantomhub.waste import rollups, scheduling, services
 from phantomhub.waste.models import ProjectDay, RunAnalysisState, RunDay
 from tests.conftest import Tenant
 from tests.waste.test_analysis_service import (
@@ -76,7 +76,7 @@ def test_a_pass_whose_billed_span_shrinks_deletes_the_day_it_no_longer_covers(ow
     assert row is not None
     days = {d.day.isoformat(): d.cost_usd for d in RunDay.objects.filter(run_id=run_id)}
     assert list(days) == ["2026-09-21"] and days["2026-09-21"] == row.cost_usd
-    services.rollups_rebuild()
+    rollups.rollups_rebuild()
     assert not ProjectDay.objects.filter(day=midnight.date()).exists()
     assert _figures(row) == _figures(_full_reanalysis(run_id))
 
@@ -89,7 +89,7 @@ def test_a_price_edited_in_place_reprices_the_next_pass_of_the_same_worker(owner
     # The same entry edited (no entry added or removed): the price book's version still moves.
     entry = PriceEntry.objects.get()
     price_update(entry=entry, changes={"usd_per_gpu_hour": Decimal("72")})
-    services.analyses_invalidate()
+    scheduling.analyses_invalidate()
     owner.post_steps(run_id, known_steps(1, first=40))
     after = services.run_analyze(run_id=uuid.UUID(run_id))
     assert after is not None

@@ -13,7 +13,7 @@ import pytest
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run
-from phantomhub.waste import services
+from phantomhub.waste import services, sweeps
 from phantomhub.waste.models import OrgSettings, ProjectDay, RunAnalysis, RunAnalysisState, RunDay
 from tests.conftest import Tenant
 
@@ -155,8 +155,8 @@ def test_a_silent_running_run_becomes_crashed_and_stops_accruing(owner: Tenant, 
     last_seen = T0 + timedelta(seconds=30)
     Run.objects.filter(pk=run_id).update(last_seen_at=last_seen)
     OrgSettings.objects.update_or_create(pk=1, defaults={"crash_after_s": 60})
-    assert services.runs_mark_crashed(now=last_seen + timedelta(seconds=59)) == 0
-    assert services.runs_mark_crashed(now=last_seen + timedelta(seconds=61)) == 1
+    assert sweeps.runs_mark_crashed(now=last_seen + timedelta(seconds=59)) == 0
+    assert sweeps.runs_mark_crashed(now=last_seen + timedelta(seconds=61)) == 1
     assert Run.objects.get(pk=run_id).status == "crashed"
     row = services.run_analyze(run_id=uuid.UUID(run_id))
     # Billed to the last sign of life in the telemetry (the end of step 19), not to when the
@@ -172,9 +172,9 @@ def test_the_sweep_analyses_dirty_runs_and_rolls_up_by_day(owner: Tenant, outsid
         owner_or = owner if run_id == a else outsider
         owner_or.post_steps(run_id, known_steps(100))
         finish(owner_or, run_id, T0_NS + 100 * S)
-    result = services.analysis_sweep(inline=True)
+    result = sweeps.analysis_sweep(inline=True)
     assert result.analysed == 2 and result.rollup_days == 1
-    assert services.runs_dirty() == []
+    assert sweeps.runs_dirty() == []
     days = {pd.project.slug: pd for pd in ProjectDay.objects.select_related("project")}
     assert days["llm-pretrain"].cost_usd == Decimal("1.00") and days["detector"].cost_usd == Decimal("1.00")
     assert days["llm-pretrain"].runs == 1
@@ -196,9 +196,9 @@ def test_a_price_change_marks_analyses_stale(owner: Tenant, price_36: None) -> N
     run_id = make_run(owner)
     owner.post_steps(run_id, known_steps(10))
     services.run_analyze(run_id=uuid.UUID(run_id))
-    assert services.runs_dirty() == []
+    assert sweeps.runs_dirty() == []
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("1"), effective_from=T0 - timedelta(days=1))
-    assert services.runs_dirty() == [uuid.UUID(run_id)]
+    assert sweeps.runs_dirty() == [uuid.UUID(run_id)]
 
 
 def test_the_analysis_api_answers_the_documented_shape(owner: Tenant, outsider: Tenant, price_36: None) -> None:

@@ -22,7 +22,7 @@ import pytest
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run, RunStatus
-from phantomhub.waste import services
+from phantomhub.waste import sweeps
 from phantomhub.waste.baseline import (
     BASELINE_RUNS,
     PARTS,
@@ -281,7 +281,7 @@ def _real_run(tenant: Tenant, start: datetime, n: int, data_ms: int, gpu_count: 
     assert tenant.post_steps(run_id, {"rank": 0, "steps": steps}).status_code == 200
     end = {"id": "end", "kind": "finish", "t_ns": t0 + n * dur, "status": "finished"}
     assert tenant.client.post(f"/api/v1/runs/{run_id}/events", {"events": [end]}, format="json").status_code == 200
-    services.analysis_sweep(inline=True)
+    sweeps.analysis_sweep(inline=True)
     return run_id
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from phantomhub.celery import app as celery_app
 from phantomhub.telemetry.models import Run
-from phantomhub.waste import services
+from phantomhub.waste import scheduling, services, sweeps
 from phantomhub.waste.models import OrgSettings
 from tests.conftest import Tenant
 from tests.waste.test_analysis_service import known_steps, make_run
@@ -49,12 +49,12 @@ def test_the_sweep_leaves_a_scheduled_analysis_alone_and_retries_a_lost_one_once
     assert owner.post_steps(run_id, known_steps(10)).status_code == 200
     assert _analyses_queued(broker) == 1  # ingest scheduled one, 30 s ahead
 
-    assert services.analysis_sweep(inline=False).enqueued == 0  # dirty, but already scheduled
+    assert sweeps.analysis_sweep(inline=False).enqueued == 0  # dirty, but already scheduled
     assert _analyses_queued(broker) == 1
 
     broker.delete(f"phantomhub:analyze:{run_id}")  # the debounce ran out and the message was lost
-    assert services.analysis_sweep(inline=False).enqueued == 1
-    assert services.analysis_sweep(inline=False).enqueued == 0  # the next sweep within 30 s adds none
+    assert sweeps.analysis_sweep(inline=False).enqueued == 1
+    assert sweeps.analysis_sweep(inline=False).enqueued == 0  # the next sweep within 30 s adds none
     assert _analyses_queued(broker) == 2
 
 
@@ -67,7 +67,7 @@ def test_a_run_whose_debounce_key_this_process_set_costs_no_query_and_no_second_
     assert _analyses_queued(broker) == 1
     with CaptureQueriesContext(connection) as captured:
         for _ in range(20):
-            services.analysis_request(uuid.UUID(run_id))
+            scheduling.analysis_request(uuid.UUID(run_id))
     assert not captured.captured_queries  # neither the settings nor anything else
     assert _analyses_queued(broker) == 1
     assert 29_000 < broker.pttl(f"phantomhub:analyze:{run_id}") <= 30_000  # the key ingest set, untouched
@@ -77,20 +77,20 @@ def test_a_key_held_by_another_process_is_waited_out_for_as_long_as_redis_says(o
     OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 30})
     run_id = uuid.UUID(make_run(owner))
     broker.set(f"phantomhub:analyze:{run_id}", "1", px=400)  # another web process scheduled it
-    services.analysis_request(run_id)
+    scheduling.analysis_request(run_id)
     assert _analyses_queued(broker) == 0
     time.sleep(0.5)  # its key expired: the next batch schedules the analysis
-    services.analysis_request(run_id)
+    scheduling.analysis_request(run_id)
     assert _analyses_queued(broker) == 1
 
 
 def test_a_debounce_interval_saved_in_this_process_applies_to_the_next_request(owner: Tenant, broker: redis.Redis) -> None:
     OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 30})
     first = uuid.UUID(make_run(owner))
-    services.analysis_request(first)
+    scheduling.analysis_request(first)
     OrgSettings.objects.update_or_create(pk=1, defaults={"analysis_debounce_s": 7})
     second = uuid.UUID(make_run(owner))
-    services.analysis_request(second)
+    scheduling.analysis_request(second)
     assert 6_000 < broker.pttl(f"phantomhub:analyze:{second}") <= 7_000
 
 
@@ -104,10 +104,10 @@ def test_a_sweep_with_nothing_dirty_reads_the_settings_once_and_uses_their_crash
     OrgSettings.objects.update_or_create(pk=1, defaults={"crash_after_s": 200})
 
     with CaptureQueriesContext(connection) as captured:
-        result = services.analysis_sweep(inline=False)
+        result = sweeps.analysis_sweep(inline=False)
 
     assert (result.crashed, result.enqueued) == (0, 0)
     settings_reads = [q["sql"] for q in captured.captured_queries if "waste_orgsettings" in q["sql"]]
     assert len(settings_reads) == 1
     OrgSettings.objects.filter(pk=1).update(crash_after_s=60)
-    assert services.analysis_sweep(inline=False).crashed == 1  # silent for 100 s: over the threshold now
+    assert sweeps.analysis_sweep(inline=False).crashed == 1  # silent for 100 s: over the threshold now

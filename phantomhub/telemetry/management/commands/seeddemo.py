@@ -23,7 +23,7 @@ from phantomhub.accounts.services import project_get_or_create, project_token_cr
 from phantomhub.demo.fleet import ORG, fleet_runs
 from phantomhub.demo.post import local_server, post_all
 from phantomhub.telemetry.models import Run
-from phantomhub.waste.services import analysis_sweep
+from phantomhub.waste.sweeps import analysis_sweep
 
 DEMO_USER, DEMO_PASSWORD = "demo", "phantomhub-demo"
 PEOPLE = [  # username, organization flags, team memberships

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from phantomhub.waste.services import analysis_sweep
+from phantomhub.waste.sweeps import analysis_sweep
 
 
 class Command(BaseCommand):
