@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from phantomhub.waste.evidence import CategoryEvidence, RunProfile
+from phantomhub.waste.core.evidence import CategoryEvidence, RunProfile
 
 Scalar = float | int | str | bool | None
 
@@ -104,7 +104,7 @@ class CategoryFigure:
     usd_cents: int  # integer cents; all categories add up to the run's cost_cents
     share: float  # of billed GPU-seconds
     cap: float  # the organization's cap on the share of the category called recoverable
-    recoverable_cents: int  # evidence-based counterfactual (phantomhub/waste/evidence.py)
+    recoverable_cents: int  # evidence-based counterfactual (phantomhub/waste/core/evidence.py)
     recoverable_low_cents: int
     recoverable_high_cents: int
     evidence: CategoryEvidence

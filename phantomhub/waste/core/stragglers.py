@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phantomhub.waste.inputs import IntArray
+from phantomhub.waste.core.inputs import IntArray
 
 STRAGGLE_MIN_EXCESS = 0.05
 STRAGGLER_MIN_SLOW_SHARE = 0.5

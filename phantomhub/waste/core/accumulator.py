@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from phantomhub.waste.inputs import (
+from phantomhub.waste.core.inputs import (
     MODEL_VERSION,
     OPTIONAL_COLUMNS,
     OPTIONAL_INT_COLUMNS,
@@ -33,10 +33,10 @@ from phantomhub.waste.inputs import (
     StepColumns,
     SystemSamples,
 )
-from phantomhub.waste.steps import StepBlock, StepContext, piece_totals, process_rows
-from phantomhub.waste.stragglers import RunTail, StragglerCounters, attribute_sums
-from phantomhub.waste.timeline import NS_MAX, Coverage, PricePieces
-from phantomhub.waste.windows import WindowSums
+from phantomhub.waste.core.steps import StepBlock, StepContext, piece_totals, process_rows
+from phantomhub.waste.core.stragglers import RunTail, StragglerCounters, attribute_sums
+from phantomhub.waste.core.timeline import NS_MAX, Coverage, PricePieces
+from phantomhub.waste.core.windows import WindowSums
 
 STATE_VERSION = MODEL_VERSION  # a state from another version raises NotAppendable
 # Rows held for cross-rank alignment before aligning with the ranks seen so far anyway (bounds

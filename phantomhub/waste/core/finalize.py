@@ -18,18 +18,18 @@ from fractions import Fraction
 
 import numpy as np
 
-from phantomhub.waste.accumulator import _SUM_KEYS, RankState, RankTotals, RunAccumulator
-from phantomhub.waste.diagnostics import (
+from phantomhub.waste.core.accumulator import _SUM_KEYS, RankState, RankTotals, RunAccumulator
+from phantomhub.waste.core.diagnostics import (
     host_diagnostics,
     memory_diagnostics,
     stragglers_found,
     window_series,
 )
-from phantomhub.waste.evidence import NO_REFERENCES, Recoverable, References, RunProfile, assess
-from phantomhub.waste.inputs import CATEGORIES, STEP_CATEGORIES, RunConfig
-from phantomhub.waste.ledger import ledger_build
-from phantomhub.waste.money import cents_allocate, cents_round
-from phantomhub.waste.result import (
+from phantomhub.waste.core.evidence import NO_REFERENCES, Recoverable, References, RunProfile, assess
+from phantomhub.waste.core.inputs import CATEGORIES, STEP_CATEGORIES, RunConfig
+from phantomhub.waste.core.ledger import ledger_build
+from phantomhub.waste.core.money import cents_allocate, cents_round
+from phantomhub.waste.core.result import (
     Analysis,
     CategoryFigure,
     Explained,

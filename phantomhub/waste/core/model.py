@@ -18,10 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from phantomhub.waste.accumulator import NotAppendable, RunAccumulator, StepBatches
-from phantomhub.waste.evidence import NO_REFERENCES, Peer, References, RunProfile
-from phantomhub.waste.finalize import HOURS_PER_MONTH, build_analysis
-from phantomhub.waste.inputs import (
+from phantomhub.waste.core.accumulator import NotAppendable, RunAccumulator, StepBatches
+from phantomhub.waste.core.evidence import NO_REFERENCES, Peer, References, RunProfile
+from phantomhub.waste.core.finalize import HOURS_PER_MONTH, build_analysis
+from phantomhub.waste.core.inputs import (
     CATEGORIES,
     DEFAULT_RECOVERABILITY,
     DEFAULT_TARGET_MFU,
@@ -35,7 +35,7 @@ from phantomhub.waste.inputs import (
     recoverability_check,
     world_size_for,
 )
-from phantomhub.waste.result import (
+from phantomhub.waste.core.result import (
     Analysis,
     CategoryFigure,
     Explained,

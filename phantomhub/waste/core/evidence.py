@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from phantomhub.waste.inputs import FloatArray, IntArray
-from phantomhub.waste.windows import WindowSums
+from phantomhub.waste.core.inputs import FloatArray, IntArray
+from phantomhub.waste.core.windows import WindowSums
 
 STRETCH_MIN_STEPS = 200  # per rank: "a few hundred steps" of sustained behaviour
 PEER_TOLERANCE = 0.10  # FLOPs / tokens / samples per step within ±10% of this run's

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from phantomhub.waste.accumulator import _SUM_KEYS, PENDING_INT, STATE_VERSION, HostSamples, NotAppendable, RunAccumulator
-from phantomhub.waste.inputs import RunConfig
-from phantomhub.waste.windows import WindowSums
+from phantomhub.waste.core.accumulator import _SUM_KEYS, PENDING_INT, STATE_VERSION, HostSamples, NotAppendable, RunAccumulator
+from phantomhub.waste.core.inputs import RunConfig
+from phantomhub.waste.core.windows import WindowSums
 
 _MAGIC = b"PHS1"
 _SCALARS = ("rank", "first_s", "last_e", "max_t_start", "horizon", "mem_peak_max", "mem_reserved_max",

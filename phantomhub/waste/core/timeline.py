@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from phantomhub.waste.inputs import IntArray, Phase, PriceSegment
+from phantomhub.waste.core.inputs import IntArray, Phase, PriceSegment
 
 # Stands for "no end yet" (a live run's last piece, a row with no next row).
 NS_MAX = np.iinfo(np.int64).max

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from phantomhub.waste.money import cents_allocate
-from phantomhub.waste.result import Analysis, CategoryFigure, Explained, HostFigure, Straggler, to_jsonable
+from phantomhub.waste.core.money import cents_allocate
+from phantomhub.waste.core.result import Analysis, CategoryFigure, Explained, HostFigure, Straggler, to_jsonable
 
 GIB = 2**30
 

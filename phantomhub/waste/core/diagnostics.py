@@ -9,16 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from phantomhub.waste.accumulator import HostSamples, RankState, RankTotals, RunAccumulator
-from phantomhub.waste.result import (
+from phantomhub.waste.core.accumulator import HostSamples, RankState, RankTotals, RunAccumulator
+from phantomhub.waste.core.result import (
     HostDiagnostics,
     HostFigure,
     MemoryDiagnostics,
     Straggler,
     WindowSeries,
 )
-from phantomhub.waste.stragglers import STRAGGLER_MIN_SLOW_SHARE, StragglerCounters
-from phantomhub.waste.windows import FIELDS
+from phantomhub.waste.core.stragglers import STRAGGLER_MIN_SLOW_SHARE, StragglerCounters
+from phantomhub.waste.core.windows import FIELDS
 
 # Host contention thresholds (percent of the node's CPU; steal from /proc/stat).
 CONTENDED_OTHER_MEAN_PCT = 25.0

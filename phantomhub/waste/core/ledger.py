@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from phantomhub.waste.accumulator import RankState, RunAccumulator
-from phantomhub.waste.inputs import STEP_CATEGORIES
-from phantomhub.waste.money import NS_PER_HOUR, usd_for
+from phantomhub.waste.core.accumulator import RankState, RunAccumulator
+from phantomhub.waste.core.inputs import STEP_CATEGORIES
+from phantomhub.waste.core.money import NS_PER_HOUR, usd_for
 
 RANK_LABELS: tuple[str, ...] = (*STEP_CATEGORIES, "startup", "gap", "teardown", "no_steps")
 _STARTUP, _GAP, _TEARDOWN, _NO_STEPS = range(5, 9)

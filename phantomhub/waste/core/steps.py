@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from phantomhub.waste.inputs import FloatArray, IntArray
-from phantomhub.waste.timeline import Coverage, PricePieces, split_exact
+from phantomhub.waste.core.inputs import FloatArray, IntArray
+from phantomhub.waste.core.timeline import Coverage, PricePieces, split_exact
 
 # Column order of StepBlock.cats (STEP_CATEGORIES).
 USEFUL, INEFF, DATA, COMM, HOST = range(5)

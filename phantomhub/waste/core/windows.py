@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from phantomhub.waste.inputs import FloatArray, IntArray
-from phantomhub.waste.steps import COMM, DATA, HOST, StepBlock
+from phantomhub.waste.core.inputs import FloatArray, IntArray
+from phantomhub.waste.core.steps import COMM, DATA, HOST, StepBlock
 
 MAX_WINDOWS = 2000
 BASE_NS = 1_000_000  # 1 ms: the finest width, for short test runs
