@@ -93,7 +93,7 @@ def line(name: str, s: dict[str, float], target: str = "") -> str:
 
 def model_side_by_side(ranks: int, steps: int, pairs: int = 3) -> dict[str, float]:
     """The pure model on the same rows: one rank at a time vs one pass, alternating."""
-    from phantomhub.waste.model import PriceSegment, RunAccumulator, RunConfig, StepColumns
+    from phantomhub.waste.core.model import PriceSegment, RunAccumulator, RunConfig, StepColumns
 
     config = RunConfig(gpu_count=ranks, world_size=ranks, allocation_start_ns=0,
                        price_segments=(PriceSegment(0, 10**7 * NS, 3),), peak_flops_per_gpu=1e12)  # fmt: skip
@@ -266,14 +266,14 @@ BREAKDOWN = [
     ("phantomhub.waste.services", "run_config_and_prices"), ("phantomhub.waste.services", "_state_load"),
     ("phantomhub.waste.services", "_fetch_new_rows"), ("phantomhub.waste.services", "_step_columns_many"),
     ("phantomhub.waste.services", "_samples"),
-    ("phantomhub.waste.accumulator:RunAccumulator", "add_steps_many"),
-    ("phantomhub.waste.accumulator:RunAccumulator", "add_samples"),
-    ("phantomhub.waste.accumulator:RunAccumulator", "add_samples_many"),
+    ("phantomhub.waste.core.accumulator:RunAccumulator", "add_steps_many"),
+    ("phantomhub.waste.core.accumulator:RunAccumulator", "add_samples"),
+    ("phantomhub.waste.core.accumulator:RunAccumulator", "add_samples_many"),
     ("phantomhub.waste.services", "state_pack"), ("phantomhub.waste.services", "analysis_from"),
-    ("phantomhub.waste.finalize", "assess"), ("phantomhub.waste.finalize", "window_series"),
-    ("phantomhub.waste.finalize", "ledger_build"), ("phantomhub.waste.accumulator:RunAccumulator", "finished"),
-    ("phantomhub.waste.services", "_store"), ("phantomhub.waste.result:Analysis", "to_json"),
-    ("phantomhub.waste.result:Analysis", "to_json_bytes"), ("phantomhub.waste.services", "recommend"),
+    ("phantomhub.waste.core.finalize", "assess"), ("phantomhub.waste.core.finalize", "window_series"),
+    ("phantomhub.waste.core.finalize", "ledger_build"), ("phantomhub.waste.core.accumulator:RunAccumulator", "finished"),
+    ("phantomhub.waste.services", "_store"), ("phantomhub.waste.core.result:Analysis", "to_json"),
+    ("phantomhub.waste.core.result:Analysis", "to_json_bytes"), ("phantomhub.waste.services", "recommend"),
     ("phantomhub.waste.rollups", "run_days"), ("phantomhub.waste.services", "_state_write"),
     ("phantomhub.waste.services", "pass_outputs_write"), ("phantomhub.telemetry.selectors", "hot_rows"),
 ]  # fmt: skip

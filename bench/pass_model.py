@@ -33,11 +33,11 @@ NS = 10**9
 
 
 def main() -> None:
-    from phantomhub.waste import accumulator
-    from phantomhub.waste.accumulator import RunAccumulator
-    from phantomhub.waste.inputs import StepColumns
-    from phantomhub.waste.model import PriceSegment, RunConfig, analysis_from
-    from phantomhub.waste.state import state_pack, state_unpack
+    from phantomhub.waste.core import accumulator
+    from phantomhub.waste.core.accumulator import RunAccumulator
+    from phantomhub.waste.core.inputs import StepColumns
+    from phantomhub.waste.core.model import PriceSegment, RunConfig, analysis_from
+    from phantomhub.waste.core.state import state_pack, state_unpack
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=1024)

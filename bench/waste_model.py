@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     Phase,
     PriceSegment,
     RunAccumulator,

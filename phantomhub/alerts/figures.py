@@ -1,7 +1,7 @@
 """Figures of a live run over its last few minutes, read from the stored analysis only.
 
-Pure: takes the analysis ``result`` JSON (phantomhub/waste/result.py Analysis.to_json) and reads
-its chart windows (``result["windows"]``, phantomhub/waste/diagnostics.py window_series), never
+Pure: takes the analysis ``result`` JSON (phantomhub/waste/core/result.py Analysis.to_json) and reads
+its chart windows (``result["windows"]``, phantomhub/waste/core/diagnostics.py window_series), never
 raw step rows. A window holds, summed over the reporting ranks, ``steps`` step-equivalents and
 per-step means (``step_ms``, ``data_ms``, ``comm_ms``, ``host_ms``), so ``steps × step_ms`` is
 the rank-time inside steps in the window; ``mfu`` and ``tokens_per_s`` are over the window's

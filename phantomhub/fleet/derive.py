@@ -5,7 +5,7 @@ interval (the first sample ever covers one interval); a longer gap is "unknown" 
 shown, not priced. A sample's time belongs to the UTC day of its timestamp and is priced at the
 price-book entry in force at that moment (node GPU model, provider, region; on-demand tier).
 A node-day's cost is its exact dollars rounded once to cents; the cents are handed to its rows by
-the largest remainder (phantomhub/waste/money.py), so the classes add up to the node's cost.
+the largest remainder (phantomhub/waste/core/money.py), so the classes add up to the node's cost.
 
 Incremental: a node-day remembers how far it is derived (DayDerived); samples after that are
 added to its rows (their exact cost is kept in `exact_units`, so re-footing the cents reads no
@@ -28,7 +28,7 @@ from phantomhub.fleet.models import DayDerived, DayPending, FleetDay, GpuClass, 
 from phantomhub.pricing.selectors import gpu_key_for, price_segments
 from phantomhub.telemetry.bounds import ns_of
 from phantomhub.telemetry.models import PricingTier
-from phantomhub.waste.money import NS_PER_HOUR, cents_allocate, cents_round
+from phantomhub.waste.core.money import NS_PER_HOUR, cents_allocate, cents_round
 
 NS = 10**9
 PRICE_SCALE = 10_000  # price-book prices have four decimals

@@ -32,7 +32,7 @@ from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
 from phantomhub.waste.baseline import run_vs_baseline
-from phantomhub.waste.model import DEFAULT_RECOVERABILITY
+from phantomhub.waste.core.model import DEFAULT_RECOVERABILITY
 from phantomhub.waste.models import OrgSettings
 from phantomhub.waste.selectors import analysis_failure, analysis_series, analysis_view
 

@@ -27,7 +27,7 @@ from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.selectors import run_find
 from phantomhub.waste.baseline import PARTS, composition_from_result
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import RunAnalysis
 from phantomhub.waste.selectors import analysis_failure, analysis_row
 

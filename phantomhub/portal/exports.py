@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from phantomhub.csvfile import csv_lines, csv_text
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.model import CATEGORIES
 
 RUN_COLUMNS = ["id", "name", "team", "project", "status", "gpu_model", "gpu_count", "started_at", "ended_at",
                "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "tags"]  # fmt: skip

@@ -30,8 +30,8 @@ from phantomhub.portal.models import (
 from phantomhub.portal.periods import Period
 from phantomhub.portal.selectors import AGG, categories_by, categories_total, figures_from_sums, pick
 from phantomhub.pricing.models import PriceAudit, PriceEntry
-from phantomhub.waste.inputs import MODEL_VERSION
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.inputs import MODEL_VERSION
+from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunDay
 
 _FIN_MONEY = ("cost_usd", "waste_usd", "recoverable_usd")

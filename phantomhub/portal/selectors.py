@@ -30,7 +30,7 @@ from phantomhub.portal.run_list import (  # noqa: F401 (the runs list lives ther
     sort_parse,
 )
 from phantomhub.telemetry.models import Run
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunDay
 
 

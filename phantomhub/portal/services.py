@@ -14,8 +14,8 @@ from phantomhub.errors import ApiError, invalid
 from phantomhub.portal.finance import finance_review, month_close_refusal
 from phantomhub.portal.models import ClosedMonth, ClosedProjectDay, ClosedRunDay, MonthAction, MonthLog, PolicyChange
 from phantomhub.portal.periods import Period
-from phantomhub.waste.inputs import MODEL_VERSION
-from phantomhub.waste.model import CATEGORIES, recoverability_check
+from phantomhub.waste.core.inputs import MODEL_VERSION
+from phantomhub.waste.core.model import CATEGORIES, recoverability_check
 from phantomhub.waste.models import OrgSettings, ProjectDay, RunDay
 from phantomhub.waste.scheduling import analyses_invalidate
 

@@ -43,7 +43,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from phantomhub.telemetry.models import Run, RunStatus
-from phantomhub.waste.evidence import PEER_TOLERANCE, PEERS_MAX, RunProfile
+from phantomhub.waste.core.evidence import PEER_TOLERANCE, PEERS_MAX, RunProfile
 from phantomhub.waste.models import RunAnalysis, RunDay
 from phantomhub.waste.selectors import RECURRENCE_DAYS, project_usd_exact, recurrence_as_of
 

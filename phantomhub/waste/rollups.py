@@ -19,9 +19,9 @@ from django.utils import timezone
 from phantomhub.pricing.selectors import PriceSegment as PriceSegmentRow
 from phantomhub.telemetry.bounds import moment_of, ns_of
 from phantomhub.telemetry.models import Run
-from phantomhub.waste.model import CATEGORIES, Analysis, RunConfig
+from phantomhub.waste.core.model import CATEGORIES, Analysis, RunConfig
+from phantomhub.waste.core.money import cents_allocate
 from phantomhub.waste.models import ProjectDay, RollupPending, RunAnalysis, RunDay
-from phantomhub.waste.money import cents_allocate
 
 
 def _day_span_ns(day: date, start: int, end: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from phantomhub.telemetry.models import Run
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import RunAnalysis, RunDay
 
 RECURRENCE_DAYS = 30

@@ -30,10 +30,10 @@ from phantomhub.runtime import collector_paused
 from phantomhub.telemetry.bounds import EARLIEST, LATEST, MAX_SPAN, MAX_SPAN_NS, moment_of, ns_of
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import samples_arrays, steps_rows_after
-from phantomhub.waste.accumulator import MEM_COLUMNS
-from phantomhub.waste.evidence import PEERS_MAX, Peer, References, RunProfile
-from phantomhub.waste.inputs import OPTIONAL_COLUMNS
-from phantomhub.waste.model import (
+from phantomhub.waste.core.accumulator import MEM_COLUMNS
+from phantomhub.waste.core.evidence import PEERS_MAX, Peer, References, RunProfile
+from phantomhub.waste.core.inputs import OPTIONAL_COLUMNS
+from phantomhub.waste.core.model import (
     Analysis,
     NotAppendable,
     Phase,
@@ -47,6 +47,9 @@ from phantomhub.waste.model import (
     recoverability_check,
     world_size_for,
 )
+from phantomhub.waste.core.recommendations import recommend
+from phantomhub.waste.core.result import json_bytes, to_jsonable
+from phantomhub.waste.core.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 from phantomhub.waste.models import (
     RunAnalysis,
 )
@@ -59,10 +62,7 @@ from phantomhub.waste.pass_io import (
     pass_inputs_read,
     pass_outputs_write,
 )
-from phantomhub.waste.recommendations import recommend
-from phantomhub.waste.result import json_bytes, to_jsonable
 from phantomhub.waste.rollups import run_days
-from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 
 log = logging.getLogger(__name__)
 NS = 10**9

@@ -22,7 +22,7 @@ from phantomhub.accounts.services import project_get_or_create, team_get_or_crea
 from phantomhub.portal.periods import period_parse
 from phantomhub.portal.selectors import leaderboard
 from phantomhub.telemetry.models import Run
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunDay
 from phantomhub.waste.rollups import rollups_rebuild
 

@@ -24,7 +24,7 @@ from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run
 from phantomhub.waste import sweeps
-from phantomhub.waste.model import CATEGORIES
+from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import RunAnalysis, RunDay
 from phantomhub.waste.rollups import rollups_rebuild
 from tests.conftest import Tenant

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from phantomhub.waste.model import Analysis, RunConfig, StepColumns
+from phantomhub.waste.core.model import Analysis, RunConfig, StepColumns
 
 S = 10**9  # nanoseconds per second
 MS = 10**6

@@ -26,7 +26,7 @@ RANKS = 6
 
 
 def config() -> Any:
-    from phantomhub.waste.model import PriceSegment, RunConfig
+    from phantomhub.waste.core.model import PriceSegment, RunConfig
 
     # Some ranks are quiet in some rounds: the ranks ahead keep rows waiting for alignment, so the
     # state carries straggler tails and counters as well as pending rows.
@@ -38,7 +38,7 @@ def config() -> Any:
 
 def batch(rank: int, first: int, n: int) -> Any:
     """Rank ``rank``'s steps ``first`` .. ``first + n - 1``: rank 2 slow, memory and FLOPs on some ranks only."""
-    from phantomhub.waste.inputs import StepColumns
+    from phantomhub.waste.core.inputs import StepColumns
 
     rng = np.random.default_rng(rank * 1000 + first)
     step = np.arange(first, first + n)
@@ -76,7 +76,7 @@ FIXTURE_ROUNDS = 2  # the stored state is the accumulator after the first two ro
 
 
 def fixture_accumulator() -> Any:
-    from phantomhub.waste.accumulator import RunAccumulator
+    from phantomhub.waste.core.accumulator import RunAccumulator
 
     acc = RunAccumulator(config())
     for batches in rounds()[:FIXTURE_ROUNDS]:
@@ -88,7 +88,7 @@ def packed(acc: Any) -> dict[str, bytes]:
     """The state's three stored parts, as the analysis stores them."""
     import orjson
 
-    from phantomhub.waste.state import arrays_pack, state_pack
+    from phantomhub.waste.core.state import arrays_pack, state_pack
 
     parts = state_pack(acc)
     return {"header": orjson.dumps(parts.header), "ranks": arrays_pack(parts.ranks), "windows": arrays_pack(parts.windows)}

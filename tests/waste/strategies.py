@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from phantomhub.waste.model import Phase, PriceSegment, RunConfig, RunInputs, StepColumns, SystemSamples
+from phantomhub.waste.core.model import Phase, PriceSegment, RunConfig, RunInputs, StepColumns, SystemSamples
 from tests.waste.factories import MS, S
 
 STAGES = ("data_ns", "forward_ns", "backward_ns", "optimizer_ns", "comm_ns")

@@ -32,7 +32,7 @@ from phantomhub.waste.baseline import (
     run_vs_baseline,
     summary_text,
 )
-from phantomhub.waste.evidence import RunProfile
+from phantomhub.waste.core.evidence import RunProfile
 from phantomhub.waste.models import RunAnalysis
 from tests.conftest import Tenant
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.waste import services
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     NotAppendable,
     PriceSegment,
     RunAccumulator,
@@ -33,9 +33,9 @@ from phantomhub.waste.model import (
     analysis_from,
     analyze,
 )
+from phantomhub.waste.core.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 from phantomhub.waste.models import RunAnalysisState
 from phantomhub.waste.selectors import rank_figures_of
-from phantomhub.waste.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
 from tests.conftest import Tenant
 from tests.waste import state_fixture
 from tests.waste.factories import MS, S

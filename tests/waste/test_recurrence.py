@@ -170,7 +170,7 @@ def test_the_project_rate_of_short_runs_is_the_price_not_their_rounded_cents(own
 
 
 def test_evidence_writes_seconds_as_the_pages_do() -> None:
-    from phantomhub.waste.evidence import seconds_text
+    from phantomhub.waste.core.evidence import seconds_text
 
     # format.ts formatSeconds: never "133.5 s" in a sentence beside "2 m 14 s" on the page.
     assert seconds_text(133.5) == "2 m 14 s"

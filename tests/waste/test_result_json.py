@@ -13,11 +13,11 @@ import numpy as np
 import orjson
 from hypothesis import HealthCheck, given, settings
 
-from phantomhub.waste.finalize import build_analysis
-from phantomhub.waste.model import DEFAULT_RECOVERABILITY, RunAccumulator, RunInputs, world_size_for
-from phantomhub.waste.recommendations import recommend
-from phantomhub.waste.result import Analysis, WindowSeries, json_bytes
-from phantomhub.waste.windows import FIELDS
+from phantomhub.waste.core.finalize import build_analysis
+from phantomhub.waste.core.model import DEFAULT_RECOVERABILITY, RunAccumulator, RunInputs, world_size_for
+from phantomhub.waste.core.recommendations import recommend
+from phantomhub.waste.core.result import Analysis, WindowSeries, json_bytes
+from phantomhub.waste.core.windows import FIELDS
 from tests.waste.strategies import runs
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.model import PriceSegment, RunAccumulator, RunConfig, SystemSamples
+from phantomhub.waste.core.model import PriceSegment, RunAccumulator, RunConfig, SystemSamples
 from tests.waste.factories import S
 
 START = 100 * S

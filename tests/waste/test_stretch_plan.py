@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.evidence import best_stretch, stretch_plan
+from phantomhub.waste.core.evidence import best_stretch, stretch_plan
 
 # A window's denominator is none or at least a nanosecond's worth: below that a ratio of sums can
 # overflow to inf, and inf - inf makes the quartile NaN, which equals nothing (hypothesis found one).

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phantomhub.waste.model import RunConfig, RunInputs, SystemSamples, analyze
-from phantomhub.waste.money import cents_allocate, cents_round
-from phantomhub.waste.steps import split_in_two
-from phantomhub.waste.timeline import split_exact
+from phantomhub.waste.core.model import RunConfig, RunInputs, SystemSamples, analyze
+from phantomhub.waste.core.money import cents_allocate, cents_round
+from phantomhub.waste.core.steps import split_in_two
+from phantomhub.waste.core.timeline import split_exact
 from tests.waste.factories import MS, S, steps
 
 GIB = 2**30

@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.evidence import STRETCH_MIN_STEPS, duration_text, percent_text
-from phantomhub.waste.model import (
+from phantomhub.waste.core.evidence import STRETCH_MIN_STEPS, duration_text, percent_text
+from phantomhub.waste.core.model import (
     Peer,
     PriceSegment,
     References,
@@ -24,7 +24,7 @@ from phantomhub.waste.model import (
     SystemSamples,
     analyze,
 )
-from phantomhub.waste.recommendations import recommend
+from phantomhub.waste.core.recommendations import recommend
 from tests.waste.factories import MS, S, steps
 from tests.waste.strategies import runs
 from tests.waste.test_waste_explain import busy_run

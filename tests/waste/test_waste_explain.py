@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     HOURS_PER_MONTH,
     Peer,
     PriceSegment,
@@ -20,7 +20,7 @@ from phantomhub.waste.model import (
     SystemSamples,
     analyze,
 )
-from phantomhub.waste.recommendations import recommend
+from phantomhub.waste.core.recommendations import recommend
 from tests.waste.factories import MS, S, steps
 
 GIB = 2**30

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     NotAppendable,
     RunAccumulator,
     RunConfig,

@@ -9,7 +9,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     Peer,
     Phase,
     PriceSegment,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     CATEGORIES,
     PriceSegment,
     RunConfig,

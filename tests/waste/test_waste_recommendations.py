@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from phantomhub.waste.model import Peer, Phase, PriceSegment, References, RunConfig, RunInputs, SystemSamples, analyze
-from phantomhub.waste.recommendations import Thresholds, recommend
+from phantomhub.waste.core.model import Peer, Phase, PriceSegment, References, RunConfig, RunInputs, SystemSamples, analyze
+from phantomhub.waste.core.recommendations import Thresholds, recommend
 from tests.waste.factories import MS, S, steps
 from tests.waste.test_waste_model_exact import worked_example_refs, worked_example_run
 from tests.waste.test_waste_stragglers import lockstep

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phantomhub.waste.model import PriceSegment, RunConfig, RunInputs, analyze
-from phantomhub.waste.stragglers import RunTail, attribute, order_by_step_then_arrival
+from phantomhub.waste.core.model import PriceSegment, RunConfig, RunInputs, analyze
+from phantomhub.waste.core.stragglers import RunTail, attribute, order_by_step_then_arrival
 from tests.waste.factories import MS, S, steps
 
 N_STEPS = 200

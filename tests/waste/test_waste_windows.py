@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from phantomhub.waste.model import (
+from phantomhub.waste.core.model import (
     Phase,
     RunAccumulator,
     RunConfig,
