@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from ._batcher import step_base_from_run
 from ._config import default_spool_dir
+from ._split import split_request
 from ._spool import (
     CLAIM_MARK,
     KIND_CHECKPOINT,
@@ -44,7 +45,6 @@ from ._spool import (
 )
 from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Transport, backoff_delay, classify, parse_retry_after
 from ._version import __version__
-from ._worker import split_request
 
 MAX_ATTEMPTS = 6
 

@@ -135,8 +135,8 @@ def test_a_server_without_batch_counters_gets_counters_events(fake_server: FakeS
 
 
 def test_unbatching_for_an_older_server_turns_the_counters_into_an_event() -> None:
+    from phantomhub_agent._split import unbatch
     from phantomhub_agent._spool import SpooledRequest
-    from phantomhub_agent._worker import unbatch
 
     body = b.encode_json({"rank": 3, "host": "h", "steps": {"step": [0], "t_start_ns": [5]}, "counters": {"sent_batches": 2}})
     request = SpooledRequest(path="/api/v1/runs/r/batch", body=body, gzipped=False, kind="batch", run_id="r", rows=1,

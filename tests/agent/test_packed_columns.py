@@ -276,7 +276,7 @@ def test_against_the_real_server_masked_samples_are_stored_exactly(
     _loop(run, 10)
     time.sleep(0.6)
     worker = run._worker
-    assert worker._packed and worker._packed_nulls  # the server said so
+    assert worker.registration.packed and worker.registration.packed_nulls  # the server said so
     run.finish()
     assert len(produced) >= 9 and any(row[2] is None for row in produced) and any(row[6] is None for row in produced)
     want = [[-1 if v is None and i == 1 else v for i, v in enumerate(row)] for row in produced]  # host rows: device -1

@@ -381,7 +381,7 @@ def test_every_kind_of_record_the_agent_sends_is_accepted(live: LiveServer, agen
     run = pa.init(name="kinds", server=live.url, token=live.token, gpu_model="H100-SXM", gpu_count=1, **agent_kwargs)
     with run.step(tokens=torch.tensor(512), samples=4, flops=10**15):
         pass
-    run._worker._sample_cols.append(
+    run._worker.drain.sample_cols.append(
         [time.time_ns(), 0, 97.0, 1980, 40 * 2**30, 612.5, None, None, None, None], time.monotonic_ns()
     )
     run._on_step_exception(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), 0)

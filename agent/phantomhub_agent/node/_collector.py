@@ -1,9 +1,10 @@
 """The node collector's loop: every interval, read the GPUs, name their holders, send one request.
 
-Delivery is the training agent's own (``_worker.Worker`` over ``_transport`` and ``_spool``):
-retries of 5xx/429/network with capped backoff honoring Retry-After, the disk spool while the
-server is unreachable (replayed in order once it answers again, and adopted by the next
-collector process after a crash), no retry of other 4xx, drop counters. The node has no run to
+Delivery is the training agent's own (``_worker.Worker``, its ``_delivery`` and ``_replay``, over
+``_transport`` and ``_spool``): retries of 5xx/429/network with capped backoff honoring
+Retry-After, the disk spool while the server is unreachable (replayed in order once it answers
+again, and adopted by the next collector process after a crash), no retry of other 4xx, drop
+counters. The node has no run to
 send counter events to: every request carries the sender's counters as they stand when it is
 built (``counters``: sent, spooled, replayed, dropped, ...), the server keeps the latest on the
 node, and they are logged too (once a minute when they changed, and at exit).
@@ -29,6 +30,7 @@ from typing import IO, Any, Protocol
 from .._batcher import encode_json, gzip_bytes
 from .._config import Settings
 from .._log import OnceLogger, logger
+from .._replay import Replay
 from .._spool import SpooledRequest, read_entry, token_fingerprint
 from .._version import __version__
 from .._worker import Worker, WorkerContext
@@ -124,32 +126,37 @@ def payload_build(
     return body
 
 
-class _NodeWorker(Worker):
-    """The training agent's sender, for requests without a run."""
-
-    def _queue_counters(self, *, force: bool) -> None:
-        # Counter events belong to a run; the node's counters ride on every request instead.
-        self._next_counters = float("inf")
-
-    def _replay_one(self, entry: Any, *, own: bool) -> bool:
+class _NodeReplay(Replay):
+    def replay_one(self, entry: Any, *, own: bool) -> bool:
         """A spooled node request older than the replay window is dropped and counted, not sent:
         the server would refuse it (400 naming its samples' times)."""
+        w = self.w
         try:
             request = read_entry(entry)
         except (OSError, ValueError, KeyError):
-            return super()._replay_one(entry, own=own)  # which removes what it cannot read
-        mine = own or request.token_fp == self.ctx.token_fp
+            return super().replay_one(entry, own=own)  # which removes what it cannot read
+        mine = own or request.token_fp == w.ctx.token_fp
         age_ns = time.time_ns() - request.created_ns
         if request.kind == "node" and mine and request.created_ns > 0 and age_ns > REPLAY_WINDOW_S * 1_000_000_000:
-            self.spool.remove(entry)
-            self.counters.spool_dropped_batches += 1
-            self.once.warning(
+            w.spool.remove(entry)
+            w.counters.spool_dropped_batches += 1
+            w.once.warning(
                 "replay-window",
                 "phantomhub: spooled node requests older than %d h dropped: the server keeps replays within that window",
                 REPLAY_WINDOW_S // 3600,
             )
             return True
-        return super()._replay_one(entry, own=own)
+        return super().replay_one(entry, own=own)
+
+
+class _NodeWorker(Worker):
+    """The training agent's sender, for requests without a run."""
+
+    replay_class = _NodeReplay
+
+    def _queue_counters(self, *, force: bool) -> None:
+        # Counter events belong to a run; the node's counters ride on every request instead.
+        self._next_counters = float("inf")
 
 
 def _spool_name(hostname: str) -> str:
