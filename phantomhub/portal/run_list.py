@@ -5,6 +5,7 @@ read them, a closed month's frozen), never raw steps."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -164,6 +165,19 @@ def _period_sort_key(column: str, span: Span) -> Subquery:
     return Subquery(days.values("run").annotate(summed=Sum(column)).values("summed")[:1])
 
 
+def tagged_pg(tag: str) -> Q:
+    """Runs with `tag` among their tags, on PostgreSQL: JSON containment (jsonb @>).
+    tests/test_sql_pairs.py pins it to ``tagged``."""
+    return Q(tags__contains=[tag])
+
+
+def tagged(tag: str) -> Q:
+    """The same where there is no JSON containment (SQLite): the element, as a JSON string, in the
+    list's JSON text: ASCII-escaped as Django writes JSON on SQLite, or not, as PostgreSQL prints
+    jsonb (so that this runs there too). As SQLite's LIKE, it ignores the case of ASCII letters."""
+    return Q(tags__icontains=json.dumps(tag)) | Q(tags__icontains=json.dumps(tag, ensure_ascii=False))
+
+
 def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) -> QuerySet[Run]:
     runs = (
         runs_visible(principal)
@@ -182,10 +196,7 @@ def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) ->
     if filters.get("gpu"):
         runs = runs.filter(Q(analysis__gpu_key=filters["gpu"]) | Q(gpu_model=filters["gpu"]))
     if filters.get("tag"):
-        if connection.vendor == "postgresql":
-            runs = runs.filter(tags__contains=[filters["tag"]])
-        else:  # SQLite has no JSON containment; match the quoted element in the JSON text
-            runs = runs.filter(tags__icontains=f'"{filters["tag"]}"')
+        runs = runs.filter(tagged_pg(filters["tag"]) if connection.vendor == "postgresql" else tagged(filters["tag"]))
     if filters.get("from") or filters.get("to"):
         runs = runs.filter(_billed_between(filters.get("from"), filters.get("to")))
     if filters.get("q"):

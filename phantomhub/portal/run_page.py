@@ -31,15 +31,33 @@ _UNREAD = ("analysis__state", "analysis__rank_rows", "analysis__rank_last_step")
 def run_for_page(*, principal: Any, run_id: uuid.UUID) -> tuple[Run, str | None]:
     """run_get_visible's run (the same visibility, the same id or client id) with its project,
     team and analysis, and the analysis's windows as JSON text where the database split them off
-    (None otherwise: then `result` holds them, as stored)."""
-    split = connection.vendor == "postgresql"
+    (PostgreSQL; None otherwise: then `result` holds them, as stored)."""
+    if connection.vendor == "postgresql":
+        return _run_split_pg(principal, run_id)
+    return _run_whole(principal, run_id), None
+
+
+def _runs(principal: Any, *unread: str) -> Any:
     runs = Run.objects.select_related("project", "project__team", "analysis").filter(project__in=projects_visible(principal))
-    runs = runs.defer(*_UNREAD, "analysis__result") if split else runs.defer(*_UNREAD)
-    run = run_find(runs, run_id)
+    return runs.defer(*_UNREAD, *unread)
+
+
+def _run_whole(principal: Any, run_id: uuid.UUID) -> Run:
+    """The run with its analysis whole, as stored (SQLite; PostgreSQL runs it too)."""
+    run = run_find(_runs(principal), run_id)
+    if run is None:
+        raise ApiError("not_found", "run not found", status_code=404)
+    return run
+
+
+def _run_split_pg(principal: Any, run_id: uuid.UUID) -> tuple[Run, str | None]:
+    """The run, its analysis without `result`, then `result` read apart with the windows split off
+    (jsonb operators). tests/test_sql_pairs.py pins it to _run_whole."""
+    run = run_find(_runs(principal, "analysis__result"), run_id)
     if run is None:
         raise ApiError("not_found", "run not found", status_code=404)
     stored: RunAnalysis | None = getattr(run, "analysis", None)
-    if stored is None or not split:
+    if stored is None:
         return run, None
     table = connection.ops.quote_name(RunAnalysis._meta.db_table)
     with connection.cursor() as cursor:

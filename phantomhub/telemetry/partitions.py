@@ -24,6 +24,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -55,9 +56,23 @@ def partition_name(table: str, week: int) -> str:
     return f"{table}_w{week_start(week):%Y%m%d}"
 
 
+def has_run_week() -> bool:
+    """Whether the raw tables carry `run_week` (PostgreSQL). The one place that says SQLite has
+    no partitions: its raw tables are plain, and the column does not exist there."""
+    return connection.vendor == "postgresql"
+
+
+def run_weeks_where(week: int) -> tuple[str, list[Any]]:
+    """The condition (" AND ...", its parameters) that keeps a query of a run's raw rows to the
+    partitions they can be in: the run's week and the legacy one (nothing without partitions)."""
+    if not has_run_week():
+        return "", []
+    return " AND run_week = ANY(%s)", [[LEGACY_WEEK, week]]
+
+
 def is_partitioned() -> bool:
     """True when the raw tables are partitioned (PostgreSQL after migration 0007)."""
-    if connection.vendor != "postgresql":
+    if not has_run_week():
         return False
     with connection.cursor() as cursor:
         cursor.execute("SELECT relkind FROM pg_class WHERE relname = %s AND relkind IN ('r', 'p')", [RAW_TABLES[0]])

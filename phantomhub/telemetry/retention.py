@@ -35,6 +35,7 @@ from phantomhub.telemetry.partitions import (
     partition_drop,
     partitions_ensure,
     partitions_list,
+    run_weeks_where,
     week_of,
 )
 
@@ -155,12 +156,13 @@ def _runs_to_delete(now: datetime, overrides: dict[int, int]) -> list[tuple[Run,
         RunArchive.objects.select_related("run").filter(ingest_seq=F("run__ingest_seq")).exclude(run__status=RunStatus.RUNNING)
     )
     candidates = candidates.filter(Q(pruned_at__isnull=True) | Q(archived_at__gt=F("pruned_at")))
-    if connection.vendor == "postgresql":
-        weeks = {p.week for p in partitions_list() if p.week is not None}
-        shorter = [pid for pid, days in overrides.items() if days < settings.RAW_RETENTION_DAYS]
-        candidates = candidates.filter(
-            Q(run__storage_week=LEGACY_WEEK) | ~Q(run__storage_week__in=weeks) | Q(run__project_id__in=shorter)
-        )
+    # Without partitions (SQLite) there are no weekly partitions: every week is "not one", so
+    # every run qualifies.
+    weeks = {p.week for p in partitions_list() if p.week is not None}
+    shorter = [pid for pid, days in overrides.items() if days < settings.RAW_RETENTION_DAYS]
+    candidates = candidates.filter(
+        Q(run__storage_week=LEGACY_WEEK) | ~Q(run__storage_week__in=weeks) | Q(run__project_id__in=shorter)
+    )
     out = []
     for archive in candidates.order_by("archived_at")[:ARCHIVE_BATCH]:
         if run_expired(archive.run, archive, now=now, overrides=overrides):
@@ -169,14 +171,11 @@ def _runs_to_delete(now: datetime, overrides: dict[int, int]) -> list[tuple[Run,
 
 
 def _run_rows_delete(run: Run) -> None:
+    weeks, week_params = run_weeks_where(run.storage_week)
+    run_id = Run._meta.pk.get_db_prep_value(run.pk, connection)
     with transaction.atomic(), connection.cursor() as cursor:
         for table in RAW_TABLES:
-            if connection.vendor == "postgresql":
-                cursor.execute(
-                    f"DELETE FROM {table} WHERE run_id = %s AND run_week = ANY(%s)", [run.pk, [LEGACY_WEEK, run.storage_week]]
-                )
-            else:
-                cursor.execute(f"DELETE FROM {table} WHERE run_id = %s", [run.pk.hex])
+            cursor.execute(f"DELETE FROM {table} WHERE run_id = %s{weeks}", [run_id, *week_params])
         RunArchive.objects.filter(run=run).update(pruned_at=timezone.now())
 
 
@@ -224,21 +223,20 @@ def _storage_maintain(*, now: datetime | None, dry_run: bool, progress: Any) -> 
         result.archived += 1
         say(f"archived run {run_id}: {archived.step_rows} steps ({archived.steps_bytes} bytes), {archived.sample_rows} samples")
     overrides = _overrides()
-    if connection.vendor == "postgresql":
-        for week, partitions in _weeks_droppable(now, overrides).items():
-            names = [p.name for p in partitions]
-            if dry_run:
-                result.would_drop += names
-                say(f"would drop {', '.join(names)}")
-                continue
-            try:
-                _week_drop(week, partitions)
-            except Exception:
-                log.exception("dropping week %s failed; retrying next pass", week)
-                result.prune_failed += 1
-                continue
-            result.partitions_dropped += names
-            say(f"dropped {', '.join(names)}")
+    for week, partitions in _weeks_droppable(now, overrides).items():  # none without partitions
+        names = [p.name for p in partitions]
+        if dry_run:
+            result.would_drop += names
+            say(f"would drop {', '.join(names)}")
+            continue
+        try:
+            _week_drop(week, partitions)
+        except Exception:
+            log.exception("dropping week %s failed; retrying next pass", week)
+            result.prune_failed += 1
+            continue
+        result.partitions_dropped += names
+        say(f"dropped {', '.join(names)}")
     for run, _ in _runs_to_delete(now, overrides):
         if dry_run:
             result.would_prune.append(str(run.pk))

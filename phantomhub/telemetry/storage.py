@@ -35,7 +35,7 @@ import psycopg
 from django.db import connection
 
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch
-from phantomhub.telemetry.partitions import run_week
+from phantomhub.telemetry.partitions import has_run_week, run_week, run_weeks_where
 
 
 @dataclass(frozen=True)
@@ -126,21 +126,41 @@ def ranks_lock(run_id: uuid.UUID, ranks: Sequence[int], *, hand_out: int = 2) ->
 
     Every writer of a run takes its ranks' rows before the run's row; this is where."""
     ordered = sorted(set(ranks))
-    pg = connection.vendor == "postgresql"
-    if pg:
-        rows = "SELECT %s::uuid, r, '', '{}'::jsonb, 0, NULL::int8, 0, %s FROM unnest(%s::int4[]) AS r ORDER BY r"
-        params: list[Any] = [run_id, hand_out, ordered]
-    else:
-        rows = "VALUES " + ", ".join(["(%s, %s, '', '{}', 0, NULL, 0, %s)"] * len(ordered))
-        params = [value for rank in ordered for value in (run_id.hex, rank, hand_out)]
+    upsert = _ranks_upsert_pg if connection.vendor == "postgresql" else _ranks_upsert_portable
+    return {
+        rank: RankMarks(seq - hand_out, last_step, last_ns) for rank, seq, last_step, last_ns in upsert(run_id, ordered, hand_out)
+    }
+
+
+_RANKS_UPSERT = (
+    "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows, chunk_seq) "
+    "{rows} ON CONFLICT (run_id, rank) DO UPDATE SET chunk_seq = telemetry_runrank.chunk_seq + %s "
+    "RETURNING rank, chunk_seq, last_step, last_sample_ns"
+)
+
+
+def _ranks_upsert_pg(run_id: uuid.UUID, ordered: list[int], hand_out: int) -> list[tuple[int, int, int | None, int | None]]:
+    """ranks_lock's upsert on PostgreSQL: the ranks as one array parameter, so the statement's
+    text is the same for any number of ranks. tests/test_sql_pairs.py pins it to the portable one."""
+    rows = "SELECT %s::uuid, r, '', '{}'::jsonb, 0, NULL::int8, 0, %s FROM unnest(%s::int4[]) AS r ORDER BY r"
     with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows, chunk_seq) "
-            f"{rows} ON CONFLICT (run_id, rank) DO UPDATE SET chunk_seq = telemetry_runrank.chunk_seq + %s "
-            "RETURNING rank, chunk_seq, last_step, last_sample_ns",
-            [*params, hand_out],
-        )
-        return {rank: RankMarks(seq - hand_out, last_step, last_ns) for rank, seq, last_step, last_ns in cursor.fetchall()}
+        cursor.execute(_RANKS_UPSERT.format(rows=rows), [run_id, hand_out, ordered, hand_out])
+        return cursor.fetchall()
+
+
+def _ranks_upsert_portable(run_id: uuid.UUID, ordered: list[int], hand_out: int) -> list[tuple[int, int, int | None, int | None]]:
+    """ranks_lock's upsert as a VALUES list (SQLite; PostgreSQL runs it too)."""
+    rows = "VALUES " + ", ".join(["(%s, %s, '', '{}', 0, NULL, 0, %s)"] * len(ordered))
+    params = [value for rank in ordered for value in (_run_param(run_id), rank, hand_out)]
+    with connection.cursor() as cursor:
+        cursor.execute(_RANKS_UPSERT.format(rows=rows), [*params, hand_out])
+        return cursor.fetchall()
+
+
+def _run_param(run_id: uuid.UUID) -> Any:
+    """A run id as raw SQL takes it: a uuid where the database has the type, else the 32 hex
+    digits Django stores (SQLite)."""
+    return run_id if connection.features.has_native_uuid_field else run_id.hex
 
 
 def batches_insert(
@@ -148,7 +168,6 @@ def batches_insert(
 ) -> list[InsertResult]:
     """Store the new rows of several ranks' batches of one run (distinct ranks, taken by
     ranks_lock in this transaction) as one chunk each; count the refused ones. Results in order."""
-    week = run_week(run_id) if connection.vendor == "postgresql" else None
     chunks: list[tuple[Any, ...]] = []
     results: list[InsertResult] = []
     for rank, batch in batches:
@@ -169,21 +188,16 @@ def batches_insert(
             chunks.append((rank, seq, lo, hi, n, payload(kind, batch, rows)))
         results.append(InsertResult(n, duplicates, reused))
     if chunks:
-        _chunks_write(kind, run_id, week, chunks)
+        (_chunks_write_pg if has_run_week() else _chunks_write_portable)(kind, run_id, chunks)
     return results
 
 
-def _chunks_write(kind: Kind, run_id: uuid.UUID, week: int | None, chunks: list[tuple[Any, ...]]) -> None:
-    if week is None:
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [(run_id.hex, *chunk) for chunk in chunks],
-            )
-        return
-    # One statement for every rank's chunk, whatever their count (its text never changes), with
-    # its parameters bound by the server: Django's cursor would inline the payloads into the SQL
-    # as hex text, which PostgreSQL then parses and decodes.
+def _chunks_write_pg(kind: Kind, run_id: uuid.UUID, chunks: list[tuple[Any, ...]]) -> None:
+    """The chunks (rank, seq, key_lo, key_hi, n, payload) of a run, on PostgreSQL: into the run's
+    week's partition (partitions.py), in one statement for every rank's chunk whatever their
+    count (its text never changes), its parameters bound by the server: Django's cursor would
+    inline the payloads into the SQL as hex text, which PostgreSQL then parses and decodes.
+    tests/test_sql_pairs.py pins it to the portable one."""
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
@@ -192,7 +206,17 @@ def _chunks_write(kind: Kind, run_id: uuid.UUID, week: int | None, chunks: list[
         cursor.execute(
             f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}, run_week) "
             "SELECT %s, *, %s FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[], %s::int4[], %s::bytea[])",
-            [run_id, week, *(list(column) for column in columns)],
+            [run_id, run_week(run_id), *(list(column) for column in columns)],
+        )
+
+
+def _chunks_write_portable(kind: Kind, run_id: uuid.UUID, chunks: list[tuple[Any, ...]]) -> None:
+    """The same rows through Django's cursor (SQLite; on PostgreSQL they would go to the legacy
+    partition: no week)."""
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [(_run_param(run_id), *chunk) for chunk in chunks],
         )
 
 
@@ -239,52 +263,83 @@ def stored_rows(
     """Columns `names` of the run's stored rows (of `ranks`, or every rank but `except_ranks`)
     in chunks whose keys reach `key_hi_min` and start at most at `key_lo_max`, chunk after chunk
     in (rank, seq) order (not sorted by key: callers filter and sort); ``with_rank`` adds "rank"."""
-    where = ["run_id = %s"]
-    pg = connection.vendor == "postgresql"
-    params: list[Any] = [run_id if pg else run_id.hex]
-    if pg:
-        from phantomhub.telemetry.partitions import LEGACY_WEEK
-
-        where.append("run_week = ANY(%s)")
-        params.append([LEGACY_WEEK, run_week(run_id)])
-    if ranks is not None:
-        if pg:
-            where.append("rank = ANY(%s)")
-            params.append(list(ranks))
-        else:
-            where.append(f"rank IN ({', '.join(['%s'] * len(ranks))})" if ranks else "0")
-            params += list(ranks)
-    if except_ranks:
-        if pg:
-            where.append("NOT (rank = ANY(%s))")
-            params.append(list(except_ranks))
-        else:
-            where.append(f"rank NOT IN ({', '.join(['%s'] * len(except_ranks))})")
-            params += list(except_ranks)
-    if key_hi_min is not None:
-        where.append("key_hi >= %s")
-        params.append(key_hi_min)
-    if key_lo_max is not None:
-        where.append("key_lo <= %s")
-        params.append(key_lo_max)
-    sql = f"SELECT rank, n, payload FROM {kind.table} WHERE {' AND '.join(where)} ORDER BY rank, seq"
-    if pg:
-        # Binary results: the payloads come as they are stored, not hex-encoded text to decode.
-        connection.ensure_connection()
-        raw = connection.connection
-        assert raw is not None
-        with psycopg.Cursor(raw) as pg_cursor:
-            pg_cursor.execute(sql, params, binary=True)
-            fetched = pg_cursor.fetchall()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            fetched = cursor.fetchall()
+    read = _chunks_read_pg if has_run_week() else _chunks_read_portable
+    fetched = read(kind, run_id, ranks, except_ranks, key_hi_min, key_lo_max)
     names = list(names)
     out = columns_from_payloads(kind, [bytes(p) for _, _, p in fetched], names)
     if with_rank:
         out["rank"] = np.repeat(np.array([r for r, _, _ in fetched], dtype=np.int64), [n for _, n, _ in fetched])
     return out
+
+
+def _keys_where(key_hi_min: int | None, key_lo_max: int | None) -> tuple[str, list[Any]]:
+    where, params = "", []
+    if key_hi_min is not None:
+        where += " AND key_hi >= %s"
+        params.append(key_hi_min)
+    if key_lo_max is not None:
+        where += " AND key_lo <= %s"
+        params.append(key_lo_max)
+    return where, params
+
+
+def _chunks_read_pg(
+    kind: Kind,
+    run_id: uuid.UUID,
+    ranks: Sequence[int] | None,
+    except_ranks: Sequence[int] | None,
+    key_hi_min: int | None,
+    key_lo_max: int | None,
+) -> list[tuple[int, int, Any]]:
+    """stored_rows's (rank, n, payload) chunks on PostgreSQL: only the partitions the run's rows
+    can be in, the ranks as array parameters (one statement text for any number of them), and
+    binary results: the payloads come as they are stored, not hex-encoded text to decode.
+    tests/test_sql_pairs.py pins it to the portable one."""
+    weeks, params = run_weeks_where(run_week(run_id))
+    where = f"run_id = %s{weeks}"
+    params = [run_id, *params]
+    if ranks is not None:
+        where += " AND rank = ANY(%s)"
+        params.append(list(ranks))
+    if except_ranks:
+        where += " AND NOT (rank = ANY(%s))"
+        params.append(list(except_ranks))
+    keys, key_params = _keys_where(key_hi_min, key_lo_max)
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    with psycopg.Cursor(raw) as pg_cursor:
+        pg_cursor.execute(
+            f"SELECT rank, n, payload FROM {kind.table} WHERE {where}{keys} ORDER BY rank, seq",
+            [*params, *key_params],
+            binary=True,
+        )
+        return pg_cursor.fetchall()
+
+
+def _chunks_read_portable(
+    kind: Kind,
+    run_id: uuid.UUID,
+    ranks: Sequence[int] | None,
+    except_ranks: Sequence[int] | None,
+    key_hi_min: int | None,
+    key_lo_max: int | None,
+) -> list[tuple[int, int, Any]]:
+    """The same chunks through Django's cursor, the ranks as IN lists (SQLite; PostgreSQL runs it too)."""
+    where = "run_id = %s"
+    params: list[Any] = [_run_param(run_id)]
+    if ranks is not None:
+        where += f" AND rank IN ({', '.join(['%s'] * len(ranks))})" if ranks else " AND 1 = 0"
+        params += list(ranks)
+    if except_ranks:
+        where += f" AND rank NOT IN ({', '.join(['%s'] * len(except_ranks))})"
+        params += list(except_ranks)
+    keys, key_params = _keys_where(key_hi_min, key_lo_max)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT rank, n, payload FROM {kind.table} WHERE {where}{keys} ORDER BY rank, seq", [*params, *key_params]
+        )
+        return cursor.fetchall()
 
 
 def chunk_rows(kind: Kind, run_id: uuid.UUID, rank: int, seq: int, batch: Batch, week: int | None) -> tuple[Any, ...]:

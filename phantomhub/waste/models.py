@@ -21,7 +21,9 @@ from phantomhub.telemetry.models import Run
 class FastJSONField(models.JSONField):
     """JSONField written with orjson on PostgreSQL: a 1,024-rank run's result is ~1 MB of JSON,
     rewritten by every analysis, and the standard library's encoder was a good part of that cost.
-    Reads, lookups and the schema are JSONField's (``deconstruct`` names it so: no migration)."""
+    Reads, lookups and the schema are JSONField's (``deconstruct`` names it so: no migration).
+    Other databases (SQLite) get JSONField's text; tests/test_sql_pairs.py holds the two encoders
+    to the same jsonb on PostgreSQL."""
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
         if connection.vendor == "postgresql" and value is not None and not prepared and not hasattr(value, "as_sql"):

@@ -7,8 +7,9 @@ second (the run, its project's and the organization's settings, its ranks' row c
 aggregate over its events, its stored state, whether its rows were pruned, its project's finished
 runs for evidence), and writes its outputs in one more (the analysis row, the run's days, their
 rollup marks, the state). Other databases (SQLite) take the ORM path: the same values, more
-statements. The values are the ORM's: the run is built by ``Run.from_db`` from its columns, after
-the converters Django applies to its fields, and JSON and bytes are decoded as the ORM decodes them.
+statements (tests/test_sql_pairs.py runs both on the same PostgreSQL data and compares them).
+The values are the ORM's: the run is built by ``Run.from_db`` from its columns, after the
+converters Django applies to its fields, and JSON and bytes are decoded as the ORM decodes them.
 """
 
 from __future__ import annotations
@@ -80,20 +81,16 @@ class PassInputs:
 def analysis_lock(run_id: uuid.UUID) -> RunAnalysis | None:
     """The run's RunAnalysis row, locked for this transaction: one analysis of a run at a time
     (None: no such run). Nothing of it is loaded but its key: a pass rewrites every column it
-    stores (STORED_FIELDS) and never reads the old ones."""
-    if connection.vendor != "postgresql":
-        return _analysis_lock_orm(run_id)
+    stores (STORED_FIELDS) and never reads the old ones. The statement as text (SQLite has no
+    FOR UPDATE: a writing transaction holds the whole database)."""
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    key = run_id if connection.features.has_native_uuid_field else run_id.hex
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT run_id FROM {RunAnalysis._meta.db_table} WHERE run_id = %s FOR UPDATE", [run_id])
+        cursor.execute(f"SELECT run_id FROM {RunAnalysis._meta.db_table} WHERE run_id = %s{lock}", [key])
         found = cursor.fetchone()
     if found is not None:
         return RunAnalysis.from_db(connection.alias, ["run_id"], [run_id])
     return _analysis_create(run_id)
-
-
-def _analysis_lock_orm(run_id: uuid.UUID) -> RunAnalysis | None:
-    row = RunAnalysis.objects.select_for_update().only("run_id").filter(run_id=run_id).first()
-    return row if row is not None else _analysis_create(run_id)
 
 
 def _analysis_create(run_id: uuid.UUID) -> RunAnalysis | None:
@@ -182,8 +179,14 @@ def _run_from_row(columns: tuple[str, ...], row: tuple[Any, ...]) -> Run:
 
 def pass_inputs_read(run_id: uuid.UUID, references_max: int) -> PassInputs | None:
     """Read after taking the lock: the ingest_seq read here is the one the pass analyses up to."""
-    if connection.vendor != "postgresql":
-        return _pass_inputs_orm(run_id, references_max)
+    if connection.vendor == "postgresql":
+        return _pass_inputs_pg(run_id, references_max)
+    return _pass_inputs_orm(run_id, references_max)
+
+
+def _pass_inputs_pg(run_id: uuid.UUID, references_max: int) -> PassInputs | None:
+    """pass_inputs_read in one statement (LATERAL, FILTER, arrays and jsonb_agg: PostgreSQL's).
+    tests/test_sql_pairs.py pins it to the ORM's reads."""
     with connection.cursor() as cursor:
         cursor.execute(_inputs_sql(), [references_max, EventKind.OOM.value, EventKind.PHASE.value, run_id])
         found = cursor.fetchone()
@@ -229,6 +232,8 @@ def pass_inputs_read(run_id: uuid.UUID, references_max: int) -> PassInputs | Non
 
 
 def _pass_inputs_orm(run_id: uuid.UUID, references_max: int) -> PassInputs | None:
+    """pass_inputs_read through the ORM (SQLite): the same values in more statements, but for
+    ``pruned`` and ``prices_version``, not read here."""
     run = Run.objects.select_related("project", "project__waste_settings").filter(pk=run_id).first()
     if run is None:
         return None
@@ -311,11 +316,21 @@ def pass_outputs_write(
     of it the chart windows) and the state's bytes travel as parameters instead of being escaped
     into the SQL text, and the days and marks are arrays, so the statement text is the same from
     pass to pass (psycopg caches its parsing)."""
-    if connection.vendor != "postgresql":
-        for field, raw in serialized.items():
-            setattr(row, field, orjson.loads(raw))
-        _pass_outputs_orm(row, days, prune_days, marked, marked_at, state)
-        return
+    write = _pass_outputs_pg if connection.vendor == "postgresql" else _pass_outputs_orm
+    write(row, serialized, days, prune_days, marked, marked_at, state)
+
+
+def _pass_outputs_pg(
+    row: RunAnalysis,
+    serialized: Mapping[str, bytes],
+    days: list[RunDay],
+    prune_days: bool,
+    marked: list[date],
+    marked_at: datetime,
+    state: StateWrite,
+) -> None:
+    """pass_outputs_write in one statement (data-modifying CTEs, jsonb_to_recordset, arrays:
+    PostgreSQL's). tests/test_sql_pairs.py pins it to the ORM's writes."""
     parts: list[str] = []
     params: list[Any] = []
     sets = []
@@ -385,8 +400,17 @@ def _decimal_text(value: Any) -> str:
 
 
 def _pass_outputs_orm(
-    row: RunAnalysis, days: list[RunDay], prune_days: bool, marked: list[date], marked_at: datetime, state: StateWrite
+    row: RunAnalysis,
+    serialized: Mapping[str, bytes],
+    days: list[RunDay],
+    prune_days: bool,
+    marked: list[date],
+    marked_at: datetime,
+    state: StateWrite,
 ) -> None:
+    """pass_outputs_write through the ORM's upserts (SQLite)."""
+    for field, raw in serialized.items():
+        setattr(row, field, orjson.loads(raw))
     row.save(update_fields=STORED_FIELDS)
     if prune_days:
         RunDay.objects.filter(run_id=row.run_id).exclude(day__in=[d.day for d in days]).delete()

@@ -122,17 +122,16 @@ def rollups_mark(days: Iterable[date]) -> None:
 
 def rollups_rebuild(*, days: Iterable[date] | None = None) -> list[date]:
     """Rebuild ProjectDay rows for pending days (or the given ones) from RunDay."""
-    if days is None:
-        if connection.vendor == "postgresql":  # every sweep asks: the statement as text
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT day FROM waste_rolluppending")
-                days = [row[0] for row in cursor.fetchall()]
-        else:
-            days = list(RollupPending.objects.values_list("day", flat=True))
+    if days is None:  # every sweep asks: the statement as text (SQLite hands back ISO text)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT day FROM waste_rolluppending")
+            days = [d if isinstance(d, date) else date.fromisoformat(d) for (d,) in cursor.fetchall()]
     done: list[date] = []
     for day in sorted(set(days)):
         with transaction.atomic():
-            if connection.vendor == "postgresql":  # one rebuilder of a day at a time
+            # One rebuilder of a day at a time. SQLite has no advisory locks and needs none: a
+            # writing transaction holds the whole database.
+            if connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [4242, day.toordinal()])
             RollupPending.objects.filter(day=day).delete()

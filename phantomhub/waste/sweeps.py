@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import F, Q
 from django.utils import timezone
 
-from phantomhub.telemetry.models import Run, RunStatus
+from phantomhub.telemetry.models import RunStatus
 from phantomhub.waste.models import OrgSettings
 from phantomhub.waste.rollups import rollups_rebuild
 from phantomhub.waste.scheduling import analysis_enqueue_once
@@ -29,17 +28,20 @@ def runs_mark_crashed(*, now: datetime | None = None, org: OrgSettings | None = 
 
 
 def _runs_mark_crashed(cutoff: datetime) -> int:
-    if connection.vendor == "postgresql":  # the statement as text: the ORM's compiling was most of a sweep
-        with connection.cursor() as cursor:
-            cursor.execute(_MARK_CRASHED_SQL, [RunStatus.CRASHED.value, cutoff, RunStatus.RUNNING.value])
-            return int(cursor.rowcount)
-    return Run.objects.filter(status=RunStatus.RUNNING, last_seen_at__lt=cutoff).update(
-        status=RunStatus.CRASHED, ingest_seq=F("ingest_seq") + 1
-    )
+    # The statement as text: the ORM's compiling was most of a sweep with nothing to do. Plain
+    # SQL both backends run; the cutoff as the backend stores datetimes (SQLite: UTC text).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _MARK_CRASHED_SQL,
+            [RunStatus.CRASHED.value, connection.ops.adapt_datetimefield_value(cutoff), RunStatus.RUNNING.value],
+        )
+        return int(cursor.rowcount)
 
 
 _MARK_CRASHED_SQL = "UPDATE telemetry_run SET status = %s, ingest_seq = ingest_seq + 1 WHERE last_seen_at < %s AND status = %s"
-# runs_dirty_orm's query as one SELECT (a run is in at most one of its two halves: no UNION needed).
+# A run is in at most one of the two halves (never analysed; analysed at older telemetry and not
+# held back by its failures): one SELECT, no UNION. tests/waste/test_analysis_isolation.py
+# pins it to the same question asked through the ORM.
 _DIRTY_SQL = """
 SELECT r.id FROM telemetry_run r LEFT OUTER JOIN waste_runanalysis a ON a.run_id = r.id
 WHERE a.run_id IS NULL
@@ -51,26 +53,15 @@ ORDER BY r.allocation_start LIMIT %s
 
 def runs_dirty(limit: int = 500) -> list[uuid.UUID]:
     """Runs whose stored analysis is missing or older than their telemetry, oldest allocation
-    first: earlier runs finish first, so later ones find them as peers (evidence.py). On
-    PostgreSQL one SELECT as text (what ``runs_dirty_orm`` builds, without building it each
-    sweep: the ORM's compiling was most of a sweep with nothing to do)."""
-    if connection.vendor != "postgresql":
-        return runs_dirty_orm(limit)
+    first: earlier runs finish first, so later ones find them as peers (evidence.py). A run whose
+    analysis failed at its current telemetry waits for its retry time, and after
+    MAX_ANALYSIS_FAILURES for new telemetry. One SELECT as text, on every backend: the ORM's
+    compiling of it was most of a sweep with nothing to do."""
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(_DIRTY_SQL, [MAX_ANALYSIS_FAILURES, timezone.now(), limit])
-        return [row[0] for row in cursor.fetchall()]
-
-
-def runs_dirty_orm(limit: int = 500) -> list[uuid.UUID]:
-    """``runs_dirty`` through the ORM (SQLite; and the oracle the SQL is tested against)."""
-    never = Run.objects.filter(analysis__isnull=True).values_list("id", "allocation_start")
-    # A run whose analysis failed at its current telemetry waits for its retry time, and after
-    # MAX_ANALYSIS_FAILURES for new telemetry.
-    held = Q(analysis__failed_seq=F("ingest_seq")) & (
-        Q(analysis__failures__gte=MAX_ANALYSIS_FAILURES) | Q(analysis__retry_at__gt=timezone.now())
-    )
-    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq")).exclude(held).values_list("id", "allocation_start")
-    return [run_id for run_id, _ in never.union(stale).order_by("allocation_start")[:limit]]
+        cursor.execute(_DIRTY_SQL, [MAX_ANALYSIS_FAILURES, now, limit])
+        # SQLite hands back the 32 hex digits Django stores a uuid as.
+        return [r if isinstance(r, uuid.UUID) else uuid.UUID(r) for (r,) in cursor.fetchall()]
 
 
 @dataclass(frozen=True)
@@ -82,13 +73,13 @@ class SweepResult:
 
 
 def _sweep_settings() -> tuple[int, int]:
-    """The organization's crash threshold and analysis debounce, s (the row is made if missing)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT crash_after_s, analysis_debounce_s FROM waste_orgsettings WHERE id = 1")
-            found = cursor.fetchone()
-        if found is not None:
-            return int(found[0]), int(found[1])
+    """The organization's crash threshold and analysis debounce, s (the row is made if missing):
+    the statement as text, as the sweep's others."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT crash_after_s, analysis_debounce_s FROM waste_orgsettings WHERE id = 1")
+        found = cursor.fetchone()
+    if found is not None:
+        return int(found[0]), int(found[1])
     org = OrgSettings.get()
     return org.crash_after_s, org.analysis_debounce_s
 

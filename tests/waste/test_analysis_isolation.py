@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import F, Q
 from django.utils import timezone
 
 from phantomhub.telemetry.models import Run
@@ -80,9 +81,21 @@ def test_telemetry_centuries_after_the_allocation_is_refused_not_looped_over(own
     assert "spans more than 400 days" in RunAnalysis.objects.get(run_id=run_id).error
 
 
+def runs_dirty_orm(limit: int = 500) -> list[uuid.UUID]:
+    """sweeps.runs_dirty's question through the ORM: the oracle its SQL is held to."""
+    never = Run.objects.filter(analysis__isnull=True).values_list("id", "allocation_start")
+    # A run whose analysis failed at its current telemetry waits for its retry time, and after
+    # MAX_ANALYSIS_FAILURES for new telemetry.
+    held = Q(analysis__failed_seq=F("ingest_seq")) & (
+        Q(analysis__failures__gte=services.MAX_ANALYSIS_FAILURES) | Q(analysis__retry_at__gt=timezone.now())
+    )
+    stale = Run.objects.filter(analysis__analysed_seq__lt=F("ingest_seq")).exclude(held).values_list("id", "allocation_start")
+    return [run_id for run_id, _ in never.union(stale).order_by("allocation_start")[:limit]]
+
+
 def test_the_sweeps_dirty_run_query_picks_what_the_orm_query_picks(owner: Tenant) -> None:
-    # The SQL the sweep runs on PostgreSQL against its oracle, the ORM query it replaces, over
-    # runs in every state an analysis can be in (and the same order, oldest allocation first).
+    # The SQL the sweep runs (on both backends) against its oracle, the ORM query it replaced,
+    # over runs in every state an analysis can be in (and the same order, oldest allocation first).
     now = timezone.now()
     states = {
         "never analysed": None,
@@ -107,7 +120,7 @@ def test_the_sweeps_dirty_run_query_picks_what_the_orm_query_picks(owner: Tenant
 
     picked = sweeps.runs_dirty()
 
-    assert picked == sweeps.runs_dirty_orm()
+    assert picked == runs_dirty_orm()
     assert [ids[r] for r in picked] == ["never analysed", "stale", "failed, retry due", "failed, no retry time",
                                         "failed at older telemetry"]  # fmt: skip
-    assert sweeps.runs_dirty(limit=2) == sweeps.runs_dirty_orm(limit=2) == picked[:2]
+    assert sweeps.runs_dirty(limit=2) == runs_dirty_orm(limit=2) == picked[:2]
