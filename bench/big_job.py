@@ -275,7 +275,7 @@ BREAKDOWN = [
     ("phantomhub.waste.services", "_store"), ("phantomhub.waste.core.result:Analysis", "to_json"),
     ("phantomhub.waste.core.result:Analysis", "to_json_bytes"), ("phantomhub.waste.services", "recommend"),
     ("phantomhub.waste.rollups", "run_days"), ("phantomhub.waste.services", "_state_write"),
-    ("phantomhub.waste.services", "pass_outputs_write"), ("phantomhub.telemetry.selectors", "hot_rows"),
+    ("phantomhub.waste.services", "pass_outputs_write"), ("phantomhub.telemetry.hot", "hot_rows"),
 ]  # fmt: skip
 
 

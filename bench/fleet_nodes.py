@@ -194,7 +194,7 @@ def main() -> None:
 
     env = server_setup(args.database_url, args.redis_url)
     manage(env, "createtoken", "--team", "bench", "--project", "fleet")  # the runs' project, for attribution
-    token = manage(env, "createtoken", "--node", "--hostname", "bench-node-*", "--name", "bench").strip()
+    token = manage(env, "createnodetoken", "--hostname", "bench-node-*", "--name", "bench").strip()
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     server = Server(env, args.web_workers, log_dir, beat=True)

@@ -67,7 +67,7 @@ def post_worker_init(worker: Any) -> None:
             logging.getLogger("gunicorn.error").warning("Celery's producer could not be built at boot", exc_info=True)
 
     # Without a broker (no PHANTOMHUB_REDIS_URL) one web worker sweeps in-process; otherwise a no-op.
-    from phantomhub.waste.embedded import sweeper_start
+    from phantomhub.periodic import sweeper_start
 
     sweeper_start()
 

@@ -13,22 +13,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import connections
 
 log = logging.getLogger(__name__)
 
 
-def job_start(*, job_id: int, run: Callable[[int], object], task: Callable[[], Any], what: str) -> None:
-    """Start job ``job_id`` now (call it once the job's row is committed): ``task()`` returns the
-    Celery task that runs it on a worker (imported late: tasks modules import their services);
-    without a broker ``run(job_id)`` runs on a thread of this process."""
+def job_start(*, job_id: int, run: Callable[[int], object], task: str, what: str) -> None:
+    """Start job ``job_id`` now (call it once the job's row is committed): the Celery task named
+    ``task`` runs it on a worker (sent by name: a tasks module imports its services, never the
+    reverse); without a broker ``run(job_id)`` runs on a thread of this process."""
     if settings.CELERY_TASK_ALWAYS_EAGER:
         threading.Thread(target=_in_thread, args=(run, job_id, what), name=f"{what}-{job_id}", daemon=True).start()
         return
-    task().delay(job_id)
+    current_app.send_task(task, args=(job_id,))
 
 
 def _in_thread(run: Callable[[int], object], job_id: int, what: str) -> None:

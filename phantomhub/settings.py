@@ -22,6 +22,7 @@ from phantomhub.env import (
     env_rate,
     env_str,
 )
+from phantomhub.periodic import beat_schedule
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PHANTOMHUB_VAR_DIR", str(BASE_DIR / "var")) or "var")
@@ -87,6 +88,7 @@ INSTALLED_APPS = [
     "phantomhub.portal",
     "phantomhub.fleet",
     "phantomhub.alerts",
+    "phantomhub.demo",
     "axes",
 ]
 
@@ -293,20 +295,13 @@ ARCHIVE_URL = env_str("PHANTOMHUB_ARCHIVE_URL", str(VAR_DIR / "archive")) or str
 ARCHIVE_DELAY_S = env_int("PHANTOMHUB_ARCHIVE_DELAY_S", 3600, minimum=0, maximum=30 * 86_400)
 RAW_RETENTION_DAYS = env_int("PHANTOMHUB_RAW_RETENTION_DAYS", 30, minimum=1, maximum=36_500)
 STORAGE_INTERVAL_S = env_float("PHANTOMHUB_STORAGE_INTERVAL_S", 900.0, minimum=10, maximum=86_400)
-CELERY_BEAT_SCHEDULE = {
-    "sweep": {
-        "task": "phantomhub.waste.tasks.sweep",
-        "schedule": env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600),
-    },
-    "storage-maintain": {"task": "phantomhub.telemetry.tasks.storage_maintain", "schedule": STORAGE_INTERVAL_S},
-    # Alert rules, from stored analyses (phantomhub/alerts): within ~20 s of an analysis.
-    "alerts-evaluate": {
-        "task": "phantomhub.alerts.tasks.evaluate",
-        "schedule": env_float("PHANTOMHUB_ALERT_INTERVAL_S", 20.0, minimum=1, maximum=3600),
-    },
-    "fleet-derive": {"task": "phantomhub.fleet.tasks.fleet_derive", "schedule": 30.0},
-    "fleet-purge": {"task": "phantomhub.fleet.tasks.fleet_purge", "schedule": 3600.0},
-}
+# The periodic jobs' intervals; the jobs themselves are listed once, in phantomhub/periodic.py,
+# from which both beat's schedule and the embedded sweeper are built.
+SWEEP_INTERVAL_S = env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, maximum=3600)
+ALERT_INTERVAL_S = env_float("PHANTOMHUB_ALERT_INTERVAL_S", 20.0, minimum=1, maximum=3600)
+FLEET_DERIVE_INTERVAL_S = 30.0
+FLEET_PURGE_INTERVAL_S = 3600.0
+CELERY_BEAT_SCHEDULE = beat_schedule(globals())
 # Node collector telemetry (phantomhub/fleet): raw GPU/process samples kept this many days (the
 # derived per-day rows stay), and the FOCUS tag whose value names a node's hostname.
 FLEET_RAW_DAYS = env_int("PHANTOMHUB_FLEET_RAW_DAYS", 14, minimum=1, maximum=3650)

@@ -8,6 +8,7 @@ from phantomhub.portal.views import spa
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("phantomhub.telemetry.urls")),
+    path("api/v1/", include("phantomhub.waste.urls")),
     path("api/v1/pricing/", include("phantomhub.pricing.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

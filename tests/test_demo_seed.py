@@ -19,8 +19,8 @@ from django.db import connection
 
 from phantomhub.demo import post
 from phantomhub.demo.fleet import fleet_runs
+from phantomhub.demo.management.commands.seeddemo import Command
 from phantomhub.demo.post import SERVER_THREADS, Poster, local_server
-from phantomhub.telemetry.management.commands.seeddemo import Command
 from phantomhub.telemetry.models import Run
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from phantomhub.accounts.models import ApiToken, Project, Team, TokenKind
+from phantomhub.accounts.token_cache import token_cache_forget
 
 TOKEN_PREFIX = "phk_"
 _VISIBLE = 12  # "phk_" + 8 characters shown in listings
@@ -61,6 +62,4 @@ def project_token_for_slugs(*, team_slug: str, project_slug: str, name: str = ""
 
 def token_revoke(*, token: ApiToken) -> None:
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-    from phantomhub.accounts.auth import token_cache_forget  # auth imports this module
-
     token_cache_forget(token.digest)  # other web processes refuse it within TOKEN_CACHE_S

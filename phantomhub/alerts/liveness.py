@@ -23,22 +23,18 @@ A database with no beat yet has seen no gap (a new install evaluates at once).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import cast
 
 from django.conf import settings
 from django.db import transaction
 
 from phantomhub.alerts.models import ServerBeat
+from phantomhub.periodic import every_s
 
 
 def _cadence_s() -> float:
-    """How often the evaluator runs: the embedded sweeper's pass without a broker, else Celery
-    beat's PHANTOMHUB_ALERT_INTERVAL_S (20 s)."""
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        from phantomhub.waste.embedded import INTERVAL_S
-
-        return INTERVAL_S
-    return cast(float, settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]["schedule"])
+    """How often the evaluator runs: beat's PHANTOMHUB_ALERT_INTERVAL_S (20 s), or the embedded
+    sweeper's pass without a broker (phantomhub/periodic.py)."""
+    return every_s("alerts-evaluate", settings)
 
 
 # A gap of three passes (at least 15 s) is the server down, not a slow pass; a slow pass read as

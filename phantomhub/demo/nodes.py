@@ -132,7 +132,7 @@ def nodes_seed(address: str, say: Callable[[str], None], now: datetime | None = 
     """Post the demo nodes' samples through the API at `address`, save the attribution rules,
     derive the node-days and import the synthetic invoice of the days they cover."""
     from phantomhub.demo.post import Poster
-    from phantomhub.fleet.api import _rules_in
+    from phantomhub.fleet.api import rules_from_body
     from phantomhub.fleet.derive import fleet_derive_pending
     from phantomhub.fleet.focus import focus_import
     from phantomhub.fleet.models import GpuSample, Node
@@ -154,7 +154,7 @@ def nodes_seed(address: str, say: Callable[[str], None], now: datetime | None = 
             days.add(datetime.fromtimestamp(times[-1] // NS, tz=UTC).date())
     say(f"demo: {stored:,} GPU samples from {len(LAYOUT)} nodes posted through the node API")
     try:
-        rules_replace(rules=_rules_in({"rules": RULES}))
+        rules_replace(rules=rules_from_body({"rules": RULES}))
     except Exception as exc:  # a team or project of the rules is missing: the demo runs were skipped
         say(f"demo: attribution rules not saved ({exc})")
     while fleet_derive_pending():

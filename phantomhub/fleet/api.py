@@ -21,7 +21,7 @@ from phantomhub.errors import ApiError, invalid
 from phantomhub.fleet import focus, selectors, services
 from phantomhub.fleet.models import AttributionJob, AttributionRule, InvoiceImport, MatchKind
 from phantomhub.fleet.wire import node_batch_parse
-from phantomhub.portal.periods import period_parse
+from phantomhub.periods import period_parse
 from phantomhub.pricing.api import CsvParser, csv_import_refused
 from phantomhub.schema import ErrorSerializer
 
@@ -110,7 +110,9 @@ def _rule_out(rule: AttributionRule) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _rules_in(body: Any) -> list[services.RuleInput]:
+def rules_from_body(body: Any) -> list[services.RuleInput]:
+    """``{"rules": [...]}`` checked field by field (a 400 naming the first bad one), as the rules
+    endpoints and the demo seeding read it."""
     if not isinstance(body, dict) or set(body) - {"rules"} or not isinstance(body.get("rules"), list):
         raise invalid("rules", 'send {"rules": [...]} (an ordered list)')
     raw = body["rules"]
@@ -187,7 +189,7 @@ class AttributionRulesApi(APIView):
         "and status; progress at GET /api/v1/fleet/rules/jobs/{id})",
     )
     def put(self, request: Request) -> Response:
-        job = services.rules_save(rules=_rules_in(request.data), actor=request.user)
+        job = services.rules_save(rules=rules_from_body(request.data), actor=request.user)
         rules = AttributionRule.objects.select_related("team", "project").order_by("position")
         body = {"rules": [_rule_out(r) for r in rules], "hidden": 0, "job": _job_out(job)}
         return Response(body, status=status.HTTP_202_ACCEPTED)
@@ -211,7 +213,7 @@ class AttributionPreviewApi(APIView):
         request=OBJ, responses=OBJ, summary="What the last day's fleet time would map to under these rules (nothing saved)"
     )
     def post(self, request: Request) -> Response:
-        rules = [r.as_rule() for r in _rules_in(request.data)]
+        rules = [r.as_rule() for r in rules_from_body(request.data)]
         return Response(selectors.rules_preview(rules=rules))
 
 

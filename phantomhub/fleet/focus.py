@@ -41,6 +41,7 @@ from phantomhub.jobs import job_start
 from phantomhub.telemetry.parsers import nul_field
 
 log = logging.getLogger(__name__)
+INVOICE_IMPORT = "phantomhub.fleet.tasks.invoice_import"  # the task (fleet/tasks.py), sent by name
 
 REQUIRED = ("BilledCost", "ChargePeriodStart", "ChargePeriodEnd", "BillingCurrency")
 # The columns that name a charge: the same values are the same line, whatever the file.
@@ -327,13 +328,7 @@ def invoice_import_queue(*, text: str, filename: str = "", actor: Any = None) ->
 
 def _job_start(import_id: int) -> None:
     # If the process running it dies first, the job goes stale (see above).
-    job_start(job_id=import_id, run=lambda i: invoice_import_run(import_id=i), task=_import_task, what="invoice-import")
-
-
-def _import_task() -> Any:
-    from phantomhub.fleet.tasks import invoice_import  # tasks import this module
-
-    return invoice_import
+    job_start(job_id=import_id, run=lambda i: invoice_import_run(import_id=i), task=INVOICE_IMPORT, what="invoice-import")
 
 
 def invoice_import_run(*, import_id: int) -> str:

@@ -19,7 +19,7 @@ from django.db.models import Sum
 
 from phantomhub.accounts.models import Team
 from phantomhub.fleet.models import FleetDay, InvoiceLine
-from phantomhub.portal.periods import Period
+from phantomhub.periods import Period
 from phantomhub.waste.core.money import cents_allocate, cents_round
 
 

@@ -20,10 +20,12 @@ classification: instrumented, the run's own cost, never priced again by the flee
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from django.db.models import Q
 
 from phantomhub.fleet.models import Node, Owner
@@ -89,12 +91,15 @@ def run_owner(run: Run) -> dict[str, Any]:
     }
 
 
+def owner_digest(owner: dict[str, Any]) -> str:
+    """An owner's identity: the digest of its fields, whatever their order."""
+    return hashlib.sha256(orjson.dumps(owner, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
 def run_owners(*, node: Node, runs: dict[Key, Run]) -> dict[Key, int]:
     """Owner ids of the runs holding these samples, made when new (their project's team and
     project: a run goes to its own project whatever the rules say). Bounded by the runs that
     registered this node's GPUs, not by anything the node sends, so outside the owner bounds."""
-    from phantomhub.fleet.services import owner_digest  # services imports this module
-
     if not runs:
         return {}
     distinct = {run.pk: run for run in runs.values()}

@@ -14,7 +14,7 @@ from phantomhub.accounts.models import Membership, Project, Team
 from phantomhub.accounts.selectors import user_sees_everything
 from phantomhub.fleet.attribution import Rule, owner_attribute, owner_label
 from phantomhub.fleet.models import CLASS_NAMES, PRICED_CLASSES, FleetDay, GpuClass, GpuState, Node, Owner
-from phantomhub.portal.periods import Period
+from phantomhub.periods import Period
 from phantomhub.pricing.selectors import gpu_key_for, price_segments
 from phantomhub.telemetry.models import PricingTier
 

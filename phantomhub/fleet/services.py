@@ -11,7 +11,6 @@ path). A refusal raises inside the transaction, so nothing of a refused request 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 from collections import defaultdict
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -42,7 +40,7 @@ from phantomhub.fleet.models import (
     Owner,
     ProcessSample,
 )
-from phantomhub.fleet.runs import gpu_runs, run_owners
+from phantomhub.fleet.runs import gpu_runs, owner_digest, run_owners
 from phantomhub.fleet.trust import hostname_allowed, hostnames_clean
 from phantomhub.fleet.wire import NodeBatch
 from phantomhub.jobs import job_start
@@ -50,6 +48,7 @@ from phantomhub.jobs import job_start
 NS = 10**9
 SPEC_FIELDS = ("gpu_model", "provider", "region")
 log = logging.getLogger(__name__)
+REATTRIBUTE = "phantomhub.fleet.tasks.fleet_reattribute"  # the task (fleet/tasks.py), sent by name
 
 
 def node_token_create(*, name: str = "", hostnames: Any) -> IssuedToken:
@@ -74,10 +73,6 @@ def node_token_check(*, token: Any, hostname: str) -> None:
 
 def day_of_ns(t_ns: int) -> date:
     return datetime.fromtimestamp(t_ns // NS, tz=UTC).date()
-
-
-def owner_digest(owner: dict[str, Any]) -> str:
-    return hashlib.sha256(orjson.dumps(owner, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def rules_load() -> list[Rule]:
@@ -437,13 +432,7 @@ def rules_save(*, rules: list[RuleInput], actor: Any = None) -> AttributionJob:
 def attribution_job_enqueue(*, job_id: int) -> None:
     """To the Celery worker; without a broker (the embedded default), to a thread of this process,
     so the request that saved the rules still answers at once (phantomhub/jobs.py)."""
-    job_start(job_id=job_id, run=lambda i: attribution_job_run(job_id=i), task=_reattribute_task, what="attribution-job")
-
-
-def _reattribute_task() -> Any:
-    from phantomhub.fleet.tasks import fleet_reattribute  # tasks import this module
-
-    return fleet_reattribute
+    job_start(job_id=job_id, run=lambda i: attribution_job_run(job_id=i), task=REATTRIBUTE, what="attribution-job")
 
 
 def attribution_job_run(*, job_id: int) -> AttributionJob:

@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from phantomhub.fleet import derive, services
+from phantomhub.fleet.focus import INVOICE_IMPORT, STALE_AFTER, invoice_import_run
 
 
 @shared_task(acks_late=True)
@@ -21,20 +22,18 @@ def fleet_purge() -> int:
     return services.raw_samples_purge()
 
 
-@shared_task(acks_late=True, bind=True, max_retries=3)
+@shared_task(name=INVOICE_IMPORT, acks_late=True, bind=True, max_retries=3)
 def invoice_import(self: Any, import_id: int) -> str:
     """A large FOCUS file posted to the API (enqueued on commit): check it all, then store it or
     record why not (phantomhub/fleet/focus.py). Found running (a redelivery after its worker died,
     or a second delivery): asked again once that run would be stale, to take it over or see it done."""
-    from phantomhub.fleet.focus import STALE_AFTER, invoice_import_run
-
     status = invoice_import_run(import_id=import_id)
     if status == "running":
         raise self.retry(countdown=STALE_AFTER.total_seconds() + 60)
     return status
 
 
-@shared_task(acks_late=True)
+@shared_task(name=services.REATTRIBUTE, acks_late=True)
 def fleet_reattribute(job_id: int) -> int:
     """Enqueued on commit by a rule save: re-attribute every owner (an AttributionJob's progress)."""
     return services.attribution_job_run(job_id=job_id).owners_moved

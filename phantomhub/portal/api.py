@@ -25,9 +25,9 @@ from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admi
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
 from phantomhub.errors import ApiError, invalid, query_int
+from phantomhub.periods import Period, month_period, period_parse
 from phantomhub.portal import exports, finance, run_page, selectors, services
 from phantomhub.portal.models import ClosedMonth
-from phantomhub.portal.periods import Period, month_period, period_parse
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent

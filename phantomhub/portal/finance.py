@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 from phantomhub.accounts.models import Project
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.fleet.reconcile import invoice_reconcile
+from phantomhub.periods import Period
 from phantomhub.portal.footing import largest_remainder
 from phantomhub.portal.models import (
     ClosedMonth,
@@ -27,7 +28,6 @@ from phantomhub.portal.models import (
     ProjectDayRead,
     RunDayRead,
 )
-from phantomhub.portal.periods import Period
 from phantomhub.portal.selectors import AGG, categories_by, categories_total, figures_from_sums, pick
 from phantomhub.pricing.models import PriceAudit, PriceEntry
 from phantomhub.waste.core.inputs import MODEL_VERSION

@@ -14,9 +14,9 @@ from django.db.models import Count, F, Max, QuerySet, Sum
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError, invalid
+from phantomhub.periods import Period
 from phantomhub.portal import sums
 from phantomhub.portal.models import ProjectDayRead, RunDayRead
-from phantomhub.portal.periods import Period
 from phantomhub.portal.run_list import (  # noqa: F401 (the runs list lives there; names kept here for callers)
     PERIOD_SORTS,
     SORTS,

@@ -11,9 +11,9 @@ from django.db import IntegrityError, transaction
 from phantomhub.accounts.models import Membership, Project, Role, Team
 from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.errors import ApiError, invalid
+from phantomhub.periods import Period
 from phantomhub.portal.finance import finance_review, month_close_refusal
 from phantomhub.portal.models import ClosedMonth, ClosedProjectDay, ClosedRunDay, MonthAction, MonthLog, PolicyChange
-from phantomhub.portal.periods import Period
 from phantomhub.waste.core.inputs import MODEL_VERSION
 from phantomhub.waste.core.model import CATEGORIES, recoverability_check
 from phantomhub.waste.models import OrgSettings, ProjectDay, RunDay

@@ -17,8 +17,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
+from phantomhub.periods import Period
 from phantomhub.portal.models import ProjectDayRead, RunDayRead
-from phantomhub.portal.periods import Period
 from phantomhub.waste.models import ProjectDay, RunDay
 
 # The summed columns, by the names figures_from_sums reads (selectors.SUMMED).

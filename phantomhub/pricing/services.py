@@ -10,13 +10,13 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import DataError, IntegrityError, transaction
-from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from phantomhub.csvfile import csv_text, csv_uncell
 from phantomhub.pricing.catalog import gpu_resolve
 from phantomhub.pricing.models import PriceAudit, PriceEntry
+from phantomhub.pricing.signals import price_span_closed, prices_changed
 from phantomhub.telemetry.models import PricingTier
 
 CSV_FIELDS = [
@@ -46,15 +46,8 @@ def _snapshot(entry: PriceEntry) -> dict[str, Any]:
     }
 
 
-def _analyses_stale(gpu: str) -> None:
-    # Prices feed every dollar figure: analyses of runs on this GPU are recomputed by the sweep.
-    from phantomhub.waste.scheduling import analyses_invalidate
-
-    analyses_invalidate(gpu_key=gpu)
-
-
 def _audit(entry: PriceEntry, action: str, before: dict[str, Any] | None, actor: Any, label: str) -> None:
-    _analyses_stale(entry.gpu)
+    prices_changed.send(sender=PriceEntry, gpu=entry.gpu)  # in this transaction (pricing/signals.py)
     PriceAudit.objects.create(
         entry_id=entry.pk,
         action=action,
@@ -63,12 +56,6 @@ def _audit(entry: PriceEntry, action: str, before: dict[str, Any] | None, actor:
         before=before,
         after=_snapshot(entry) if action != "delete" else None,
     )
-
-
-# Asked before a change to the price book: which closed periods (finance's closed months) does
-# this span of time reach? Each listener answers a list of labels ("2026-11"). Pricing never
-# imports the readers of its prices; they listen (portal/apps.py).
-price_span_closed = Signal()
 
 
 def closed_periods_reached(*, start: datetime, end: datetime | None) -> list[str]:

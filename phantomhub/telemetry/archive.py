@@ -34,8 +34,8 @@ from django.utils import timezone
 from phantomhub.errors import ApiError
 from phantomhub.telemetry import storage
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS
+from phantomhub.telemetry.hot import ANALYSIS_COLUMNS, SAMPLE_READ_COLUMNS, hot_rows, merge_rows
 from phantomhub.telemetry.models import Run, RunArchive, RunRank
-from phantomhub.telemetry.selectors import ANALYSIS_COLUMNS, SAMPLE_READ_COLUMNS, hot_rows, merge_rows
 
 FORMAT_VERSION = "1"
 # Rows per row group (and per read from PostgreSQL while archiving): bounds the memory one run takes.

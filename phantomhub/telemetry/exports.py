@@ -31,8 +31,8 @@ from phantomhub.telemetry.archive import (
     archive_open,
     archive_read,
 )
+from phantomhub.telemetry.hot import merge_rows
 from phantomhub.telemetry.models import Run, RunArchive
-from phantomhub.telemetry.selectors import merge_rows
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
 CHUNK_BYTES = 1 << 20

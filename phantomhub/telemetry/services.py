@@ -21,6 +21,7 @@ from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
+from phantomhub.telemetry.signals import run_changed
 from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, RankMarks, batches_insert, ranks_lock
 
 RUN_FIELDS = (
@@ -238,11 +239,10 @@ def _columns(
         raise ApiError("invalid", str(exc), fields={exc.field: exc.message}) from None
 
 
-def _analysis_soon(run: Run) -> None:
-    from phantomhub.waste.scheduling import analysis_request
-
+def _changed_on_commit(run: Run) -> None:
+    """Announce the run's new rows once they commit (telemetry/signals.py; waste schedules its analysis)."""
     run_id = run.pk
-    transaction.on_commit(lambda: analysis_request(run_id))
+    transaction.on_commit(lambda: run_changed.send(sender=Run, run_id=run_id))
 
 
 def _too_late(run: Run, field: str, what: str) -> ApiError:
@@ -335,7 +335,7 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
             if fresh:
                 locked.ingest_seq += 1
                 fields.append("ingest_seq")
-                _analysis_soon(locked)
+                _changed_on_commit(locked)
         if fields:
             locked.save(update_fields=fields)
     return IngestResult(len(fresh), len(events) - len(fresh))
@@ -512,7 +512,7 @@ def _rank_batches_write(run: Run, entries: list[_CheckedBatch]) -> list[BatchIng
         ]
         _after_ingest(run, ranks, changed)
         if changed:
-            _analysis_soon(run)
+            _changed_on_commit(run)
     return [
         BatchIngestResult(
             steps=StepIngestResult(step_rows.accepted, step_rows.duplicates, step_rows.reused) if step_rows else None,

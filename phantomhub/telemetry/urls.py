@@ -1,7 +1,6 @@
 from django.urls import path
 
 from phantomhub.telemetry import api, exports
-from phantomhub.waste import api as waste_api
 
 urlpatterns = [
     path("health", api.HealthApi.as_view(), name="health"),
@@ -13,6 +12,4 @@ urlpatterns = [
     path("runs/<uuid:run_id>/events", api.RunEventsApi.as_view(), name="run-events"),
     path("runs/<uuid:run_id>/batch", api.RunBatchApi.as_view(), name="run-batch"),
     path("runs/<uuid:run_id>/batches", api.RunNodeBatchApi.as_view(), name="run-batches"),
-    path("runs/<uuid:run_id>/analysis", waste_api.RunAnalysisApi.as_view(), name="run-analysis"),
-    path("runs/<uuid:run_id>/series", waste_api.RunSeriesApi.as_view(), name="run-series"),
 ]

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from phantomhub.accounts import auth
+from phantomhub.accounts import token_cache
 from phantomhub.accounts.models import ApiToken
 from phantomhub.accounts.services import token_revoke
 from tests.conftest import Tenant, steps_body
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
-    auth.token_cache_forget()
+    token_cache.token_cache_forget()
 
 
 def _token_queries(tenant: Tenant, run_id: str, first: int) -> int:
@@ -46,11 +46,11 @@ def test_revoking_in_this_process_refuses_the_token_at_once(owner: Tenant) -> No
 
 def test_a_revocation_elsewhere_is_refused_once_the_entry_expires(owner: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(auth.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(token_cache.time, "monotonic", lambda: clock[0])
     run_id = owner.create_run()
     # Another process revokes: this one's cache does not hear of it ...
     ApiToken.objects.filter(project=owner.project).update(revoked_at="2026-01-01T00:00:00Z")
-    clock[0] += auth.TOKEN_CACHE_S_DEFAULT - 0.5
+    clock[0] += token_cache.TOKEN_CACHE_S_DEFAULT - 0.5
     assert owner.post_steps(run_id, steps_body()).status_code == 200
     # ... until its entry is TOKEN_CACHE_S old.
     clock[0] += 1.0

@@ -82,15 +82,15 @@ def test_a_token_cannot_create_a_run_in_another_project(owner: Tenant, outsider:
     assert response.json()["error"]["fields"] == {"project": "token is for 'llm-pretrain'"}
 
 
-def test_createtoken_node_names_its_hostnames_and_refuses_hostnames_without_node() -> None:
+def test_createnodetoken_names_its_hostnames_and_createtoken_makes_none() -> None:
     out, err = io.StringIO(), io.StringIO()
-    call_command("createtoken", "--node", "--hostname", "gpu-a-17", "--hostname", "gpu-b-*", stdout=out, stderr=err)
+    call_command("createnodetoken", "--hostname", "gpu-a-17", "--hostname", "gpu-b-*", stdout=out, stderr=err)
     token = ApiToken.objects.get(kind="node")
     assert token.hostnames == ["gpu-a-17", "gpu-b-*"] and token.digest == token_digest(out.getvalue().strip())
     assert "gpu-a-17, gpu-b-*" in err.getvalue()
     with pytest.raises(CommandError, match="--hostname"):
-        call_command("createtoken", "--node", "--hostname", "gpu a", stdout=io.StringIO())
-    with pytest.raises(CommandError, match="add --node"):
+        call_command("createnodetoken", "--hostname", "gpu a", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="unrecognized arguments: --hostname"):
         call_command("createtoken", "--team", "nlp", "--project", "llm", "--hostname", "gpu-a-17", stdout=io.StringIO())
 
 

@@ -52,7 +52,7 @@ def stored(live: LiveServer, hostname: str) -> dict[str, Any]:
 
 @pytest.fixture
 def node_token(live: LiveServer) -> str:
-    return live.manage("createtoken", "--node", "--hostname", "*", "--name", f"collector-{uuid.uuid4().hex[:6]}").strip()
+    return live.manage("createnodetoken", "--hostname", "*", "--name", f"collector-{uuid.uuid4().hex[:6]}").strip()
 
 
 def test_a_collector_runs_samples_land_in_the_server_classified_with_the_run_counted_once(

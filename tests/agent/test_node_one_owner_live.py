@@ -50,7 +50,7 @@ from phantomhub.accounts.models import Project
 from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.models import FleetDay, GpuClass, GpuSample
 from phantomhub.fleet.selectors import fleet_nodes
-from phantomhub.portal.periods import range_period
+from phantomhub.periods import range_period
 from phantomhub.telemetry.models import RunGpu
 fleet_derive_pending()
 day = datetime.now(UTC).date().isoformat()
@@ -99,7 +99,7 @@ def exporter(tmp_path: Path) -> Iterator[str]:
 
 def test_a_dcgm_node_counts_a_registered_runs_gpu_once(live: LiveServer, exporter: str, tmp_path: Path) -> None:
     hostname, url = exporter.split()
-    node_token = live.manage("createtoken", "--node", "--hostname", "*", "--name", f"dcgm-{uuid.uuid4().hex[:6]}").strip()
+    node_token = live.manage("createnodetoken", "--hostname", "*", "--name", f"dcgm-{uuid.uuid4().hex[:6]}").strip()
     # The training pod's namespace maps to the run's own project, as a site's rules would: a GPU
     # read as the pod's ("busy, uninstrumented") would be charged to the project beside the run.
     live.manage(

@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 
 class EmbeddedServer(LiveServer):
     """The live server started as `make run` starts it: deploy/gunicorn_embedded.py, so one
-    worker runs the in-process sweeper (phantomhub/waste/embedded.py)."""
+    worker runs the in-process sweeper (phantomhub/periodic.py)."""
 
     def start(self) -> None:
         log = self.log.open("ab")

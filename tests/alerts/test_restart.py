@@ -112,7 +112,7 @@ def events(receiver: Receiver) -> list[str]:
 def test_a_restart_longer_than_four_intervals_neither_resolves_nor_refires_an_alert(
     server: SweepingServer, receiver: Receiver, tmp_path: Path
 ) -> None:
-    token = server.manage("createtoken", "--node", "--hostname", "*", "--name", f"n-{uuid.uuid4().hex[:6]}").strip()
+    token = server.manage("createnodetoken", "--hostname", "*", "--name", f"n-{uuid.uuid4().hex[:6]}").strip()
     server.manage(
         "shell", "-c",
         "from phantomhub.alerts.models import AlertRule; "

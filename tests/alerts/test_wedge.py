@@ -163,27 +163,3 @@ def test_the_sweep_goes_on_past_a_failing_delivery(receiver: Receiver, nul_url: 
     assert (result.sent, result.failed) == (1, 1)
     assert len(receiver.got) == 1
     assert not AlertDelivery.objects.filter(pk=old.pk).exists()  # pruning ran after it
-
-
-def test_the_embedded_sweeper_runs_every_step_when_one_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from phantomhub.alerts import services as alert_services
-    from phantomhub.fleet import derive
-    from phantomhub.telemetry import retention
-    from phantomhub.waste import embedded
-    from phantomhub.waste import sweeps as waste_sweeps
-
-    ran: list[str] = []
-
-    def fails(name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> None:
-            ran.append(name)
-            raise RuntimeError(name)
-
-        return call
-
-    monkeypatch.setattr(waste_sweeps, "analysis_sweep", fails("analysis"))
-    monkeypatch.setattr(derive, "fleet_derive_pending", fails("fleet"))
-    monkeypatch.setattr(alert_services, "alerts_evaluate", fails("alerts"))
-    monkeypatch.setattr(retention, "storage_maintain_due", lambda: ran.append("storage"))
-    assert embedded.sweep_once() == ["analysis", "fleet", "alerts"]
-    assert ran == ["analysis", "fleet", "alerts", "storage"]

@@ -32,7 +32,7 @@ def report_counters(server: Server, token: str) -> None:
 
 @pytest.fixture(scope="module")
 def fleet(server: Server) -> Server:
-    token = server.manage("createtoken", "--node", "--hostname", "e2e-*", "--name", "e2e").strip()
+    token = server.manage("createnodetoken", "--hostname", "e2e-*", "--name", "e2e").strip()
     seed_fleet(server.url, token)
     report_counters(server, token)
     server.manage("shell", "-c", DERIVE)

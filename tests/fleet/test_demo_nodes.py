@@ -13,7 +13,7 @@ from phantomhub.demo.post import local_server
 from phantomhub.fleet.focus import focus_import
 from phantomhub.fleet.models import GpuSample, InvoiceLine
 from phantomhub.fleet.selectors import fleet_summary, idle_held_now
-from phantomhub.portal.periods import range_period
+from phantomhub.periods import range_period
 
 NOW = datetime(2026, 11, 10, 12, 0, 7, tzinfo=UTC)
 

@@ -17,8 +17,8 @@ from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.focus import focus_import
 from phantomhub.fleet.models import InvoiceImport, InvoiceLine
 from phantomhub.fleet.services import rules_replace
+from phantomhub.periods import month_period
 from phantomhub.portal.finance import finance_review
-from phantomhub.portal.periods import month_period
 from tests.fleet.test_ground_truth import post_hour, rules
 
 pytestmark = pytest.mark.django_db

@@ -145,7 +145,13 @@ def test_with_a_broker_the_job_is_a_task_enqueued_on_commit(settings: Any, monke
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     sent: list[int] = []
-    monkeypatch.setattr(tasks.invoice_import, "delay", lambda import_id: sent.append(import_id))
+    from phantomhub.celery import app as celery_app
+
+    def send_task(name: str, args: tuple[int, ...] = (), **options: Any) -> None:
+        assert name == tasks.invoice_import.name  # the task, sent by name (phantomhub/jobs.py)
+        sent.append(args[0])
+
+    monkeypatch.setattr(celery_app, "send_task", send_task)
     job, queued = invoice_import_queue(text=invoice(10), filename="x.csv")
     assert queued and sent == [job.pk]  # on commit (autocommit here: at once)
     InvoiceImport.objects.filter(pk=job.pk).update(status=ImportStatus.RUNNING)

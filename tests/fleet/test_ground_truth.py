@@ -14,7 +14,7 @@ from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.models import FleetDay, GpuClass
 from phantomhub.fleet.selectors import fleet_summary, idle_held_now
 from phantomhub.fleet.services import RuleInput, rules_replace
-from phantomhub.portal.periods import range_period
+from phantomhub.periods import range_period
 from tests.fleet.conftest import GIB, HOUR_START, NS, T0, node_body, node_meta
 
 pytestmark = pytest.mark.django_db

@@ -117,7 +117,7 @@ def test_a_node_token_reads_nothing(node_client: APIClient) -> None:
 
 
 def test_createtoken_node_prints_a_working_node_token(db: None, capsys: Any) -> None:
-    call_command("createtoken", "--node", "--hostname", "gpu-a-*", "--name", "rack-7")
+    call_command("createnodetoken", "--hostname", "gpu-a-*", "--name", "rack-7")
     raw = capsys.readouterr().out.strip()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")

@@ -19,7 +19,7 @@ from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.models import FleetDay, GpuClass
 from phantomhub.fleet.selectors import fleet_by_team, fleet_holders
 from phantomhub.fleet.services import node_token_create
-from phantomhub.portal.periods import range_period
+from phantomhub.periods import range_period
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.models import RunDay
 from phantomhub.waste.sweeps import analysis_sweep

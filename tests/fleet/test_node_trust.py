@@ -74,8 +74,8 @@ def test_a_node_token_names_its_hostnames_when_it_is_made(capsys: Any) -> None:
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="--hostname"):
-        call_command("createtoken", "--node", "--name", "rack-7")
-    call_command("createtoken", "--node", "--hostname", "gpu-a-17", "--hostname", "gpu-a-18", "--name", "rack-7")
+        call_command("createnodetoken", "--name", "rack-7")
+    call_command("createnodetoken", "--hostname", "gpu-a-17", "--hostname", "gpu-a-18", "--name", "rack-7")
     raw = capsys.readouterr().out.strip()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -239,7 +239,13 @@ def test_with_a_broker_the_job_is_enqueued_on_commit(
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     sent: list[int] = []
-    monkeypatch.setattr(tasks.fleet_reattribute, "delay", sent.append)
+    from phantomhub.celery import app as celery_app
+
+    def send_task(name: str, args: tuple[int, ...] = (), **options: Any) -> None:
+        assert name == tasks.fleet_reattribute.name  # the task, sent by name (phantomhub/jobs.py)
+        sent.append(args[0])
+
+    monkeypatch.setattr(celery_app, "send_task", send_task)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = admin.put("/api/v1/fleet/rules", {"rules": []}, format="json")
     assert sent == []  # not before the save commits

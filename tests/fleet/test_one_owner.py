@@ -20,7 +20,7 @@ from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.models import FleetDay, GpuClass, GpuSample, Owner
 from phantomhub.fleet.selectors import fleet_by_project, fleet_summary
 from phantomhub.fleet.services import RuleInput, rules_replace
-from phantomhub.portal.periods import range_period
+from phantomhub.periods import range_period
 from phantomhub.telemetry.models import RunGpu
 from phantomhub_agent.node._collector import payload_build
 from phantomhub_agent.node._sources import Holder, readings_from_dcgm

@@ -20,9 +20,9 @@ from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.errors import ApiError
+from phantomhub.periods import period_parse
 from phantomhub.portal import finance
 from phantomhub.portal.footing import largest_remainder
-from phantomhub.portal.periods import period_parse
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.telemetry.models import Run

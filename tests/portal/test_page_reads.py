@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Project, Role
 from phantomhub.accounts.services import project_get_or_create, team_get_or_create
-from phantomhub.portal.periods import period_parse
+from phantomhub.periods import period_parse
 from phantomhub.portal.selectors import leaderboard
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.core.model import CATEGORIES

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from phantomhub.telemetry import selectors, services
+from phantomhub.telemetry import hot, services
 from phantomhub.telemetry.models import Run, RunArchive, SampleChunk, StepChunk
 from phantomhub.telemetry.retention import storage_maintain
 from phantomhub.telemetry.selectors import samples_arrays, steps_arrays_after
@@ -109,10 +109,10 @@ def test_samples_read_back_in_rank_device_time_order_however_they_were_batched(
 
 def test_rows_that_come_back_out_of_key_order_are_sorted() -> None:
     rows = {"rank": np.array([1, 0, 0, 1]), "step": np.array([0, 5, 2, 1]), "v": np.array([10, 11, 12, 13])}
-    out = selectors._in_key_order(rows, ["rank", "step"])
+    out = hot._in_key_order(rows, ["rank", "step"])
     assert out["rank"].tolist() == [0, 0, 1, 1] and out["step"].tolist() == [2, 5, 0, 1] and out["v"].tolist() == [12, 11, 10, 13]
     ordered = {"rank": np.array([0, 0, 1]), "step": np.array([1, 2, 0])}
-    assert selectors._in_key_order(ordered, ["rank", "step"]) is ordered
+    assert hot._in_key_order(ordered, ["rank", "step"]) is ordered
 
 
 def test_an_incremental_pass_over_a_pruned_run_with_late_rows_equals_a_from_scratch_one(

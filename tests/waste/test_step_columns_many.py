@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phantomhub.telemetry.selectors import ANALYSIS_COLUMNS
+from phantomhub.telemetry.hot import ANALYSIS_COLUMNS
 from phantomhub.waste.core.accumulator import _filled_many
 from phantomhub.waste.core.inputs import ALL_COLUMNS
 from phantomhub.waste.services import _step_columns, _step_columns_many

@@ -1,0 +1,18 @@
+"""Waste listens to ingest and pricing (docs/architecture.md, "Signals"); connected in apps.py."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from phantomhub.waste import scheduling
+
+
+def run_changed(sender: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
+    # Looked up at call time, so a test may stand in for analysis_request.
+    scheduling.analysis_request(run_id)
+
+
+def prices_changed(sender: Any, *, gpu: str, **kwargs: Any) -> None:
+    # Prices feed every dollar figure: analyses of runs on this GPU are recomputed by the sweep.
+    scheduling.analyses_invalidate(gpu_key=gpu)
