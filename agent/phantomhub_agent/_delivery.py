@@ -10,9 +10,9 @@ lock. A request is POSTed (``_transport``) and classified by its answer:
   unhealthy until the backoff of the failure streak has passed, and meanwhile new requests go
   straight to the spool.
 - 413: split in halves (``_split``) and each delivered.
-- 401, 403, 404 "run not found": halted. The request and everything after it is spooled, for
-  ``phantomhub-agent sync``. A 404 from a server without the batch endpoint switches to the
-  separate endpoints instead (``unbatch``).
+- 401, 403, 404: halted. The request and everything after it is spooled, for
+  ``phantomhub-agent sync``. A batch's 404 that is not "run not found" (a server without the batch
+  endpoint) switches to the separate endpoints instead, the batch in hand split (``unbatch``).
 - any other 4xx: rejected, dropped and counted, not retried.
 
 Delivery order is FIFO per process: while this process has spooled requests of its run

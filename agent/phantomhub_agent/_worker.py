@@ -3,10 +3,11 @@
 One daemon thread per run and process, started lazily on first use and again in a forked child
 (the parent's thread does not survive ``fork``). The training thread only appends to two deques,
 ``steps`` and ``items``. They are unbounded ``collections.deque`` objects: what bounds them is the
-caller's length check before each append (the hot path's ``queue_max_steps`` and
-``queue_max_items``, ``_hotpath``; a record beyond the cap is dropped and counted, never blocks;
-the markers of phase boundaries and the run's end are appended unchecked). Everything else
-(durations, CUDA event resolution, JSON, gzip, HTTP, the spool, system sampling) happens here.
+callers' length check before each append (the hot path's ``queue_max_steps`` and
+``queue_max_items``, see ``_hotpath``; the node collector's ``QUEUE_MAX``): a record beyond the cap
+is dropped and counted, never blocks. Only the markers (``MARK_*``: a phase begins, the user
+numbers steps from here, the run ends) are appended unchecked. Everything else (durations, CUDA
+event resolution, JSON, gzip, HTTP, the spool, system sampling) happens here.
 
 ``Worker`` owns the thread, the state the parts share (the outbox, the locks, the ``finish()``
 deadline, this process's registration and what its answer said) and one pass (``tick``), and
