@@ -14,7 +14,6 @@ Each run is archived on its own: one that fails is logged and counted, and the o
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -251,20 +250,3 @@ def _storage_maintain(*, now: datetime | None, dry_run: bool, progress: Any) -> 
         result.runs_pruned += 1
         say(f"deleted the raw rows of run {run.pk}")
     return result
-
-
-_last_pass = 0.0
-
-
-def storage_maintain_due() -> None:
-    """The embedded sweeper's hook: a pass every PHANTOMHUB_STORAGE_INTERVAL_S at most. Never raises."""
-    global _last_pass
-    if time.monotonic() - _last_pass < settings.STORAGE_INTERVAL_S and _last_pass:
-        return
-    _last_pass = time.monotonic()
-    try:
-        result = storage_maintain()
-        if result.archived or result.partitions_dropped or result.runs_pruned or result.archive_failed:
-            log.info("storage: %s", result.as_dict())
-    except Exception:
-        log.exception("storage maintenance failed; retrying next interval")
