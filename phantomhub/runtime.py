@@ -3,8 +3,8 @@
 A web or worker process holds a few hundred thousand long-lived objects after boot (Django, DRF,
 NumPy, Celery, the URLconf). Every full (generation 2) collection walks all of them: 30-120 ms
 that lands in whichever request or analysis pass allocated the object that tipped the counter,
-the tail of an incremental analysis of a 1,024-rank run included (docs/performance.md, "Big
-jobs"). Two measures, both standard for forking servers:
+the tail of an incremental analysis of a 1,024-rank run included (docs/performance.md, "A big
+job: 1,024 ranks"). Two measures, both standard for forking servers:
 
 - ``boot_objects_freeze`` once a process has imported what it serves: those objects move to the
   permanent generation, which no collection walks (``gc.freeze``, Python 3.7+). Memory is not
