@@ -1,12 +1,13 @@
 """Raw rows no longer carry a foreign-key constraint to their run on PostgreSQL.
 
 The constraint was checked row by row at every commit: a deferred trigger event and an index
-lookup of the run per stored row, about 40% of PostgreSQL's CPU for a 400-row step batch (measured by
-bench/pg_copy.py, in the history up to a2b9cb0; docs/design-notes.md). Ingest now checks the run once per batch instead, in the statement that updates the run
-under its row lock in the same transaction as the rows (services._after_ingest: no run, no rows).
-Runs are never deleted by PhantomHub (retention drops raw partitions and prunes rows, never
-runs), so nothing else wrote rows the constraint guarded against. The model keeps its relation
-(db_constraint=False). SQLite keeps its constraint: its tables are not rebuilt for this.
+lookup of the run per stored row, about 40% of PostgreSQL's CPU for a 400-row step batch (measured
+by bench/pg_copy.py, in the history up to a2b9cb0; docs/design-notes.md). Ingest now checks the
+run once per batch instead, in the statement that updates the run under its row lock in the same
+transaction as the rows (services._after_ingest: no run, no rows). Runs are never deleted by
+PhantomHub (retention drops raw partitions and prunes rows, never runs), so nothing else wrote
+rows the constraint guarded against. The model keeps its relation (db_constraint=False). SQLite
+keeps its constraint: its tables are not rebuilt for this.
 """
 
 import django.db.models.deletion
