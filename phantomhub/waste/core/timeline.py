@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 
 from phantomhub.waste.core.inputs import IntArray, Phase, PriceSegment
+from phantomhub.waste.core.money import largest_remainder
 
 # Stands for "no end yet" (a live run's last piece, a row with no next row).
 NS_MAX = np.iinfo(np.int64).max
@@ -160,12 +161,7 @@ def split_exact(values: list[int], weights: list[int]) -> list[list[int]]:
         if pool == 0 or w == 0:
             out.append([0] * len(values))
             continue
-        exact = [Fraction(v * w, pool) for v in remaining]
-        part = [int(x) for x in exact]
-        short = w - sum(part)
-        order = sorted(range(len(values)), key=lambda i: (-(exact[i] - part[i]), i))
-        for i in order[:short]:
-            part[i] += 1
+        part = largest_remainder([Fraction(v * w, pool) for v in remaining], w)
         remaining = [r - p for r, p in zip(remaining, part, strict=True)]
         out.append(part)
     return out
