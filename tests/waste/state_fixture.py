@@ -94,6 +94,21 @@ def packed(acc: Any) -> dict[str, bytes]:
     return {"header": orjson.dumps(parts.header), "ranks": arrays_pack(parts.ranks), "windows": arrays_pack(parts.windows)}
 
 
+def unpacked(stored: dict[str, bytes]) -> Any:
+    """The accumulator from its three stored parts, as the analysis reads it back."""
+    import orjson
+
+    from phantomhub.waste.core.state import StateParts, arrays_unpack, state_unpack
+
+    header, ranks, windows = orjson.loads(stored["header"]), arrays_unpack(stored["ranks"]), arrays_unpack(stored["windows"])
+    return state_unpack(StateParts(header, ranks, windows))
+
+
+def reloaded(acc: Any) -> Any:
+    """The accumulator through its stored form: packed to bytes and read back."""
+    return unpacked(packed(acc))
+
+
 def encode(parts: dict[str, bytes]) -> dict[str, str]:
     """For the JSON fixture: zlib (the chart windows are mostly zeros), then base64."""
     return {k: base64.b64encode(zlib.compress(v, 9)).decode() for k, v in parts.items()}

@@ -1,5 +1,5 @@
 """Many ranks, arbitrary batch splits: a live run fed several ranks at a time (the vectorised
-``add_steps_many`` path), its state stored and reloaded in the compact form (waste/state.py) in
+``add_steps_many`` path), its state stored and reloaded in the compact form (waste/core/state.py) in
 between, ends exactly where one from-scratch analysis of the same rows does — stragglers included.
 The oracle is ``analyze`` on all rows at once; on the database, a from-scratch ``run_analyze``."""
 
@@ -33,7 +33,7 @@ from phantomhub.waste.core.model import (
     analysis_from,
     analyze,
 )
-from phantomhub.waste.core.state import StateParts, arrays_pack, arrays_unpack, state_pack, state_unpack
+from phantomhub.waste.core.state import StateParts, arrays_unpack, state_unpack
 from phantomhub.waste.models import RunAnalysisState
 from phantomhub.waste.selectors import rank_figures_of
 from tests.conftest import Tenant
@@ -41,13 +41,6 @@ from tests.waste import state_fixture
 from tests.waste.factories import MS, S
 from tests.waste.strategies import runs
 from tests.waste.test_waste_incremental import _ending_after_every_row, assert_same_analysis
-
-
-def reloaded(acc: RunAccumulator) -> RunAccumulator:
-    """The accumulator through its stored form: header JSON and packed arrays, as bytes."""
-    parts = state_pack(acc)
-    header = orjson.loads(orjson.dumps(parts.header))
-    return state_unpack(StateParts(header, arrays_unpack(arrays_pack(parts.ranks)), arrays_unpack(arrays_pack(parts.windows))))
 
 
 def feed_many(run: RunInputs, rnd: random.Random, roundtrip: bool) -> RunAccumulator:
@@ -64,7 +57,7 @@ def feed_many(run: RunInputs, rnd: random.Random, roundtrip: bool) -> RunAccumul
         chosen = rnd.sample(live, k=rnd.randint(1, len(live)))
         acc.add_steps_many([queues[r].pop(0) for r in chosen])
         if roundtrip and rnd.random() < 0.5:
-            acc = reloaded(acc)
+            acc = state_fixture.reloaded(acc)
     for samples in run.samples:
         acc.add_samples(samples)
     return acc

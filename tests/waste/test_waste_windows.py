@@ -3,8 +3,6 @@ that never exceeds what the GPUs can do unless the reported FLOPs themselves cla
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -16,6 +14,7 @@ from phantomhub.waste.core.model import (
     analysis_from,
     analyze,
 )
+from tests.waste import state_fixture
 from tests.waste.factories import MS, S, steps
 from tests.waste.test_waste_incremental import assert_same_analysis
 
@@ -179,7 +178,7 @@ def test_a_live_run_ends_with_the_same_windows_as_a_from_scratch_analysis():
     for lo in range(0, 120, 10):
         for b in run.steps:
             acc.add_steps(b.take(np.arange(lo, lo + 10)))
-        acc = RunAccumulator.from_json(json.loads(json.dumps(acc.to_json())))
+        acc = state_fixture.reloaded(acc)
 
     full, live = analyze(run), analysis_from(acc, end_ns=run.end_ns)
 

@@ -1,4 +1,4 @@
-"""Mergeable, JSON-serialisable accumulator: the waste model's state for one run.
+"""Mergeable accumulator: the waste model's state for one run.
 
 ``analyze`` is nothing but "one accumulator, every row added once, then finalised", so a live run
 that appends batches as they arrive goes through the same code as a from-scratch analysis. Every
@@ -10,11 +10,18 @@ Appending is only possible forward in time: each rank's rows must start after it
 step number must not be at or below the straggler watermark (steps already aligned across ranks).
 Anything else (a replayed spool from the past, a rank that shows up late) raises
 ``NotAppendable``; the caller then analyses the run from scratch.
+
+The state is kept as columns (``RankTable``: a row per rank), the run's straggler tail
+(``RunTail``), the chart sums (``WindowSums``) and per-host sample sums (``HostSamples``). It is
+stored between passes in the compact form of state.py: a small JSON header (run-wide scalars,
+the configuration's fingerprint, the hosts' sums) and the rank table and chart sums as raw
+binary arrays, which round-trip bit for bit.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
@@ -76,13 +83,12 @@ class NotAppendable(ValueError):
 
 @dataclass
 class RankState:
-    """One rank's state: a snapshot of its ``RankTable`` row, which finalisation and the JSON
-    form read (changing it changes nothing in the accumulator)."""
+    """One rank's state: a snapshot of its ``RankTable`` row, which finalisation reads
+    (changing it changes nothing in the accumulator)."""
 
     rank: int
     host: str
     columns: set[str] = field(default_factory=set)
-    pending: dict[str, Any] | None = None  # the last row: its end depends on the next row
     first_s: int | None = None  # start of the first step with billed time
     last_e: int | None = None  # end of the last step with billed time
     max_t_start: int | None = None
@@ -95,42 +101,6 @@ class RankState:
     mem_peak_max: int = -1
     mem_reserved_max: int = -1
     mem_allocated_max: int = -1
-
-    def to_json(self, tail: tuple[IntArray, IntArray, IntArray]) -> dict[str, Any]:
-        """``tail``: this rank's rows waiting for alignment (step, arrival, comm; RunTail)."""
-        step, arrival, comm = tail
-        return {
-            "rank": self.rank,
-            "host": self.host,
-            "columns": sorted(self.columns),
-            "pending": self.pending,
-            "first_s": self.first_s,
-            "last_e": self.last_e,
-            "max_t_start": self.max_t_start,
-            "horizon": self.horizon,
-            # Sparse: [piece index, five category sums] for the pieces this rank touched.
-            "piece_ns": [[i, *self.piece_ns[i].tolist()] for i in np.flatnonzero(self.piece_ns.any(axis=1)).tolist()],
-            "sums": self.sums,
-            "flops": self.flops,
-            "frag_sum": self.frag_sum,
-            "mem_max": [self.mem_peak_max, self.mem_reserved_max, self.mem_allocated_max],
-            "tail": [step.tolist(), arrival.tolist(), comm.tolist()],
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any], n_pieces: int) -> RankState:
-        """The rank's state; its ``d["tail"]`` is the caller's to add to the run's tail."""
-        rs = cls(rank=int(d["rank"]), host=str(d["host"]), columns=set(d["columns"]))
-        rs.piece_ns = np.zeros((n_pieces, 5), dtype=np.int64)
-        for i, *row in d["piece_ns"]:
-            rs.piece_ns[int(i)] = row
-        rs.pending = d["pending"]
-        rs.first_s, rs.last_e = d["first_s"], d["last_e"]
-        rs.max_t_start, rs.horizon = d["max_t_start"], d["horizon"]
-        rs.sums = {k: int(v) for k, v in d["sums"].items()}
-        rs.flops, rs.frag_sum = float(d["flops"]), float(d["frag_sum"])
-        rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max = (int(x) for x in d["mem_max"])
-        return rs
 
 
 @dataclass(frozen=True)
@@ -157,7 +127,8 @@ class RankTotals:
 
 @dataclass
 class HostSamples:
-    """Per-host CPU contention sums; histograms in 1% bins make percentiles mergeable."""
+    """Per-host CPU contention sums; histograms in 1% bins make percentiles mergeable. Stored in
+    the state's JSON header (state.py: ``to_json`` / ``from_json``)."""
 
     other_n: int = 0
     other_sum: float = 0.0
@@ -209,7 +180,7 @@ class StepBatches(list[StepColumns]):
 PENDING_INT = ("step", "t_start_ns", "dur_ns", *OPTIONAL_INT_COLUMNS)
 NONE = np.iinfo(np.int64).min  # stands for None in the rank table's int columns
 _COLUMN_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL_COLUMNS)}
-_N_COUNTERS = len(StragglerCounters().to_json())
+_N_COUNTERS = len(dataclasses.fields(StragglerCounters))
 
 
 def _opt(value: int) -> int | None:
@@ -221,7 +192,7 @@ class RankTable:
 
     What a 1,024-rank run's incremental pass updates is a few array operations on these columns,
     not a Python object per rank; the stored state (state.py) is these columns as they are.
-    ``states()`` gives the ranks as ``RankState`` snapshots, for finalisation and JSON."""
+    ``states()`` gives the ranks as ``RankState`` snapshots, for finalisation."""
 
     def __init__(self, n_pieces: int) -> None:
         self.n_pieces = n_pieces
@@ -297,19 +268,13 @@ class RankTable:
         first_s, last_e = self.first_s[rows].tolist(), self.last_e[rows].tolist()
         max_t, horizon, mem = self.max_t_start[rows].tolist(), self.horizon[rows].tolist(), self.mem[rows].tolist()
         sums, flops, frag = self.sums[rows].tolist(), self.flops[rows].tolist(), self.frag_sum[rows].tolist()
-        has_pending = self.has_pending[rows].tolist()
         for j, (i, mask) in enumerate(zip(rows.tolist(), self.columns[rows].tolist(), strict=True)):
             named = names.get(mask)
             if named is None:
                 named = names[mask] = frozenset(c for c, bit in _COLUMN_BIT.items() if mask & bit)
-            pending = None
-            if has_pending[j]:
-                pending = {k: v[i].item() for k, v in self.pending.items()}
-                if pending["flops"] != pending["flops"]:
-                    pending["flops"] = None  # NaN: not counted (JSON has no NaN)
             rs = RankState.__new__(RankState)  # every field set here (cheaper than the dataclass's defaults)
             rs.__dict__.update(
-                rank=int(self.rank[i]), host=self.host[i], columns=set(named), pending=pending, first_s=_opt(first_s[j]),
+                rank=int(self.rank[i]), host=self.host[i], columns=set(named), first_s=_opt(first_s[j]),
                 last_e=_opt(last_e[j]), max_t_start=_opt(max_t[j]), horizon=_opt(horizon[j]), piece_ns=self.piece_ns[i],
                 sums=dict(zip(_SUM_KEYS, sums[j], strict=True)), flops=flops[j], frag_sum=frag[j],
                 mem_peak_max=mem[j][0], mem_reserved_max=mem[j][1], mem_allocated_max=mem[j][2],
@@ -317,26 +282,10 @@ class RankTable:
             out.append(rs)
         return out
 
-    def put(self, rs: RankState) -> None:
-        """Set a rank's row from a ``RankState`` (JSON state; not a hot path)."""
-        (i,) = self.rows_of([rs.rank], [rs.host]).tolist()
-        self.columns[i] = sum(_COLUMN_BIT[c] for c in rs.columns)
-        for name in ("first_s", "last_e", "max_t_start", "horizon"):
-            value = getattr(rs, name)
-            getattr(self, name)[i] = NONE if value is None else value
-        self.mem[i] = (rs.mem_peak_max, rs.mem_reserved_max, rs.mem_allocated_max)
-        self.sums[i] = [rs.sums[k] for k in _SUM_KEYS]
-        self.flops[i], self.frag_sum[i] = rs.flops, rs.frag_sum
-        self.piece_ns[i] = rs.piece_ns
-        self.has_pending[i] = rs.pending is not None
-        if rs.pending is not None:
-            for k, v in self.pending.items():
-                value = rs.pending[k]
-                v[i] = np.nan if value is None else value
-
 
 class RunAccumulator:
-    """Accumulates one run's steps and samples; ``analysis()`` turns it into an Analysis."""
+    """Accumulates one run's steps and samples; ``analysis_from`` (model.py) turns it into an
+    Analysis."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -704,46 +653,6 @@ class RunAccumulator:
         twin.windows = self.windows.copy()
         twin.hosts = {k: copy.deepcopy(v) for k, v in self.hosts.items()}
         return twin
-
-    # -- persistence -----------------------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON types only (ints, floats, strings, lists, dicts)."""
-        return {
-            "version": STATE_VERSION,
-            "config": self.config.fingerprint(),
-            "ranks": [rs.to_json(self._tail_of(rs.rank)) for rs in self.table.states()],
-            "windows": self.windows.to_json(),
-            "watermark": self.watermark,
-            "stragglers": {str(k): v.to_json() for k, v in self.stragglers.items()},
-            "hosts": {k: v.to_json() for k, v in self.hosts.items()},
-            "max_t_seen": self.max_t_seen,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunAccumulator:
-        if data.get("version") != STATE_VERSION:
-            raise NotAppendable("state written by another version of the waste model")
-        acc = cls(RunConfig.from_fingerprint(data["config"]))
-        for raw in data["ranks"]:
-            rs = RankState.from_json(raw, len(acc.ctx.pieces))
-            acc.table.put(rs)
-            step, arrival, comm = (np.array(x, dtype=np.int64) for x in raw["tail"])
-            acc.tail.add(np.full(len(step), rs.rank, dtype=np.int64), step, arrival, comm)
-        acc.windows = WindowSums.from_json(data["windows"])
-        acc.watermark = data["watermark"]
-        for k, v in data["stragglers"].items():
-            i = acc.table.row[int(k)]
-            acc.table.counters[i] = StragglerCounters.from_json(v).to_json()
-            acc.table.has_counters[i] = True
-        acc.hosts = {k: HostSamples.from_json(v) for k, v in data["hosts"].items()}
-        acc.max_t_seen = data["max_t_seen"]
-        return acc
-
-    def _tail_of(self, rank: int) -> tuple[IntArray, IntArray, IntArray]:
-        ranks, step, arrival, comm = self.tail.arrays()
-        mine = ranks == rank
-        return step[mine], arrival[mine], comm[mine]
 
     def matches(self, config: RunConfig) -> bool:
         """True when this state was built under ``config`` (else start a fresh accumulator)."""

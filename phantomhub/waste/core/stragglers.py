@@ -32,7 +32,8 @@ STRAGGLER_MIN_SLOW_SHARE = 0.5
 
 @dataclass
 class StragglerCounters:
-    """Per-rank integer totals over aligned steps."""
+    """Per-rank integer totals over aligned steps (in the rank table's ``counters`` columns and
+    the stored state in this field order)."""
 
     aligned_steps: int = 0  # steps this rank shared with at least one other rank
     slow_steps: int = 0  # of which it arrived >= 5% after the median
@@ -40,20 +41,6 @@ class StragglerCounters:
     caused_wait_ns: int = 0  # others' comm wait attributed to it (rank-ns)
     waited_ns: int = 0  # its own comm wait attributed to someone else
     excess2_ns: int = 0  # 2 x sum over blamed steps of (its arrival - median arrival)
-
-    def to_json(self) -> list[int]:
-        return [
-            self.aligned_steps,
-            self.slow_steps,
-            self.blamed_steps,
-            self.caused_wait_ns,
-            self.waited_ns,
-            self.excess2_ns,
-        ]
-
-    @classmethod
-    def from_json(cls, data: list[int]) -> StragglerCounters:
-        return cls(*(int(x) for x in data))
 
 
 @dataclass

@@ -196,20 +196,6 @@ class WindowSums:
         self.sums[_F["gpu_util_sum"]] += np.bincount(idx, weights=util_pct[ok], minlength=n)
         self.sums[_F["gpu_util_samples"]] += np.bincount(idx, minlength=n)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "sums": self.sums.tolist(),
-            "peak": self.peak.tolist(),
-            "dur_hist": self.dur_hist.tolist(),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WindowSums:
-        sums = np.asarray(data["sums"], dtype=np.float64).reshape(len(FIELDS), -1)
-        hist = np.asarray(data["dur_hist"], dtype=np.int64)
-        return cls(int(data["level"]), sums, np.asarray(data["peak"], dtype=np.float64), hist)
-
     def field(self, name: str) -> FloatArray:
         row: FloatArray = self.sums[_F[name]]
         return row
