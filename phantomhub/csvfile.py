@@ -1,6 +1,6 @@
-"""The one CSV writer for files people open (DESIGN.md §6): every CSV the service answers goes
-through here, so neutralising formulas happens in one place. Any app may import it; it imports
-nothing of PhantomHub.
+"""The one CSV writer for files people open (docs/api.md, "CSV files"): every CSV the service
+answers goes through here, so neutralising formulas happens in one place. Any app may import it;
+it imports nothing of PhantomHub.
 
 A spreadsheet runs a cell as a formula when its text starts with `=`, `+`, `-` or `@` (and some
 strip a leading tab or carriage return first): `=cmd|' /C calc'!A0` in a run name, a price book's

@@ -1,4 +1,4 @@
-"""Recoverable dollars as measured counterfactuals (DESIGN.md §4, docs/waste-model.md).
+"""Recoverable dollars as measured counterfactuals (docs/waste-model.md, section 4).
 
 For each category, recoverable = what the run spent on it minus what it would have spent at a
 **reference that has actually been achieved**, with that evidence named:

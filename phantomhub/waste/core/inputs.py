@@ -95,7 +95,8 @@ def _as_float64(name: str, values: Any) -> FloatArray:
 
 @dataclass(frozen=True, eq=False)
 class StepColumns:
-    """One rank's step rows, columnar (DESIGN.md §3). Optional columns may be None (unmeasured).
+    """One rank's step rows, columnar (docs/api.md, "POST /api/v1/runs/{id}/steps"). Optional
+    columns may be None (unmeasured).
 
     Units: ``*_ns`` are nanoseconds, ``mem_*`` bytes, ``flops`` model FLOPs of the step on this rank
     (NaN = not counted for that step). ``host`` names the node, for straggler and contention reports.

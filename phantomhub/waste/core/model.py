@@ -1,11 +1,13 @@
-"""The waste model (DESIGN.md §4): every billed GPU-second of a run in exactly one category.
+"""The waste model: every billed GPU-second of a run in exactly one category.
 
 Pure numpy, no framework imports. Public API:
 
 - ``analyze(run: RunInputs) -> Analysis``: from-scratch analysis of one run.
-- ``RunAccumulator``: the same analysis, fed batch by batch (live runs). Its state is JSON
-  (``to_json`` / ``from_json``); ``analysis(end_ns=...)`` gives exactly what ``analyze`` gives for
-  the same rows (integer figures bit for bit, float aggregates to rounding).
+- ``RunAccumulator``: the same analysis, fed batch by batch (live runs);
+  ``analysis_from(acc, end_ns=...)`` gives exactly what ``analyze`` gives for the same rows
+  (integer figures bit for bit, float aggregates to rounding). Between passes its state is stored
+  in the compact form of state.py (``state_pack`` / ``state_unpack``: a small JSON header, and the
+  rank table and chart sums as raw binary arrays that round-trip bit for bit).
 
 See docs/waste-model.md for the categories, formulas, defaults and a worked example.
 """
