@@ -6,8 +6,18 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q
 PHANTOMHUB_PORT ?= 8000
 export PHANTOMHUB_PORT
+# pytest with the bytecode cache on (pytest keeps its rewritten test modules there), whatever the shell says.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
+# Test processes (pytest-xdist) for `make test` and `make check`; each has a database, a Redis database
+# (PHANTOMHUB_TEST_REDIS_URL's number minus the worker's), a var/ directory and ports of its own. 1 runs
+# the suite in one process. docs/testing.md has the measurements behind the defaults.
+TEST_WORKERS ?= 3
+CHECK_WORKERS ?= 2
+# The edit loop's tests: none that start a server, a Celery worker, a browser or a training loop, none slow.
+FAST_TESTS := not live_server and not celery and not browser and not training and not slow
+xdist = $(if $(filter-out 0 1,$(1)),-n $(1) --dist loadgroup,)
 
-.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-frontend lint fmt typecheck check bench fleet-sim soak screenshots clean
+.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-fast test-frontend lint fmt typecheck check bench fleet-sim soak screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -55,17 +65,21 @@ run: frontend demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT 
 	@echo "PhantomHub on http://127.0.0.1:$(PHANTOMHUB_PORT)/  (API docs: /api/docs/)"
 	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --config deploy/gunicorn_embedded.py --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
 
-test: venv-dev frontend ## run the whole suite: UI unit tests, everything on PostgreSQL, storage tests again on SQLite
+test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, everything on PostgreSQL, storage tests again on SQLite
 	cd frontend && npm test
-	$(PY) -m pytest
-	PHANTOMHUB_TEST_BACKEND=sqlite $(PY) -m pytest -m backends -q
+	$(PYTEST) $(call xdist,$(TEST_WORKERS))
+	PHANTOMHUB_TEST_BACKEND=sqlite $(PYTEST) -m backends -q $(call xdist,$(TEST_WORKERS))
+
+test-fast: venv-dev ## the fast tests only: no servers, Celery workers, browsers, training loops or slow tests
+	$(PYTEST) -m "$(FAST_TESTS)" -q $(call xdist,$(CHECK_WORKERS))
 
 test-frontend: frontend ## the web UI's unit tests (vitest)
 	cd frontend && npm test
 
-lint: venv-dev ## ruff check + format check
+lint: venv-dev ## ruff check + format check, and the import contracts of .importlinter when there is one
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	if [ -f .importlinter ]; then $(VENV)/bin/lint-imports; fi
 
 fmt: venv-dev ## format the code
 	$(VENV)/bin/ruff check --fix .
@@ -75,7 +89,7 @@ typecheck: venv-dev ## mypy on the server, strict mypy on the agent (its own con
 	$(VENV)/bin/mypy phantomhub
 	$(VENV)/bin/mypy --config-file agent/pyproject.toml agent/phantomhub_agent
 
-check: lint typecheck test ## everything CI runs
+check: lint typecheck test-fast ## the edit loop: lint, types and the fast tests (a few minutes); CI runs lint, typecheck and test
 
 bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/results/*.json)
 	$(PY) bench/ingest.py

@@ -1,9 +1,17 @@
-"""Suite-wide fixtures: an owner / outsider pair of projects with tokens, and API clients."""
+"""Suite-wide fixtures: an owner / outsider pair of projects with tokens, and API clients; the
+markers every test gets from what it needs (docs/testing.md); free ports for the servers tests start."""
 
 from __future__ import annotations
 
+import functools
+import itertools
+import os
+import random
+import re
+import socket
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +21,150 @@ from phantomhub.accounts.models import Project
 from phantomhub.accounts.services import project_token_for_slugs
 
 T0_NS = 1_790_000_000 * 10**9  # 2026-09-21, a plausible epoch-ns timestamp
+TESTS = Path(__file__).resolve().parent
+
+# -- markers from facts -----------------------------------------------------------------------------
+# A test that uses one of these fixtures (directly or through another fixture) needs what the fixture
+# starts; the marker says so, and `make check` leaves such tests out. Add a fixture here when you
+# write one that starts a server, a worker or a browser.
+NEEDS_FIXTURE: dict[str, frozenset[str]] = {
+    # a real PhantomHub (gunicorn or Django's live server) in another process or thread
+    "live_server": frozenset({
+        "live_server",  # pytest-django's threaded live server
+        "phantomhub",  # tests/agent/conftest.py: gunicorn on a temporary SQLite database
+        "server",  # tests/e2e/conftest.py (served()), tests/alerts/test_end_to_end.py, test_restart.py
+        "month_server",  # tests/e2e/test_period_costs_ui.py (served())
+        "cpu_demo",  # tests/e2e/test_run_page_words.py (served())
+        "stack",  # tests/test_fuzz_api.py: gunicorn and a Celery worker on the test database
+        "production_server",  # tests/test_deploy_settings.py: gunicorn with deploy/gunicorn.py
+        "image",  # tests/test_image_build.py: the built wheel's entrypoint roles
+    }),
+    # a Celery worker process, or the real Redis broker with tasks no longer eager
+    "celery": frozenset({"worker", "broker", "stack", "image"}),
+    # headless Chromium driven by Playwright
+    "browser": frozenset({"browser", "page", "signed_in", "month_page"}),
+}  # fmt: skip
+# What every test of a module needs, known from the file alone: the browser tests live under
+# tests/e2e; the agent's live training tests are tests/agent/test_*_live.py; a module that imports torch
+# trains. `-m "not training"` then skips such files without importing them (torch alone takes seconds).
+LIVE_AGENT_MODULE = "test_*_live.py"
+_IMPORTS_TORCH = re.compile(r"^\s*(?:import torch\b|from torch\b|torch = pytest\.importorskip\()", re.M)
+
+
+@functools.cache
+def module_needs(path: Path) -> frozenset[str]:
+    needs = set()
+    if TESTS / "e2e" in path.parents:
+        needs |= {"browser", "live_server"}
+    if (path.parent == TESTS / "agent" and path.match(LIVE_AGENT_MODULE)) or _IMPORTS_TORCH.search(path.read_text()):
+        needs.add("training")
+    return frozenset(needs)
+
+
+def needs_of(item: pytest.Item) -> set[str]:
+    """The markers a test gets from what it uses: its fixtures (directly or through others), its module."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    needs = {marker for marker, names in NEEDS_FIXTURE.items() if fixtures & names}
+    path = Path(str(item.path))
+    if path.suffix == ".py":
+        needs |= module_needs(path)
+    return needs
+
+
+def _deselects_all(markexpr: str, needs: frozenset[str]) -> bool:
+    """Whether ``-m markexpr`` deselects every test that carries at least the markers ``needs``,
+    whatever other markers it has."""
+    if re.search(r"\w\s*\(", markexpr):  # marker keyword arguments: leave it to pytest
+        return False
+    from _pytest.mark.expression import Expression
+
+    free = sorted(set(re.findall(r"[A-Za-z_][\w.-]*", markexpr)) - {"and", "or", "not"} - needs)
+    if len(free) > 12:
+        return False
+    expression = Expression.compile(markexpr)
+    for bits in itertools.product((False, True), repeat=len(free)):
+        present = needs | {name for name, on in zip(free, bits, strict=True) if on}
+        if expression.evaluate(present.__contains__):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m``, a test module none of whose tests could be selected is not even imported."""
+    markexpr = config.option.markexpr
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    needs = module_needs(collection_path.resolve())
+    if needs and _deselects_all(markexpr, needs):
+        return True
+    return None
+
+
+_SCOPE_RANK = {"session": 0, "package": 1, "module": 2, "class": 3}
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The unit of work `make test` hands one xdist worker (``--dist loadgroup``): the tests that
+    share a server started once for the session (the e2e server, the agent tests' PhantomHub)
+    together; else the test's module, so its module-scoped fixtures start once."""
+    info = getattr(item, "_fixtureinfo", None)
+    shared = []
+    for name in set(getattr(item, "fixturenames", ())) & set().union(*NEEDS_FIXTURE.values()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope in ("session", "package") and defs[-1].baseid:  # the suite's own, not a plugin's
+            shared.append((_SCOPE_RANK[defs[-1].scope], name, defs[-1].baseid))
+    if shared:
+        _, name, baseid = min(shared)
+        return f"{name}@{baseid}"
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects and before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(needs_of(item) - {m.name for m in item.iter_markers()}):
+            item.add_marker(marker)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+
+
+# -- free ports ---------------------------------------------------------------------------------------
+# A server a test starts gets its port from free_port(). Ports come from a block of their own per xdist
+# worker, below the kernel's ephemeral range (from which outgoing connections and port-0 binds draw): two
+# workers never hand out the same port, and no client socket can take it between the choice and the bind.
+PORT_BLOCK = 1000
+PORT_FIRST = 20_000
+_next_port: list[int] = []
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server the test starts."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    first = PORT_FIRST + index * PORT_BLOCK
+    if first + PORT_BLOCK > _ephemeral_low():  # no room below the ephemeral range: let the kernel pick
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    if not _next_port:
+        _next_port.append(random.randrange(PORT_BLOCK))  # another checkout's run starts elsewhere in the block
+    for _ in range(PORT_BLOCK):
+        port = first + _next_port[0] % PORT_BLOCK
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
 @dataclass

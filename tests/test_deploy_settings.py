@@ -11,7 +11,6 @@ import re
 import runpy
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from django.test import Client, override_settings
 
 from phantomhub.env import ConfigError
+from tests.conftest import free_port as _free_port  # this xdist worker's own ports
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "docs" / "deployment.md").read_text()
@@ -177,12 +177,6 @@ def test_gunicorn_trusts_no_forwarded_headers_by_default(monkeypatch: pytest.Mon
     monkeypatch.setenv("PHANTOMHUB_TRUSTED_PROXIES", "nginx")
     with pytest.raises(ConfigError, match="PHANTOMHUB_TRUSTED_PROXIES"):
         runpy.run_path(str(ROOT / "deploy" / "gunicorn.py"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(port: int, path: str, headers: dict[str, str]) -> http.client.HTTPResponse:

@@ -19,7 +19,6 @@ import gzip
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,8 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+
+from tests.conftest import free_port  # this xdist worker's own ports
 
 # The fuzz tests use the test database without a transaction of their own (django_db only has it
 # created): the server and the worker are other processes, so what this process writes (an admin,
@@ -73,12 +74,6 @@ CHECKS = [
     response_headers_conformance,
     response_schema_conformance,
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pg_url() -> str:

@@ -20,7 +20,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from tests.conftest import free_port as _free_port  # this xdist worker's own ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.live_server, pytest.mark.celery, pytest.mark.timeout(1200)]
 
@@ -135,12 +136,6 @@ def _build_stage(name: str, stages: dict[str, Stage], tmp: Path, env: dict[str, 
 
 
 # --- the runtime: the installed wheel and the entrypoint's roles -----------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _database_url() -> str:

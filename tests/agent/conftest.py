@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import free_port  # a port of this xdist worker's own block; the agent tests import it from here
 
 # The Hugging Face tests build tiny models in code; never reach the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -75,12 +76,6 @@ def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
             return value
         time.sleep(0.02)
     raise AssertionError("condition not met in time")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 import time
 import uuid
@@ -16,7 +15,7 @@ import pytest
 
 from phantomhub.waste import services as waste_services
 from phantomhub.waste.models import RunAnalysis
-from tests.conftest import Tenant
+from tests.conftest import Tenant, free_port
 from tests.waste.test_analysis_service import H100_BF16, T0_NS, S, make_run, price_36  # noqa: F401
 
 
@@ -166,9 +165,7 @@ def smtp(settings: Any) -> Iterator[Smtp]:
             state.got.append(envelope)
             return "250 OK"
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     controller = aiosmtpd.Controller(Handler(), hostname="127.0.0.1", port=port)
     controller.start()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"

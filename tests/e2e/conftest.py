@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import free_port as _free_port  # this xdist worker's own ports
 from tests.e2e.seed import PROJECTS, seed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,12 +55,6 @@ def missing_reason() -> str | None:
     except ImportError:
         return "the playwright Python package is not installed"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

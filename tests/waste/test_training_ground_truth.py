@@ -8,7 +8,6 @@ name that rank as the straggler.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -29,6 +28,7 @@ from phantomhub.pricing.services import price_set  # noqa: E402
 from phantomhub.telemetry.models import Run  # noqa: E402
 from phantomhub.waste.selectors import rank_figures_of  # noqa: E402
 from phantomhub.waste.services import run_analyze  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,9 +129,7 @@ DDP_SCRIPT = textwrap.dedent(
 def test_a_slow_rank_in_ddp_is_named_the_straggler(live_server: Any, token: str, tmp_path: Path) -> None:
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PHANTOMHUB_SERVER": live_server.url, "PHANTOMHUB_TOKEN": token, "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "PHANTOMHUB_RUN_ID": str(uuid.uuid4()), "PYTHONPATH": str(ROOT)}  # fmt: skip
     procs = [
