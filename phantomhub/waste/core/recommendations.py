@@ -314,10 +314,39 @@ def _comm(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
 
 
 def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Recommendation:
+    """A slow rank: what its slowness costs the others and itself, and where to look."""
     saving, explain, claimed = _claimed(a, claims, f"STRAGGLER:{s.rank}")
     wait_usd, own_usd = _footed_parts(saving, s.caused_wait_usd, sum(s.own_excess_usd.values()))
     share = (s.caused_wait_gpu_seconds + s.own_excess_gpu_seconds) / a.billed_gpu_seconds if a.billed_gpu_seconds else 0.0
     severity = "high" if share >= t.straggler_high_share else "medium" if share >= t.straggler_medium_share else "low"
+    data_heavy = (
+        s.data_ns_mean is not None
+        and s.median_rank_data_ns_mean is not None
+        and s.data_ns_mean > 1.5 * s.median_rank_data_ns_mean + 1e6
+    )
+    one_node = len({r.host for r in a.ranks}) == 1
+    saving_usd: float | None = saving
+    if not saving and 0 < s.saving_usd < 0.01:  # a short or cheap run: measured, but no whole cent
+        saving_usd, claimed = None, {}
+        explain = _unpriced(
+            f"what fixing it saves comes to ${s.saving_usd:.4f} on this run, under a cent: too little to price a saving"
+        )
+    return Recommendation(
+        code="STRAGGLER",
+        title=f"Rank {s.rank} holds the other ranks up" if one_node else f"Rank {s.rank} on {s.host} holds the other ranks up",
+        category="comm_exposed",
+        severity=severity,
+        evidence=_straggler_evidence(s, wait_usd, own_usd, data_heavy),
+        fixes=_straggler_fixes(s, one_node, data_heavy),
+        saving_usd=saving_usd,
+        claims=claimed,
+        explain=explain,
+    )
+
+
+def _straggler_evidence(s: Straggler, wait_usd: float, own_usd: float, data_heavy: bool) -> tuple[Evidence, ...]:
+    """How often and by how much the rank is slow, and the cost of the others' wait and of its own
+    excess (in cents that add up to the saving)."""
     ev = [
         Evidence(
             f"share of steps in which rank {s.rank} on {s.host} is at least 5% slower than the median rank",
@@ -341,14 +370,14 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
                 "ratio",
             )
         )
-    data_heavy = (
-        s.data_ns_mean is not None
-        and s.median_rank_data_ns_mean is not None
-        and s.data_ns_mean > 1.5 * s.median_rank_data_ns_mean + 1e6
-    )
     if data_heavy and s.data_ns_mean is not None:
         ev.append(Evidence("its data wait per step", round(s.data_ns_mean / 1e6, 2), "ms"))
-    one_node = len({r.host for r in a.ranks}) == 1
+    return tuple(ev)
+
+
+def _straggler_fixes(s: Straggler, one_node: bool, data_heavy: bool) -> tuple[str, ...]:
+    """Where to look: the rank's GPU and its own work when every rank shares one node, else the
+    node; its loader first when it waits for data much longer than the others."""
     if one_node:  # every rank shares the node: the rank, not the node, is slow
         fixes = [
             f"Rank {s.rank}'s GPU on {s.host}: nvidia-smi -q -d CLOCK,PERFORMANCE -i <its GPU> for thermal or power "
@@ -367,23 +396,7 @@ def _straggler(a: Analysis, s: Straggler, t: Thresholds, claims: Claims) -> Reco
         ]
     if data_heavy:
         fixes.insert(0, f"Rank {s.rank} waits for data much longer than the others: check its loader and storage path.")
-    saving_usd: float | None = saving
-    if not saving and 0 < s.saving_usd < 0.01:  # a short or cheap run: measured, but no whole cent
-        saving_usd, claimed = None, {}
-        explain = _unpriced(
-            f"what fixing it saves comes to ${s.saving_usd:.4f} on this run, under a cent: too little to price a saving"
-        )
-    return Recommendation(
-        code="STRAGGLER",
-        title=f"Rank {s.rank} holds the other ranks up" if one_node else f"Rank {s.rank} on {s.host} holds the other ranks up",
-        category="comm_exposed",
-        severity=severity,
-        evidence=tuple(ev),
-        fixes=tuple(fixes),
-        saving_usd=saving_usd,
-        claims=claimed,
-        explain=explain,
-    )
+    return tuple(fixes)
 
 
 def _low_mfu(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
