@@ -151,15 +151,15 @@ def _ranks_upsert_pg(run_id: uuid.UUID, ordered: list[int], hand_out: int) -> li
 def _ranks_upsert_portable(run_id: uuid.UUID, ordered: list[int], hand_out: int) -> list[tuple[int, int, int | None, int | None]]:
     """ranks_lock's upsert as a VALUES list (SQLite; PostgreSQL runs it too)."""
     rows = "VALUES " + ", ".join(["(%s, %s, '', '{}', 0, NULL, 0, %s)"] * len(ordered))
-    params = [value for rank in ordered for value in (_run_param(run_id), rank, hand_out)]
+    params = [value for rank in ordered for value in (run_param(run_id), rank, hand_out)]
     with connection.cursor() as cursor:
         cursor.execute(_RANKS_UPSERT.format(rows=rows), [*params, hand_out])
         return cursor.fetchall()
 
 
-def _run_param(run_id: uuid.UUID) -> Any:
+def run_param(run_id: uuid.UUID) -> Any:
     """A run id as raw SQL takes it: a uuid where the database has the type, else the 32 hex
-    digits Django stores (SQLite)."""
+    digits Django stores (SQLite), as UUIDField decides it (by the backend's feature, not its name)."""
     return run_id if connection.features.has_native_uuid_field else run_id.hex
 
 
@@ -216,7 +216,7 @@ def _chunks_write_portable(kind: Kind, run_id: uuid.UUID, chunks: list[tuple[Any
     with connection.cursor() as cursor:
         cursor.executemany(
             f"INSERT INTO {kind.table} ({', '.join(CHUNK_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [(_run_param(run_id), *chunk) for chunk in chunks],
+            [(run_param(run_id), *chunk) for chunk in chunks],
         )
 
 
@@ -327,7 +327,7 @@ def _chunks_read_portable(
 ) -> list[tuple[int, int, Any]]:
     """The same chunks through Django's cursor, the ranks as IN lists (SQLite; PostgreSQL runs it too)."""
     where = "run_id = %s"
-    params: list[Any] = [_run_param(run_id)]
+    params: list[Any] = [run_param(run_id)]
     if ranks is not None:
         where += f" AND rank IN ({', '.join(['%s'] * len(ranks))})" if ranks else " AND 1 = 0"
         params += list(ranks)
