@@ -11,8 +11,20 @@
 2. A real CPU training loop (an MLP, fixed number of steps) timed with and without the agent,
    alternating the order pair by pair; the median of the per-pair slowdowns is the figure.
 3. Memory with the server down: RSS while a long run spools (server address that refuses).
+4. The first step of a fresh run (the one that starts the sender thread), p50/p99 over many
+   runs, and the time ``import phantomhub_agent`` took in this process.
 
 The agent runs in debug mode (errors would raise) and writes to a temporary spool.
+
+Two agent trees side by side (a change's before and after, on a machine too noisy for two runs
+minutes apart to compare), alternating child processes of this script, one per tree and round:
+
+    git worktree add /tmp/agent_old HEAD~1
+    .venv/bin/python bench/agent_overhead.py --compare /tmp/agent_old/agent --quick --rounds 6
+
+It prints each figure's median over the rounds for both trees and their ratio, and writes
+bench/results/agent_overhead_compare.json. ``--agent DIR`` measures the agent package in DIR
+instead of this repository's agent/.
 """
 
 from __future__ import annotations
@@ -32,10 +44,26 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "agent"))
+
+
+def agent_dir(argv: list[str]) -> Path:
+    """The agent tree to import (``--agent DIR``; parsed before the import, so by hand)."""
+    for k, arg in enumerate(argv):
+        if arg == "--agent" and k + 1 < len(argv):
+            return Path(argv[k + 1]).resolve()
+        if arg.startswith("--agent="):
+            return Path(arg.split("=", 1)[1]).resolve()
+    return REPO / "agent"
+
+
+AGENT = agent_dir(sys.argv[1:])
+sys.path.insert(0, str(AGENT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+_import_started = time.perf_counter_ns()
 import phantomhub_agent as pa  # noqa: E402
+
+IMPORT_MS = round((time.perf_counter_ns() - _import_started) / 1e6, 2)
 
 pc = time.perf_counter_ns
 SENDER_CPU_US: list[float] = []  # the agent's own report of its sender thread's CPU, per step
@@ -78,6 +106,27 @@ def agent_hot_path(n: int, spool: Path) -> dict[str, float]:
     figures = percentiles(costs[n // 10 :])
     hot_path_p50_us[0] = figures["p50_us"]
     return figures
+
+
+def first_step(runs: int, spool: Path) -> dict[str, float]:
+    """Training-thread time of a fresh run's first step (data wait + 3 stages): the step that
+    starts the sender thread. One run after another, each finished before the next."""
+    costs = []
+    for _ in range(runs):
+        run = pa.init(name="bench-first-step", mode="offline", spool_dir=spool, debug=True, system_interval_s=1.0)
+        batches = run.data(items(2))
+        t0 = pc()
+        next(batches)
+        with run.step(tokens=4096, samples=8):
+            with run.stage("forward"):
+                pass
+            with run.stage("backward"):
+                pass
+            with run.stage("optimizer"):
+                pass
+        costs.append(pc() - t0)
+        run.finish()
+    return percentiles(costs)
 
 
 def bare_loop(n: int) -> dict[str, float]:
@@ -256,13 +305,95 @@ def rss_server_down(steps: int, spool: Path) -> dict[str, Any]:
     }
 
 
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+# (label, section, key) of the figures --compare puts side by side.
+COMPARED = [
+    ("hot path p50 us", "hot_path_agent", "p50_us"),
+    ("hot path p99 us", "hot_path_agent", "p99_us"),
+    ("bare loop p50 us", "hot_path_bare_loop", "p50_us"),
+    ("bare loop p99 us", "hot_path_bare_loop", "p99_us"),
+    ("first step p50 us", "first_step", "p50_us"),
+    ("first step p99 us", "first_step", "p99_us"),
+    ("import ms", None, "import_ms"),
+    ("training slowdown % wall", "training_loop", "median_slowdown_pct"),
+    ("training slowdown % CPU", "training_loop", "median_cpu_slowdown_pct"),
+    ("sender CPU us/step", "training_loop", "sender_cpu_us_per_step"),
+    ("overhead % by accounting", "training_loop", "estimated_overhead_pct"),
+    ("RSS growth MiB, server down", "rss_server_down", "growth_after_warmup_mib"),
+]
+
+
+def compare(old_agent: Path, rounds: int, passed: list[str], out: Path) -> int:
+    """Alternates child runs of this script on the old tree and on this one (the order flips each
+    round, so neither always runs first); the median of each figure over the rounds, side by side."""
+    import compileall
+    import subprocess
+
+    trees = {"old": old_agent.resolve(), "new": AGENT}
+    for tree in trees.values():  # both import from bytecode (PYTHONDONTWRITEBYTECODE would leave one compiling)
+        compileall.compile_dir(str(tree / "phantomhub_agent"), quiet=1)
+    runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+    workdir = Path(tempfile.mkdtemp(prefix="phantomhub-bench-compare-"))
+    try:
+        for r in range(rounds):
+            for label in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                child_out = workdir / f"{label}-{r}.json"
+                command = [sys.executable, __file__, "--agent", str(trees[label]), "--out", str(child_out), *passed]
+                started = time.monotonic()
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+                runs[label].append(json.loads(child_out.read_text()))
+                print(f"round {r + 1}/{rounds} {label} ({time.monotonic() - started:.0f}s)", flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    figures = []
+    print()
+    print(f"{'median over ' + str(rounds) + ' rounds':34} {'old':>10} {'new':>10} {'new/old':>8}")
+    for name, section, key in COMPARED:
+        medians = {}
+        for label in ("old", "new"):
+            values = [(run[section] if section else run)[key] for run in runs[label] if not section or run.get(section)]
+            medians[label] = round(statistics.median(values), 3) if values else None
+        old, new = medians["old"], medians["new"]
+        ratio = round(new / old, 3) if old and new is not None else None
+        figures.append({"figure": name, "old": old, "new": new, "ratio": ratio})
+        print(f"{name:34} {old!s:>10} {new!s:>10} {ratio!s:>8}")
+    write_json(
+        out,
+        {
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "trees": {label: str(path) for label, path in trees.items()},
+            "rounds": rounds,
+            "arguments": passed,
+            "figures": figures,
+            "runs": runs,
+        },
+    )
+    print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pairs", type=int, default=None, help="training-loop pairs (default 31; 5 with --quick)")
     parser.add_argument("--steps", type=int, default=None, help="steps per training trial (default 400)")
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "agent_overhead.json"))
+    parser.add_argument("--out", default=None, help="default bench/results/agent_overhead.json (--compare: ..._compare.json)")
+    parser.add_argument("--agent", default=None, help="the agent tree to measure (default: this repository's agent/)")
+    parser.add_argument("--compare", default=None, metavar="OLD_AGENT_DIR", help="alternate runs of that tree and this one")
+    parser.add_argument("--rounds", type=int, default=6, help="--compare: child runs per tree (default 6)")
     args = parser.parse_args()
+    results_dir = REPO / "bench" / "results"
+    if args.compare:
+        passed = [*(["--quick"] if args.quick else []), *(["--pairs", str(args.pairs)] if args.pairs else []),
+                  *(["--steps", str(args.steps)] if args.steps else [])]  # fmt: skip
+        out = Path(args.out) if args.out else results_dir / "agent_overhead_compare.json"
+        return compare(Path(args.compare), args.rounds, passed, out)
     quick = args.quick
     workdir = Path(tempfile.mkdtemp(prefix="phantomhub-bench-"))
     results: dict[str, Any] = {
@@ -271,10 +402,13 @@ def main() -> int:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "agent": pa.__version__,
+        "agent_path": str(Path(pa.__file__).parent),
+        "import_ms": IMPORT_MS,
     }
     sections: list[tuple[str, Callable[[], Any]]] = [
         ("hot_path_agent", lambda: agent_hot_path(20_000 if quick else 200_000, workdir / "hot")),
         ("hot_path_bare_loop", lambda: bare_loop(20_000 if quick else 200_000)),
+        ("first_step", lambda: first_step(50 if quick else 200, workdir / "first")),
         ("wandb_log_6_scalars_offline", lambda: wandb_log(500 if quick else 5_000, workdir / "wandb")),
         (
             "training_loop",
@@ -292,10 +426,12 @@ def main() -> int:
     import torch
 
     results["torch"] = torch.__version__
-    hot, bare = results["hot_path_agent"], results["hot_path_bare_loop"]
+    hot, bare, first = results["hot_path_agent"], results["hot_path_bare_loop"], results["first_step"]
     print()
+    print(f"agent: {results['agent_path']} (import {IMPORT_MS} ms)")
     print(f"training-thread cost of a step (data wait + 3 stages): p50 {hot['p50_us']} us, p99 {hot['p99_us']} us")
     print(f"bare loop, same perf_counter_ns calls:                 p50 {bare['p50_us']} us, p99 {bare['p99_us']} us")
+    print(f"a fresh run's first step (starts the sender thread):   p50 {first['p50_us']} us, p99 {first['p99_us']} us")
     wb = results["wandb_log_6_scalars_offline"]
     if wb:
         print(f"wandb.log of 6 scalars (offline, {wb['wandb']}):            p50 {wb['p50_us']} us, p99 {wb['p99_us']} us")
@@ -310,11 +446,8 @@ def main() -> int:
     )
     rss = results["rss_server_down"]
     print(f"RSS, {rss['steps']} steps with the server down: growth after warm-up {rss['growth_after_warmup_mib']} MiB")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(out)
+    out = Path(args.out) if args.out else results_dir / "agent_overhead.json"
+    write_json(out, results)
     print(f"wrote {out}")
     return 0
 
