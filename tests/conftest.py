@@ -115,7 +115,7 @@ def xdist_group_of(item: pytest.Item) -> str:
             shared.append((_SCOPE_RANK[defs[-1].scope], name, defs[-1].baseid))
     if shared:
         _, name, baseid = min(shared)
-        return f"{name}@{baseid}"
+        return f"{baseid}:{name}"  # no "@": xdist splits the group off the node id at the last one
     return item.nodeid.split("::", 1)[0]
 
 
@@ -126,6 +126,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(marker)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+    if getattr(config.option, "loadgroup", False) and hasattr(config, "workerinput"):
+        _group_node_ids(items)
+
+
+def _group_node_ids(items: list[pytest.Item]) -> None:
+    """What pytest-xdist's worker does for ``--dist loadgroup``: the group goes at the end of the
+    node id (``tests/x.py::test_y@group``), where the scheduler reads it. xdist 3.8 writes it to
+    ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``), so without this
+    every test is a work unit of its own and the groups are ignored."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        if item.nodeid.rfind("@") > item.nodeid.rfind("]"):
+            continue  # already grouped
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
 
 
 # -- free ports ---------------------------------------------------------------------------------------
