@@ -329,3 +329,50 @@ def test_the_run_page_reads_split_and_whole_the_same_analysis(owner: Tenant, rea
     pending = uuid.UUID(owner.create_run(name="pending"))
     assert run_page._run_split_pg(principal, pending)[1] is None
     assert run_page._run_whole(principal, pending).pk == pending
+
+
+# --- telemetry/services.py --------------------------------------------------------------------
+
+RUN_COLUMNS = "last_seen_at IS NOT NULL, ingest_seq"
+
+
+def test_after_ingest_in_one_statement_and_portable_agree(owner: Tenant) -> None:
+    from phantomhub.telemetry import services
+    from phantomhub.telemetry.storage import InsertResult
+
+    run_id = uuid.UUID(owner.create_run())
+    for rank in (0, 1):  # two ranks stored already (marks, host, counters), two new ones
+        assert owner.post_steps(str(run_id), steps_body(5, rank=rank, first=10 * rank)).status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE telemetry_runrank SET counters = %s, host = 'h-old' WHERE run_id = %s AND rank = 1",
+                       [json.dumps({"a": 5, "b": 1}), run_id])  # fmt: skip
+    run = Run.objects.get(pk=run_id)
+    batches = [
+        services._RankRows(rank=0, host=None, steps=InsertResult(3, 1, 2), last_step=3, last_sample_ns=None),  # lower mark
+        services._RankRows(rank=1, host="h-new", steps=None, last_step=None, last_sample_ns=T0_NS, counters={"a": 2, "c": 7}),
+        services._RankRows(rank=2, host="h2", steps=InsertResult(4, 0, 0), last_step=99, last_sample_ns=T0_NS + 5),
+        services._RankRows(rank=5, host="", steps=None, last_step=None, last_sample_ns=None, counters={}),
+    ]
+
+    def rows() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {RANK_COLUMNS} FROM telemetry_runrank WHERE run_id = %s ORDER BY rank", [run_id])
+            ranks = cursor.fetchall()
+            cursor.execute(f"SELECT {RUN_COLUMNS} FROM telemetry_run WHERE id = %s", [run_id])
+            return ranks, cursor.fetchall()
+
+    for changed in (True, False):
+        pg = _undone(partial(services._after_ingest_pg, run, batches, changed, run.created_at), rows)
+        portable = _undone(partial(services._after_ingest_portable, run, batches, changed, run.created_at), rows)
+        assert pg[1] == portable[1]
+        ranks = dict((row[0], row) for row in pg[1][0])
+        assert json.loads(ranks[1][2]) == {"a": 5, "b": 1, "c": 7} and ranks[1][1] == "h-new"
+        assert ranks[0][4] == 4 and ranks[2][4] == 99  # rank 0 keeps its higher mark (it stored steps 0-4)
+
+    too_many = {f"k{i}": i for i in range(services.MAX_RANK_COUNTERS)}  # with rank 1's a and b: over
+    over = [services._RankRows(rank=1, host=None, steps=None, last_step=None, last_sample_ns=None, counters=too_many,
+                               counters_field="events[0].data")]  # fmt: skip
+    for half in (services._after_ingest_pg, services._after_ingest_portable):
+        with pytest.raises(services.ApiError) as refused, transaction.atomic():
+            half(run, over, True, run.created_at)
+        assert refused.value.fields == {"events[0].data": f"rank 1 would keep more than {services.MAX_RANK_COUNTERS} counters"}

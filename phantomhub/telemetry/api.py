@@ -22,7 +22,7 @@ from phantomhub.accounts.auth import ProjectPrincipal
 from phantomhub.accounts.throttles import ingest_rows_charge
 from phantomhub.errors import ApiError, fields_within, invalid, query_int
 from phantomhub.schema import ErrorSerializer
-from phantomhub.telemetry import selectors, services
+from phantomhub.telemetry import selectors, services, storage
 from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
 from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS, columns_rows
 from phantomhub.telemetry.gpus import rank_gpus_parse, rank_gpus_store
@@ -71,7 +71,7 @@ def _run_for_write(request: Request, run_id: uuid.UUID) -> Run:
     # about 0.5 ms of CPU a request); else the id its client registered it by.
     sql = f"SELECT {', '.join(_WRITE_FIELDS)} FROM telemetry_run WHERE id = %s AND project_id = %s"
     with connection.cursor() as cursor:
-        cursor.execute(sql, [services.run_param(run_id), project.pk])
+        cursor.execute(sql, [storage.run_param(run_id), project.pk])
         row = cursor.fetchone()
     run = _write_run_from_row(row) if row else None
     run = run or selectors.run_find(Run.objects.filter(project=project).only(*_WRITE_FIELDS), run_id)

@@ -22,7 +22,7 @@ from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, Co
 from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
 from phantomhub.telemetry.signals import run_changed
-from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, RankMarks, batches_insert, ranks_lock
+from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, RankMarks, batches_insert, ranks_lock, run_param
 
 RUN_FIELDS = (
     "name",
@@ -137,15 +137,25 @@ _RANK_UPSERT = (
     "INSERT INTO telemetry_runrank (run_id, rank, host, counters, step_rows, last_step, reused_step_rows, last_sample_ns) "
     "{rows} "
     "ON CONFLICT (run_id, rank) DO UPDATE SET step_rows = telemetry_runrank.step_rows + excluded.step_rows, "
-    "last_step = {greatest}(COALESCE(telemetry_runrank.last_step, excluded.last_step), "
-    "COALESCE(excluded.last_step, telemetry_runrank.last_step)), "
-    "last_sample_ns = {greatest}(COALESCE(telemetry_runrank.last_sample_ns, excluded.last_sample_ns), "
-    "COALESCE(excluded.last_sample_ns, telemetry_runrank.last_sample_ns)), "
+    "last_step = {max_last_step}, last_sample_ns = {max_last_sample}, "
     "reused_step_rows = telemetry_runrank.reused_step_rows + excluded.reused_step_rows, "
     "host = CASE WHEN excluded.host = '' THEN telemetry_runrank.host ELSE excluded.host END, "
     "counters = CASE WHEN excluded.counters = {empty} THEN telemetry_runrank.counters ELSE {counters} END"
 )
 _RANK_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def _greatest(column: str) -> str:
+    """The larger of the stored and the sent value of `column`, either one when the other is null."""
+    return f"GREATEST(telemetry_runrank.{column}, excluded.{column})"  # GREATEST skips nulls
+
+
+def _larger(column: str) -> str:
+    """_greatest in SQL both backends run (SQLite has no GREATEST; its MAX(a, b) is null if either is)."""
+    stored, sent = f"telemetry_runrank.{column}", f"excluded.{column}"
+    return f"CASE WHEN {sent} IS NULL OR {stored} >= {sent} THEN COALESCE({stored}, {sent}) ELSE {sent} END"
+
+
 # On PostgreSQL the ranks come as one array per column: the statement's text and its 8 parameters
 # are the same for one rank or 256, so psycopg parses it once (a VALUES list of 8 ranks has 56
 # parameters, past psycopg's cache of 50: it was parsed again on every node batch, 5-10 ms of CPU).
@@ -179,44 +189,68 @@ def _after_ingest(run: Run, ranks: list[_RankRows], changed: bool) -> None:
     # Same transaction as the rows: each rank's host, its stored step count, last step and last
     # sample time (exact: the marks storage.py checks a batch against), the rows refused for a
     # reused step number and, when given, the batch's counters merged into the rank's (one
-    # upsert for all the ranks); then the run's last_seen_at and, when
-    # anything was stored (`changed`), its ingest_seq. On PostgreSQL both are one statement (a
-    # data-modifying WITH runs whether or not its result is read): one round trip, which also
-    # says which rank keeps more counters than allowed now (raised here: the transaction keeps
-    # nothing).
-    now = timezone.now()
-    pg = connection.vendor == "postgresql"
+    # upsert for all the ranks); then the run's last_seen_at and, when anything was stored
+    # (`changed`), its ingest_seq. A rank keeping more counters than allowed is refused here (the
+    # transaction keeps nothing). Rank rows are locked in one order by every writer.
+    ordered = sorted(ranks, key=lambda rows: rows.rank)
+    after = _after_ingest_pg if connection.vendor == "postgresql" else _after_ingest_portable
+    after(run, ordered, changed, timezone.now())
+
+
+def _rank_columns(ordered: list[_RankRows], counters_of: Any) -> list[list[Any]]:
+    """The rank rows' seven columns (rank, host, counters, accepted, last step, reused, last sample)."""
     columns: list[list[Any]] = [[] for _ in range(7)]
-    for rows in sorted(ranks, key=lambda rows: rows.rank):  # rank rows locked in one order by every writer
-        counters = rows.counters
-        if counters is not None and not pg:
-            counters = _counters_merged(_rank_counters(run.pk, rows.rank), counters, rows.rank, rows.counters_field)
+    for rows in ordered:
+        counters = counters_of(rows)
         steps = rows.steps or InsertResult(0, 0, 0)
         row = (rows.rank, rows.host or "", "{}" if counters is None else json.dumps(counters), steps.accepted,
                rows.last_step, steps.reused, rows.last_sample_ns)  # fmt: skip
-        for column, value in zip(columns, row):
+        for column, value in zip(columns, row, strict=True):
             column.append(value)
-    if pg:
-        upsert = _RANK_UPSERT.format(rows=_PG_RANK_ROWS, greatest="GREATEST", empty="'{}'::jsonb", counters=_PG_COUNTERS_MERGED)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"WITH rank_upsert AS ({upsert} RETURNING telemetry_runrank.rank AS rank, "
-                "(SELECT count(*) FROM jsonb_object_keys(counters)) AS kept) "
-                "UPDATE telemetry_run SET last_seen_at = %s, ingest_seq = ingest_seq + %s WHERE id = %s "
-                "RETURNING (SELECT min(rank) FROM rank_upsert WHERE kept > %s)",
-                [run.pk, *columns, now, 1 if changed else 0, run.pk, MAX_RANK_COUNTERS],
-            )
-            row = cursor.fetchone()
-        if row is None:  # the run is gone (raw rows have no foreign key: this is their check)
-            raise run_not_found()
-        if row[0] is not None:
-            over = next(rows for rows in ranks if rows.rank == row[0])
-            raise _too_many_counters(over.rank, over.counters_field)
-        return
-    values = "VALUES " + ", ".join([_RANK_ROW] * len(ranks))
-    params = [value for row in zip(*columns) for value in (run_param(run.pk), *row)]
+    return columns
+
+
+def _after_ingest_pg(run: Run, ordered: list[_RankRows], changed: bool, now: datetime) -> None:
+    """_after_ingest in one statement (a data-modifying WITH runs whether or not its result is
+    read): one round trip, the counters merged in the upsert, and it says which rank keeps more
+    counters than allowed now. tests/test_sql_pairs.py pins it to the portable one."""
+    columns = _rank_columns(ordered, lambda rows: rows.counters)
+    upsert = _RANK_UPSERT.format(
+        rows=_PG_RANK_ROWS, max_last_step=_greatest("last_step"), max_last_sample=_greatest("last_sample_ns"),
+        empty="'{}'::jsonb", counters=_PG_COUNTERS_MERGED,
+    )  # fmt: skip
     with connection.cursor() as cursor:
-        cursor.execute(_RANK_UPSERT.format(rows=values, greatest="MAX", empty="'{}'", counters="excluded.counters"), params)
+        cursor.execute(
+            f"WITH rank_upsert AS ({upsert} RETURNING telemetry_runrank.rank AS rank, "
+            "(SELECT count(*) FROM jsonb_object_keys(counters)) AS kept) "
+            "UPDATE telemetry_run SET last_seen_at = %s, ingest_seq = ingest_seq + %s WHERE id = %s "
+            "RETURNING (SELECT min(rank) FROM rank_upsert WHERE kept > %s)",
+            [run.pk, *columns, now, 1 if changed else 0, run.pk, MAX_RANK_COUNTERS],
+        )
+        row = cursor.fetchone()
+    if row is None:  # the run is gone (raw rows have no foreign key: this is their check)
+        raise run_not_found()
+    if row[0] is not None:
+        over = next(rows for rows in ordered if rows.rank == row[0])
+        raise _too_many_counters(over.rank, over.counters_field)
+
+
+def _after_ingest_portable(run: Run, ordered: list[_RankRows], changed: bool, now: datetime) -> None:
+    """_after_ingest as SQLite runs it (PostgreSQL runs it too): each rank's counters read and
+    merged here, a VALUES upsert, the run updated through the ORM."""
+
+    def merged(rows: _RankRows) -> dict[str, Any] | None:
+        if rows.counters is None:
+            return None
+        return _counters_merged(_rank_counters(run.pk, rows.rank), rows.counters, rows.rank, rows.counters_field)
+
+    columns = _rank_columns(ordered, merged)
+    values = "VALUES " + ", ".join([_RANK_ROW] * len(ordered))
+    params = [value for row in zip(*columns, strict=True) for value in (run_param(run.pk), *row)]
+    upsert = _RANK_UPSERT.format(rows=values, max_last_step=_larger("last_step"), max_last_sample=_larger("last_sample_ns"),
+                                 empty="'{}'", counters="excluded.counters")  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(upsert, params)
     updates: dict[str, Any] = {"last_seen_at": now}
     if changed:
         updates["ingest_seq"] = F("ingest_seq") + 1
@@ -372,15 +406,10 @@ def _too_many_counters(rank: int, field: str) -> ApiError:
     return ApiError("invalid", f"{field}: {message}", fields={field: message})
 
 
-def run_param(run_id: uuid.UUID) -> Any:
-    """A run id as raw SQL takes it: a uuid on PostgreSQL, 32 hex digits on SQLite (as Django stores it)."""
-    return run_id if connection.vendor == "postgresql" else run_id.hex
-
-
 def _rank_counters(run_id: uuid.UUID, rank: int) -> dict[str, Any]:
     """A rank's stored counters, its row locked until the transaction ends (on SQLite the
     transaction holds the database's write lock already)."""
-    lock = " FOR UPDATE" if connection.vendor == "postgresql" else ""
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT counters FROM telemetry_runrank WHERE run_id = %s AND rank = %s{lock}", [run_param(run_id), rank])
         row = cursor.fetchone()

@@ -558,7 +558,7 @@ def test_a_node_batch_reopens_a_run_marked_crashed(owner: Tenant) -> None:
 def test_rows_for_a_run_gone_since_its_lookup_are_refused_whole(owner: Tenant) -> None:
     from phantomhub.errors import ApiError
     from phantomhub.telemetry import services
-    from phantomhub.telemetry.services import run_param
+    from phantomhub.telemetry.storage import run_param
 
     run_id = owner.create_run()
     run = Run.objects.get(pk=run_id)

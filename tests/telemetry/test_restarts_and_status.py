@@ -114,7 +114,7 @@ def test_the_migration_backfills_the_last_step_of_stored_ranks(owner: Tenant) ->
     stand-in of that table's key columns, so that its backfill is checked on what it reads."""
     from importlib import import_module
 
-    from phantomhub.telemetry.services import run_param
+    from phantomhub.telemetry.storage import run_param
 
     migration = import_module("phantomhub.telemetry.migrations.0004_runrank_last_step_reused_step_rows")
     run_id = owner.create_run()
