@@ -85,9 +85,11 @@ fmt: venv-dev ## format the code
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The agent's run keeps a cache of its own: its options differ, and in one shared cache each run
+# would find the other's entries stale and check torch again (minutes).
 typecheck: venv-dev ## mypy on the server, strict mypy on the agent (its own config)
 	$(VENV)/bin/mypy phantomhub
-	$(VENV)/bin/mypy --config-file agent/pyproject.toml agent/phantomhub_agent
+	$(VENV)/bin/mypy --config-file agent/pyproject.toml --cache-dir .mypy_cache/agent agent/phantomhub_agent
 
 check: lint typecheck test-fast ## the edit loop: lint, types and the fast tests (a few minutes); CI runs lint, typecheck and test
 
