@@ -11,6 +11,7 @@ to its ORM oracle in tests/waste/test_analysis_isolation.py on both backends.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable
@@ -135,10 +136,10 @@ def test_chunks_read_binary_by_partition_and_through_djangos_cursor_agree(owner:
     ]
     for kind in storage.KINDS:
         for case in cases:
-            pg = storage._chunks_read_pg(kind, run, **case)
-            portable = storage._chunks_read_portable(kind, run, **case)
+            pg = storage._chunks_read_pg(storage.ChunkQuery(kind, run, **case))
+            portable = storage._chunks_read_portable(storage.ChunkQuery(kind, run, **case))
             assert [(r, n, bytes(p)) for r, n, p in pg] == [(r, n, bytes(p)) for r, n, p in portable], case
-    everything = storage._chunks_read_pg(storage.STEPS, run, **cases[0])
+    everything = storage._chunks_read_pg(storage.ChunkQuery(storage.STEPS, run, **cases[0]))
     assert len(everything) == 4 * 3 + 1 + 1 and (3, 5) in [(r, n) for r, n, _ in everything]
 
 
@@ -215,22 +216,21 @@ def test_a_passs_outputs_written_in_one_statement_are_the_orms(owner: Tenant, pr
         services.run_analyze(run_id=uuid.UUID(run_id))  # an incremental pass: the state updated
     finally:
         services.pass_outputs_write = write  # type: ignore[attr-defined]
-    assert [call[-1].new for call in calls] == [True, False]
+    assert [call[0].state.new for call in calls] == [True, False]
     run = uuid.UUID(run_id)
 
     def start_over() -> None:
         # Another start than either pass left: a stale day to prune, an older state, default figures.
         RunAnalysis.objects.filter(pk=run).update(cost_usd=Decimal("1.5"), result={}, error="x", failures=2)
         RunAnalysisState.objects.filter(run_id=run).update(header=b"h", ranks=b"r", windows=b"w")
-        day = calls[0][2][0]
+        day = calls[0][0].days[0]
         RunDay.objects.create(run_id=run, day=day.day - timedelta(days=3), project_id=day.project_id, team_id=day.team_id)
         RunDay.objects.filter(run_id=run, day=day.day).update(cost_usd=Decimal(0), categories_usd={})
         RollupPending.objects.all().delete()
 
     for call in calls:
         for prune_days in (True, False):
-            args = list(call)
-            args[3] = prune_days
+            args = [dataclasses.replace(call[0], prune_days=prune_days)]
 
             pg = _undone(partial(_replay, start_over, pass_io._pass_outputs_pg, args), partial(_outputs, run))[1]
             orm = _undone(partial(_replay, start_over, pass_io._pass_outputs_orm, args), partial(_outputs, run))[1]

@@ -141,12 +141,10 @@ class Replay:
                 w.spool.release(entry)
             d.mark_unhealthy(retry_after(response))
             return False
+        requeue = d.spool if own else d.deliver  # this process's own entries go back to its spool
         if outcome == HALT and d.batch_unknown(request, response):
             for part in unbatch(request):
-                if own:
-                    d.spool(part)
-                else:
-                    d.deliver(part)
+                requeue(part)
             w.spool.remove(entry)
             return True
         if outcome == HALT:
@@ -160,10 +158,7 @@ class Replay:
             halves = split_request(request)
             if halves is not None:
                 for half in halves:
-                    if own:
-                        d.spool(half)
-                    else:
-                        d.deliver(half)
+                    requeue(half)
                 w.spool.remove(entry)
                 return True
         d.reject(request, response)

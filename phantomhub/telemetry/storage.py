@@ -264,12 +264,25 @@ def stored_rows(
     in chunks whose keys reach `key_hi_min` and start at most at `key_lo_max`, chunk after chunk
     in (rank, seq) order (not sorted by key: callers filter and sort); ``with_rank`` adds "rank"."""
     read = _chunks_read_pg if has_run_week() else _chunks_read_portable
-    fetched = read(kind, run_id, ranks, except_ranks, key_hi_min, key_lo_max)
+    fetched = read(ChunkQuery(kind, run_id, ranks, except_ranks, key_hi_min, key_lo_max))
     names = list(names)
     out = columns_from_payloads(kind, [bytes(p) for _, _, p in fetched], names)
     if with_rank:
         out["rank"] = np.repeat(np.array([r for r, _, _ in fetched], dtype=np.int64), [n for _, n, _ in fetched])
     return out
+
+
+@dataclass(frozen=True)
+class ChunkQuery:
+    """Which chunks stored_rows reads: the run's (of ``ranks``, or every rank but
+    ``except_ranks``) whose keys reach ``key_hi_min`` and start at most at ``key_lo_max``."""
+
+    kind: Kind
+    run_id: uuid.UUID
+    ranks: Sequence[int] | None = None
+    except_ranks: Sequence[int] | None = None
+    key_hi_min: int | None = None
+    key_lo_max: int | None = None
 
 
 def _keys_where(key_hi_min: int | None, key_lo_max: int | None) -> tuple[str, list[Any]]:
@@ -283,61 +296,47 @@ def _keys_where(key_hi_min: int | None, key_lo_max: int | None) -> tuple[str, li
     return where, params
 
 
-def _chunks_read_pg(
-    kind: Kind,
-    run_id: uuid.UUID,
-    ranks: Sequence[int] | None,
-    except_ranks: Sequence[int] | None,
-    key_hi_min: int | None,
-    key_lo_max: int | None,
-) -> list[tuple[int, int, Any]]:
+def _chunks_read_pg(q: ChunkQuery) -> list[tuple[int, int, Any]]:
     """stored_rows's (rank, n, payload) chunks on PostgreSQL: only the partitions the run's rows
     can be in, the ranks as array parameters (one statement text for any number of them), and
     binary results: the payloads come as they are stored, not hex-encoded text to decode.
     tests/test_sql_pairs.py pins it to the portable one."""
-    weeks, params = run_weeks_where(run_week(run_id))
+    weeks, params = run_weeks_where(run_week(q.run_id))
     where = f"run_id = %s{weeks}"
-    params = [run_id, *params]
-    if ranks is not None:
+    params = [q.run_id, *params]
+    if q.ranks is not None:
         where += " AND rank = ANY(%s)"
-        params.append(list(ranks))
-    if except_ranks:
+        params.append(list(q.ranks))
+    if q.except_ranks:
         where += " AND NOT (rank = ANY(%s))"
-        params.append(list(except_ranks))
-    keys, key_params = _keys_where(key_hi_min, key_lo_max)
+        params.append(list(q.except_ranks))
+    keys, key_params = _keys_where(q.key_hi_min, q.key_lo_max)
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
     with psycopg.Cursor(raw) as pg_cursor:
         pg_cursor.execute(
-            f"SELECT rank, n, payload FROM {kind.table} WHERE {where}{keys} ORDER BY rank, seq",
+            f"SELECT rank, n, payload FROM {q.kind.table} WHERE {where}{keys} ORDER BY rank, seq",
             [*params, *key_params],
             binary=True,
         )
         return pg_cursor.fetchall()
 
 
-def _chunks_read_portable(
-    kind: Kind,
-    run_id: uuid.UUID,
-    ranks: Sequence[int] | None,
-    except_ranks: Sequence[int] | None,
-    key_hi_min: int | None,
-    key_lo_max: int | None,
-) -> list[tuple[int, int, Any]]:
+def _chunks_read_portable(q: ChunkQuery) -> list[tuple[int, int, Any]]:
     """The same chunks through Django's cursor, the ranks as IN lists (SQLite; PostgreSQL runs it too)."""
     where = "run_id = %s"
-    params: list[Any] = [run_param(run_id)]
-    if ranks is not None:
-        where += f" AND rank IN ({', '.join(['%s'] * len(ranks))})" if ranks else " AND 1 = 0"
-        params += list(ranks)
-    if except_ranks:
-        where += f" AND rank NOT IN ({', '.join(['%s'] * len(except_ranks))})"
-        params += list(except_ranks)
-    keys, key_params = _keys_where(key_hi_min, key_lo_max)
+    params: list[Any] = [run_param(q.run_id)]
+    if q.ranks is not None:
+        where += f" AND rank IN ({', '.join(['%s'] * len(q.ranks))})" if q.ranks else " AND 1 = 0"
+        params += list(q.ranks)
+    if q.except_ranks:
+        where += f" AND rank NOT IN ({', '.join(['%s'] * len(q.except_ranks))})"
+        params += list(q.except_ranks)
+    keys, key_params = _keys_where(q.key_hi_min, q.key_lo_max)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT rank, n, payload FROM {kind.table} WHERE {where}{keys} ORDER BY rank, seq", [*params, *key_params]
+            f"SELECT rank, n, payload FROM {q.kind.table} WHERE {where}{keys} ORDER BY rank, seq", [*params, *key_params]
         )
         return cursor.fetchall()
 

@@ -297,15 +297,22 @@ def _columns(model: Any, names: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(f.column, f.db_type(connection)) for f in fields]
 
 
-def pass_outputs_write(
-    row: RunAnalysis,
-    serialized: Mapping[str, bytes],
-    days: list[RunDay],
-    prune_days: bool,
-    marked: list[date],
-    marked_at: datetime,
-    state: StateWrite,
-) -> None:
+@dataclass(frozen=True)
+class PassOutputs:
+    """What one pass stores: the analysis row (``serialized``: its JSON columns already
+    serialized), the run's days (with ``prune_days``, its other days deleted), the rollup marks of
+    ``marked`` (at ``marked_at``) and the state."""
+
+    row: RunAnalysis
+    serialized: Mapping[str, bytes]
+    days: list[RunDay]
+    prune_days: bool
+    marked: list[date]
+    marked_at: datetime
+    state: StateWrite
+
+
+def pass_outputs_write(out: PassOutputs) -> None:
     """Store the analysis row (``serialized``: JSON columns already serialized, written as they
     are; the others are ``row``'s attributes), the run's days (upserted; with ``prune_days``, its other days
     deleted: the run no longer covers a day it was written for), the rollup marks
@@ -317,69 +324,61 @@ def pass_outputs_write(
     into the SQL text, and the days and marks are arrays, so the statement text is the same from
     pass to pass (psycopg caches its parsing)."""
     write = _pass_outputs_pg if connection.vendor == "postgresql" else _pass_outputs_orm
-    write(row, serialized, days, prune_days, marked, marked_at, state)
+    write(out)
 
 
-def _pass_outputs_pg(
-    row: RunAnalysis,
-    serialized: Mapping[str, bytes],
-    days: list[RunDay],
-    prune_days: bool,
-    marked: list[date],
-    marked_at: datetime,
-    state: StateWrite,
-) -> None:
+def _pass_outputs_pg(out: PassOutputs) -> None:
     """pass_outputs_write in one statement (data-modifying CTEs, jsonb_to_recordset, arrays:
     PostgreSQL's). tests/test_sql_pairs.py pins it to the ORM's writes."""
     parts: list[str] = []
     params: list[Any] = []
     sets = []
     for field, (column, _) in zip(STORED_FIELDS, _columns(RunAnalysis, tuple(STORED_FIELDS)), strict=True):
-        if field in serialized:
-            params.append(Jsonb(serialized[field], dumps=_as_is))
+        if field in out.serialized:
+            params.append(Jsonb(out.serialized[field], dumps=_as_is))
         else:
-            value = getattr(row, column)
+            value = getattr(out.row, column)
             params.append(Jsonb(value, dumps=_orjson_dumps) if field in _JSON_FIELDS and value is not None else value)
         sets.append(f"{column} = %s")
     parts.append(f"a AS (UPDATE {RunAnalysis._meta.db_table} SET {', '.join(sets)} WHERE run_id = %s RETURNING 1)")
-    params.append(row.run_id)
-    if prune_days:
+    params.append(out.row.run_id)
+    if out.prune_days:
         parts.append(f"g AS (DELETE FROM {RunDay._meta.db_table} WHERE run_id = %s AND NOT (day = ANY(%s::date[])) RETURNING 1)")
-        params += [row.run_id, [d.day for d in days]]
-    if days:
+        params += [out.row.run_id, [d.day for d in out.days]]
+    if out.days:
         # The rows as one JSON parameter (jsonb_to_recordset types each column): no array to
         # adapt per column. Decimals go as strings (exact), floats in their shortest exact form.
         columns = _columns(RunDay, ("run", "day", *RUNDAY_FIELDS))
         names = [c for c, _ in columns]
-        params.append(orjson.dumps([{n: getattr(d, n) for n in names} for d in days], default=_decimal_text).decode())
+        params.append(orjson.dumps([{n: getattr(d, n) for n in names} for d in out.days], default=_decimal_text).decode())
         updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names[2:])
         parts.append(
             f"d AS (INSERT INTO {RunDay._meta.db_table} ({', '.join(names)}) SELECT {', '.join(names)} "
             f"FROM jsonb_to_recordset(%s::jsonb) AS d({', '.join(f'{n} {kind}' for n, kind in columns)}) "
             f"ON CONFLICT (run_id, day) DO UPDATE SET {updates} RETURNING 1)"
         )
-    if marked:
+    if out.marked:
         parts.append(
             f"m AS (INSERT INTO {RollupPending._meta.db_table} (day, marked_at) SELECT day, %s FROM unnest(%s::date[]) AS m(day) "
             "ON CONFLICT (day) DO UPDATE SET marked_at = EXCLUDED.marked_at RETURNING 1)"
         )
-        params += [marked_at, sorted(set(marked))]
+        params += [out.marked_at, sorted(set(out.marked))]
     state_table = RunAnalysisState._meta.db_table
-    if state.new:
+    if out.state.new:
         tail = (
             f"INSERT INTO {state_table} (run_id, header, ranks, windows) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (run_id) DO UPDATE SET header = EXCLUDED.header, ranks = EXCLUDED.ranks, windows = EXCLUDED.windows"
         )
-        params += [row.run_id, state.header, state.ranks, state.windows]
+        params += [out.row.run_id, out.state.header, out.state.ranks, out.state.windows]
     else:
         blobs = ["header = %s"]
-        params.append(state.header)
-        for name, blob in (("ranks", state.ranks), ("windows", state.windows)):
+        params.append(out.state.header)
+        for name, blob in (("ranks", out.state.ranks), ("windows", out.state.windows)):
             if blob is not None:
                 blobs.append(f"{name} = %s")
                 params.append(blob)
         tail = f"UPDATE {state_table} SET {', '.join(blobs)} WHERE run_id = %s"
-        params.append(row.run_id)
+        params.append(out.row.run_id)
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
@@ -399,37 +398,29 @@ def _decimal_text(value: Any) -> str:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def _pass_outputs_orm(
-    row: RunAnalysis,
-    serialized: Mapping[str, bytes],
-    days: list[RunDay],
-    prune_days: bool,
-    marked: list[date],
-    marked_at: datetime,
-    state: StateWrite,
-) -> None:
+def _pass_outputs_orm(out: PassOutputs) -> None:
     """pass_outputs_write through the ORM's upserts (SQLite)."""
-    for field, raw in serialized.items():
-        setattr(row, field, orjson.loads(raw))
-    row.save(update_fields=STORED_FIELDS)
-    if prune_days:
-        RunDay.objects.filter(run_id=row.run_id).exclude(day__in=[d.day for d in days]).delete()
+    for field, raw in out.serialized.items():
+        setattr(out.row, field, orjson.loads(raw))
+    out.row.save(update_fields=STORED_FIELDS)
+    if out.prune_days:
+        RunDay.objects.filter(run_id=out.row.run_id).exclude(day__in=[d.day for d in out.days]).delete()
     # One upsert: a live run's days are rewritten by every analysis.
-    RunDay.objects.bulk_create(days, update_conflicts=True, unique_fields=["run", "day"], update_fields=RUNDAY_FIELDS)
+    RunDay.objects.bulk_create(out.days, update_conflicts=True, unique_fields=["run", "day"], update_fields=RUNDAY_FIELDS)
     RollupPending.objects.bulk_create(
-        [RollupPending(day=day, marked_at=marked_at) for day in marked],
+        [RollupPending(day=day, marked_at=out.marked_at) for day in out.marked],
         update_conflicts=True,
         unique_fields=["day"],
         update_fields=["marked_at"],
     )
-    if state.new:
+    if out.state.new:
         RunAnalysisState.objects.update_or_create(
-            run_id=row.run_id, defaults={"header": state.header, "ranks": state.ranks, "windows": state.windows}
+            run_id=out.row.run_id, defaults={"header": out.state.header, "ranks": out.state.ranks, "windows": out.state.windows}
         )
         return
-    fields: dict[str, Any] = {"header": state.header}
-    if state.ranks is not None:
-        fields["ranks"] = state.ranks
-    if state.windows is not None:
-        fields["windows"] = state.windows
-    RunAnalysisState.objects.filter(run_id=row.run_id).update(**fields)
+    fields: dict[str, Any] = {"header": out.state.header}
+    if out.state.ranks is not None:
+        fields["ranks"] = out.state.ranks
+    if out.state.windows is not None:
+        fields["windows"] = out.state.windows
+    RunAnalysisState.objects.filter(run_id=out.row.run_id).update(**fields)

@@ -55,6 +55,7 @@ from phantomhub.waste.models import (
 )
 from phantomhub.waste.pass_io import (
     PassInputs,
+    PassOutputs,
     Policy,
     RankRows,
     StateWrite,
@@ -405,7 +406,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
                 "days": [d.day.isoformat() for d in day_rows],
             },
         )
-        pass_outputs_write(row, serialized, day_rows, prune_days, marked, timezone.now(), state)
+        pass_outputs_write(PassOutputs(row, serialized, day_rows, prune_days, marked, timezone.now(), state))
     return row
 
 

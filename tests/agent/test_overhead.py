@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import phantomhub_agent as pa
+from bench.agent_overhead import timed_step
 from phantomhub_agent._spool import decode_file
 
 from .conftest import FakeServer, free_port
@@ -24,20 +25,8 @@ def items(n: int) -> Iterator[int]:
 
 def step_costs(run: pa.Run, n: int) -> list[int]:
     """Training-thread time of each step: data wait, step, forward/backward/optimizer, no work."""
-    pc = time.perf_counter_ns
-    costs = []
     batches = run.data(items(n))
-    for _ in range(n):
-        t0 = pc()
-        next(batches)
-        with run.step(tokens=4096, samples=8):
-            with run.stage("forward"):
-                pass
-            with run.stage("backward"):
-                pass
-            with run.stage("optimizer"):
-                pass
-        costs.append(pc() - t0)
+    costs = [timed_step(run, batches) for _ in range(n)]  # the step bench/agent_overhead.py times
     return sorted(costs[n // 10 :])  # without the warm-up
 
 
