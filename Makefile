@@ -15,7 +15,7 @@ TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 # The edit loop's tests: none that start a server, a Celery worker, a browser or a training loop, none slow.
 FAST_TESTS := not live_server and not celery and not browser and not training and not slow
-xdist = $(if $(filter-out 0 1,$(1)),-n $(1) --dist loadgroup,)
+xdist = $(if $(filter-out 0 1,$(1)),-n $(1) --dist loadgroup --no-loadscope-reorder,)
 
 .PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-fast test-frontend lint fmt typecheck check bench fleet-sim soak screenshots clean
 

@@ -119,15 +119,61 @@ def xdist_group_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def empties_the_database(item: pytest.Item) -> bool:
+    """Whether the test leaves its worker's test database emptied: a transactional test (Django
+    flushes every table after it, the rows the migrations seeded with them), or one whose server or
+    worker processes write to it (their fixtures flush it when done)."""
+    marker = item.get_closest_marker("django_db")
+    transactional = bool(marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return (
+        transactional
+        or bool(fixtures & {"transactional_db", "live_server"})
+        or any(item.get_closest_marker(name) for name in ("live_server", "celery"))
+    )
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects and before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(needs_of(item) - {m.name for m in item.iter_markers()}):
             item.add_marker(marker)
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
-    if getattr(config.option, "loadgroup", False) and hasattr(config, "workerinput"):
-        _group_node_ids(items)
+            group = xdist_group_of(item)
+            # A module's tests that empty the database are a unit of their own, queued after the rest.
+            item.add_marker(pytest.mark.xdist_group(group + (":late" if empties_the_database(item) else "")))
+
+
+class WorkUnits:
+    @pytest.hookimpl(trylast=True)  # after pytest-django's own order (database tests, then transactional ones)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        order_work_units(config, items)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(WorkUnits(), "phantomhub-work-units")
+
+
+def order_work_units(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order `make test` hands out work units in (it runs with --no-loadscope-reorder): first
+    the tests that need the rows the migrations seeded (example prices), then the ones that empty a
+    worker's database, so no worker runs one of the first after one of the second, as pytest-django
+    orders a run in one process; the groups with the most tests first within each part."""
+    if not (getattr(config.option, "loadgroup", False) and hasattr(config, "workerinput")):
+        return  # one process: pytest-django's order stands
+    groups = [_group_of(item) for item in items]
+    size: dict[str, int] = {}
+    for group in groups:
+        size[group] = size.get(group, 0) + 1
+    order = {id(item): (group.endswith(":late"), -size[group]) for item, group in zip(items, groups, strict=True)}
+    items.sort(key=lambda item: order[id(item)])
+    _group_node_ids(items)
+
+
+def _group_of(item: pytest.Item) -> str:
+    return "_".join(
+        sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+    )
 
 
 def _group_node_ids(items: list[pytest.Item]) -> None:
@@ -140,8 +186,7 @@ def _group_node_ids(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.rfind("@") > item.nodeid.rfind("]"):
             continue  # already grouped
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
-        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+        item._id = NodeId.parse(f"{item.nodeid}@{_group_of(item)}")  # type: ignore[attr-defined]
 
 
 # -- free ports ---------------------------------------------------------------------------------------
