@@ -33,6 +33,7 @@ def test_beat_schedule_is_the_one_list_of_jobs() -> None:
         assert periodic._task(job).name == job.task  # the sweeper calls the same task
 
 
+@pytest.mark.django_db  # each job runs between close_old_connections(), as the sweeper's thread does
 def test_the_embedded_sweeper_runs_each_job_when_due_and_a_failure_skips_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(settings, "CELERY_TASK_ALWAYS_EAGER", True)
     ran: list[str] = []
