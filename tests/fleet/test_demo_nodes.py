@@ -18,6 +18,7 @@ from phantomhub.periods import range_period
 NOW = datetime(2026, 11, 10, 12, 0, 7, tzinfo=UTC)
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 @pytest.mark.django_db(transaction=True)
 def test_demo_nodes_fill_the_fleet_page_and_a_second_seeding_adds_only_new_samples(
     h100_price, server_threads_close_connections

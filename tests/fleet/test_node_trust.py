@@ -193,6 +193,7 @@ def many_owners(n: int) -> None:
     )
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 def test_a_rule_save_with_many_owners_answers_fast_and_a_job_re_attributes_them(admin: APIClient, teams: dict[str, Team]) -> None:
     many_owners(10_000)
     started = time.perf_counter()
@@ -277,6 +278,7 @@ def test_without_a_broker_the_job_runs_beside_the_request_and_its_progress_shows
     assert Owner.objects.filter(team=teams["nlp"]).count() == 3000
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_starts_each_nodes_spec_history_and_binds_old_node_tokens_to_the_nodes_known() -> None:
     from django.db import connection

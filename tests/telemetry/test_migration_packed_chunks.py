@@ -32,7 +32,7 @@ from phantomhub.telemetry.storage import SAMPLES, STEPS
 from tests import rawrows
 from tests.conftest import T0_NS, Tenant
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backends]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.backends, pytest.mark.slow]  # migrations back and forth
 
 OLD = ("telemetry", "0008_raw_rows_checked_per_batch")
 NEW = ("telemetry", "0009_packed_chunks")

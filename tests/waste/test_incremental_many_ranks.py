@@ -71,6 +71,7 @@ def assert_same(full: Any, live: Any) -> None:
     assert_same_analysis(full.to_json(), live.to_json())
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3 * S), st.randoms(use_true_random=False), st.booleans())
 def test_any_batch_split_over_ranks_equals_one_full_analysis(run, extra_ns, rnd, roundtrip):
@@ -129,6 +130,7 @@ def lockstep_runs(draw: st.DrawFn) -> RunInputs:
     return RunInputs(config=config, end_ns=int(starts[-1]) + step_ns + draw(st.integers(0, 2 * S)), steps=batches)
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lockstep_runs(), st.randoms(use_true_random=False), st.booleans())
 def test_stragglers_found_live_over_many_ranks_are_those_of_a_full_analysis(run, rnd, roundtrip):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,7 @@ def stored_rank(draw: st.DrawFn, rising: bool = False) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 @settings(max_examples=200, deadline=None)
 @given(st.lists(stored_rank(), min_size=1, max_size=12))
 def test_many_ranks_read_like_one_rank_at_a_time(ranks):

@@ -67,6 +67,7 @@ def _ending_after_every_row(run: RunInputs, extra_ns: int) -> RunInputs:
     return RunInputs(config=run.config, end_ns=max(run.end_ns, last) + extra_ns, steps=run.steps, samples=run.samples)
 
 
+@pytest.mark.slow  # seconds: make test runs it, make check does not
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3 * S), st.randoms(use_true_random=False), st.booleans())
 def test_incremental_analysis_equals_from_scratch(run, extra_ns, rnd, roundtrip):
