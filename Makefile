@@ -65,9 +65,10 @@ run: frontend demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT 
 	@echo "PhantomHub on http://127.0.0.1:$(PHANTOMHUB_PORT)/  (API docs: /api/docs/)"
 	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --config deploy/gunicorn_embedded.py --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
 
-test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, everything on PostgreSQL, storage tests again on SQLite
+test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, everything on PostgreSQL (in parallel, then the timing tests alone), storage tests again on SQLite
 	cd frontend && npm test
-	$(PYTEST) $(call xdist,$(TEST_WORKERS))
+	$(PYTEST) -m "not alone" $(call xdist,$(TEST_WORKERS))
+	$(PYTEST) -m alone
 	PHANTOMHUB_TEST_BACKEND=sqlite $(PYTEST) -m backends -q $(call xdist,$(TEST_WORKERS))
 
 test-fast: venv-dev ## the fast tests only: no servers, Celery workers, browsers, training loops or slow tests

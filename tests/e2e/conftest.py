@@ -179,8 +179,11 @@ def api(server: Server) -> Api:
     return Api(server.url, *ADMIN)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(server: Server) -> Iterator[Any]:
+    # A module's browser, not the session's: Playwright's sync API keeps an event loop running in
+    # this thread while it is open, and Django refuses database calls from a thread with a running
+    # loop, so a test that runs after the e2e modules on the same xdist worker must find it closed.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -23,7 +23,7 @@ from bench.savings_cases import CASES, case_prove, details, table
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from phantomhub.waste.selectors import rank_figures_of  # noqa: E402
 from phantomhub.waste.services import run_analyze  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.alone]
 ROOT = Path(__file__).resolve().parents[2]
 STALL_S = 0.04
 STEPS = 60
