@@ -77,6 +77,7 @@ def within(values: list[int], expected_ns: int) -> bool:
     )
 
 
+@pytest.mark.alone  # asserts on measured sleeps: other load on the machine lengthens them
 def test_injected_sleeps_land_in_the_right_columns(live: LiveServer, agent_kwargs: dict[str, Any]) -> None:
     run = pa.init(
         project="agent",
