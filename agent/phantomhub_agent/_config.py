@@ -70,6 +70,10 @@ class Settings:
     timing: str = "auto"
     # Allocator stats are read at most this often (they cost tens of microseconds).
     memory_interval_s: float = 0.05
+    # SIGTERM with no handler of the program's own: finish the run ("failed", cause "sigterm")
+    # within finish_timeout_s, then die of the signal as before. Installed by init() in the main
+    # thread only, and never over a handler the program set.
+    handle_sigterm: bool = True
 
 
 _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -87,6 +91,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "timing": ("PHANTOMHUB_TIMING", str),
     "wire": ("PHANTOMHUB_WIRE", str),
     "node_batches": ("PHANTOMHUB_NODE_BATCHES", lambda v: _parse_bool(v)),
+    "handle_sigterm": ("PHANTOMHUB_HANDLE_SIGTERM", lambda v: _parse_bool(v)),
 }
 
 

@@ -13,7 +13,8 @@ lock. A request is POSTed (``_transport``) and classified by its answer:
 - 401, 403, 404: halted. The request and everything after it is spooled, for
   ``phantomhub-agent sync``. A batch's 404 that is not "run not found" (a server without the batch
   endpoint) switches to the separate endpoints instead, the batch in hand split (``unbatch``).
-- any other 4xx: rejected, dropped and counted, not retried.
+- any other 4xx: rejected, dropped and counted, not retried. Except a registration's 400 naming
+  its ``job`` field (a server older than jobs): it is sent again at once without the field.
 
 Delivery order is FIFO per process: while this process has spooled requests of its run
 (``own_backlog``), new ones are appended to the spool too, and the replay (``_replay``) drains it
@@ -24,6 +25,9 @@ between. A peer's batches on a node that sends one request per node take the han
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
+import json
 import time
 from typing import TYPE_CHECKING
 
@@ -36,6 +40,27 @@ from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Response, back
 
 if TYPE_CHECKING:
     from ._worker import Worker
+
+
+def job_refused(response: Response) -> bool:
+    """A 400 naming the registration's ``job`` field: a server that does not take jobs yet."""
+    data = response.json()
+    error = data.get("error") if isinstance(data, dict) else None
+    fields = error.get("fields") if isinstance(error, dict) else None
+    return isinstance(fields, dict) and any(name == "job" or str(name).startswith("job.") for name in fields)
+
+
+def without_job(request: SpooledRequest) -> SpooledRequest | None:
+    """The registration without its ``job`` field (None when it has none, or is unreadable)."""
+    try:
+        raw = gzip.decompress(request.body) if request.gzipped else request.body
+        payload = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(payload, dict) or "job" not in payload:
+        return None
+    del payload["job"]
+    return dataclasses.replace(request, body=b.encode_json(payload), gzipped=False)
 
 
 def retry_after(response: Response | None) -> float | None:
@@ -167,6 +192,15 @@ class Delivery:
                 w.spool.root,
             )
             return RETRY, None
+        if response.status == 400 and request.kind == "run" and job_refused(response):
+            stripped = without_job(request)
+            if stripped is not None:  # a server older than jobs: the run without its job link
+                w.once.warning(
+                    "no-jobs",
+                    "phantomhub: server %s does not know jobs; the run is registered without its job",
+                    w.settings.server,
+                )
+                return self.send(stripped, timeout)
         outcome = classify(response.status)
         if outcome == RETRY:
             w.counters.send_failures += 1

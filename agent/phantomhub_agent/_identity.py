@@ -18,6 +18,15 @@ Run id, in order of precedence:
 5. Otherwise a fresh uuid4 (a warning is logged when the world size is above one: set
    PHANTOMHUB_RUN_ID so that the ranks agree).
 
+Each attempt of a job is its own run: when an attempt number above 0 is known (``attempt=``,
+``PHANTOMHUB_ATTEMPT`` or the launcher's restart count, see ``resolve_job``), the ids of 1. (a
+string that is not a UUID) and 2. are derived with it (``<id>/a<attempt>``,
+``torchelastic/<id>/a<attempt>/<n>``), so a restart registers a new run instead of reusing the
+step numbers of the previous one. Attempt 0 keeps the ids agents derived before jobs existed.
+
+The job (``resolve_job``) is the training objective across attempts: ``job=`` or
+``PHANTOMHUB_JOB``, else the launcher's (torchelastic, then Slurm, then Kubernetes).
+
 The server keys runs by (project, this id), so an id another project uses never blocks or
 reaches this one's run; the scope in 2 and 4 only keeps accidental collisions rare, so that the
 run's server-wide id usually equals the id derived here.
@@ -102,6 +111,14 @@ def detect_identity(env: Mapping[str, str] | None = None) -> Identity:
     return ident
 
 
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def normalize_run_id(value: str) -> str:
     try:
         return str(uuid.UUID(value))
@@ -135,20 +152,30 @@ def _derived(key: str, scope: str | None) -> str:
 
 
 def resolve_run_id(
-    explicit: str | None, ident: Identity, env: Mapping[str, str] | None = None, *, scope: str | None = None
+    explicit: str | None,
+    ident: Identity,
+    env: Mapping[str, str] | None = None,
+    *,
+    scope: str | None = None,
+    attempt: int | None = None,
 ) -> tuple[str, str]:
     """The run id and how it was found (for the run's environment record); `scope` (from
-    run_id_scope) goes into the ids derived from the launcher."""
+    run_id_scope) goes into the ids derived from the launcher, `attempt` (above 0) into the ids
+    derived from a name, so that each attempt of a job is a run of its own."""
     global _init_count
     env = os.environ if env is None else env
     n = _init_count
     _init_count += 1
+    later = attempt is not None and attempt > 0
     chosen = explicit or env.get("PHANTOMHUB_RUN_ID")
     if chosen:
+        if later and not _is_uuid(chosen):
+            return normalize_run_id(f"{chosen}/a{attempt}"), "explicit"
         return normalize_run_id(chosen), "explicit"
     elastic = env.get("TORCHELASTIC_RUN_ID")
     if elastic and elastic.lower() != "none" and ident.world_size > 1:
-        return _derived(f"torchelastic/{elastic}/{n}", scope), "torchelastic"
+        key = f"torchelastic/{elastic}/a{attempt}/{n}" if later else f"torchelastic/{elastic}/{n}"
+        return _derived(key, scope), "torchelastic"
     if ident.world_size > 1:
         from_store = _run_id_from_store(ident, n)
         if from_store is not None:
@@ -183,3 +210,137 @@ def _run_id_from_store(ident: Identity, n: int) -> str | None:
     except Exception as exc:  # the store is best effort: fall back to the next method
         logger.debug("phantomhub: run id via the process group store failed: %s", exc)
         return None
+
+
+# -- jobs: one training objective across attempts ---------------------------------------------------
+
+JOB_KEY_MAX_CHARS = 200
+JOB_SOURCES = ("explicit", "torchelastic", "slurm", "kubernetes")
+# Where a pod reads its namespace when POD_NAMESPACE is not set (the service account's mount).
+K8S_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """The job a run is an attempt of: its key (unique within the project), the attempt number
+    when one is known, and where the key came from (one of JOB_SOURCES)."""
+
+    key: str
+    attempt: int | None
+    source: str
+
+    def wire(self) -> dict[str, Any]:
+        """The register body's ``job`` field."""
+        out: dict[str, Any] = {"key": self.key, "source": self.source}
+        if self.attempt is not None:
+            out["attempt"] = self.attempt
+        return out
+
+
+def check_job_key(value: Any) -> str:
+    """A job key as given: a string of 1 to 200 characters (surrounding blanks removed)."""
+    if not isinstance(value, str):
+        raise TypeError(f"job must be a string, not {type(value).__name__}")
+    key = value.strip()
+    if not key:
+        raise ValueError("job must not be empty")
+    if len(key) > JOB_KEY_MAX_CHARS:
+        raise ValueError(f"job must be at most {JOB_KEY_MAX_CHARS} characters, not {len(key)}")
+    return key
+
+
+def check_attempt(value: Any) -> int:
+    """An attempt number: an int >= 0 (a string of digits from the environment too)."""
+    if isinstance(value, bool):
+        raise TypeError("attempt must be an int >= 0, not a bool")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.isdigit():
+            raise ValueError(f"attempt must be an int >= 0, not {value!r}")
+        return int(text)
+    if not isinstance(value, int):
+        raise TypeError(f"attempt must be an int >= 0, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"attempt must be an int >= 0, not {value}")
+    return value
+
+
+def _k8s_namespace(env: Mapping[str, str]) -> str | None:
+    namespace = (env.get("POD_NAMESPACE") or "").strip()
+    if namespace:
+        return namespace
+    try:
+        with open(K8S_NAMESPACE_FILE, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _launcher_job(env: Mapping[str, str]) -> tuple[str, str, str | None] | None:
+    """(key, source, the variable holding the launcher's attempt count) of the launcher's job."""
+    elastic = (env.get("TORCHELASTIC_RUN_ID") or "").strip()
+    if elastic and elastic.lower() != "none":
+        return f"torchelastic/{elastic}", "torchelastic", "TORCHELASTIC_RESTART_COUNT"
+    slurm = (env.get("SLURM_JOB_ID") or "").strip()
+    if slurm:
+        array, task = (env.get("SLURM_ARRAY_JOB_ID") or "").strip(), (env.get("SLURM_ARRAY_TASK_ID") or "").strip()
+        key = f"slurm/{array}_{task}" if array and task else f"slurm/{slurm}"
+        return key, "slurm", "SLURM_RESTART_COUNT"
+    name = (env.get("JOBSET_NAME") or env.get("JOB_NAME") or "").strip()
+    if name and (env.get("KUBERNETES_SERVICE_HOST") or env.get("POD_NAMESPACE")):
+        namespace = _k8s_namespace(env)
+        if namespace is None:
+            logger.warning(
+                "phantomhub: Kubernetes job %r without a namespace (set POD_NAMESPACE from metadata.namespace); "
+                "the run is not linked to a job",
+                name,
+            )
+            return None
+        return f"kubernetes/{namespace}/{name}", "kubernetes", None
+    return None
+
+
+def resolve_job(
+    job: Any = None, attempt: Any = None, env: Mapping[str, str] | None = None
+) -> tuple[Job | None, int | None, list[str]]:
+    """The job of this run, its attempt number, and the problems met (bad values, each ignored).
+
+    Job key: ``job`` or PHANTOMHUB_JOB, else torchelastic (``torchelastic/<TORCHELASTIC_RUN_ID>``),
+    else Slurm (``slurm/<SLURM_JOB_ID>``, ``slurm/<array>_<task>`` for an array task), else
+    Kubernetes (``kubernetes/<namespace>/<JOBSET_NAME or JOB_NAME>``), else none. Attempt:
+    ``attempt`` or PHANTOMHUB_ATTEMPT, else the launcher's count (TORCHELASTIC_RESTART_COUNT,
+    SLURM_RESTART_COUNT with 0 when unset), else None. The attempt is returned without a job too:
+    it still goes into the run id (``resolve_run_id``).
+    """
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    key: str | None = None
+    source = ""
+    given = job if job is not None else env.get("PHANTOMHUB_JOB")
+    where = "job" if job is not None else "PHANTOMHUB_JOB"
+    if given is not None and not (job is None and str(given).strip() == ""):
+        try:
+            key, source = check_job_key(given), "explicit"
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{where}={given!r}: {exc}; the launcher's job is used, if any")
+    launcher = _launcher_job(env)
+    if key is None and launcher is not None:
+        key, source = launcher[0], launcher[1]
+    number: int | None = None
+    given_attempt = attempt if attempt is not None else env.get("PHANTOMHUB_ATTEMPT")
+    where = "attempt" if attempt is not None else "PHANTOMHUB_ATTEMPT"
+    if given_attempt is not None and not (attempt is None and str(given_attempt).strip() == ""):
+        try:
+            number = check_attempt(given_attempt)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{where}={given_attempt!r}: {exc}; the launcher's count is used, if any")
+    if number is None and launcher is not None and launcher[2] is not None:
+        raw = (env.get(launcher[2]) or "").strip()
+        if raw == "" and launcher[1] == "slurm":
+            number = 0
+        elif raw:
+            try:
+                number = check_attempt(raw)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{launcher[2]}={raw!r}: {exc}")
+    return (Job(key, number, source) if key is not None else None), number, problems

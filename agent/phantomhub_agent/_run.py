@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import os
 import platform
+import signal
 import sys
 import threading
 import time
@@ -22,8 +23,9 @@ from typing import Any, Callable, TypeVar
 from . import _hotpath as hp
 from ._batcher import encode_json
 from ._config import DTYPES, PRICING_TIERS, Settings, settings_from
+from ._ends import end_cause, sigterm_cause
 from ._gpus import rank_gpus
-from ._identity import Identity, detect_identity, resolve_run_id, run_id_scope
+from ._identity import Identity, Job, detect_identity, resolve_job, resolve_run_id, run_id_scope
 from ._log import AgentError, OnceLogger, logger
 from ._registry import RunRecord
 from ._spool import token_fingerprint
@@ -42,6 +44,8 @@ _previous_excepthook: Callable[..., Any] | None = None
 # When the latest run of this process finished (epoch ns): the next run's allocation starts there.
 _last_finish_ns: int | None = None
 _finish_lock = threading.Lock()
+# The process that installed the SIGTERM handler (a forked child inherits it, and only re-raises).
+_sigterm_pid: int | None = None
 
 
 def _iso(ts: float) -> str:
@@ -173,6 +177,52 @@ class _Phase:
             self._run._error(err)
 
 
+def _int_or_none(value: Any, what: str) -> int | None:
+    """An int >= 0 for an event's data, None when not given; ValueError/TypeError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int >= 0, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must be an int >= 0, not {value}")
+    return int(value)
+
+
+class _Checkpoint:
+    """``run.checkpoint(step)`` and ``run.restoring(step)``: a "checkpoint" or "restore" phase
+    around the block (its blocking time), with ``data`` {step, bytes, async}. Set ``.bytes``
+    inside the block once the size is known. Nothing is recorded but one event at the end."""
+
+    __slots__ = ("_async", "_name", "_run", "_t0", "bytes", "step")
+
+    def __init__(self, run: Run, name: str, step: int, size: int | None, async_: bool | None) -> None:
+        self._run = run
+        self._name = name
+        self.step = step
+        self.bytes = size
+        self._async = async_
+        self._t0 = 0
+
+    def __enter__(self) -> _Checkpoint:
+        self._t0 = time.perf_counter_ns()
+        try:
+            self._run._rec.mark(MARK_BOUNDARY, self._t0)
+        except Exception as exc:
+            self._run._error(exc)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        t1 = time.perf_counter_ns()
+        run = self._run
+        try:
+            data = run._checkpoint_data(self.step, self.bytes, self._async)
+            if exc_type is not None:  # the time was spent all the same; say the save failed
+                data["error"] = f"{exc_type.__module__}.{exc_type.__qualname__}"
+            run._phase_event(self._name, self._t0, t1, data)
+        except Exception as err:
+            run._error(err)
+
+
 class Run:
     """One training run as seen from this process (one rank)."""
 
@@ -195,17 +245,23 @@ class Run:
         run_id: str | None = None,
         gpu_devices: Sequence[int] | None = None,
         identity: Identity | None = None,
+        job: str | None = None,
+        attempt: int | None = None,
     ) -> None:
         self.settings = settings
         self.debug = settings.debug
         self._once = OnceLogger()
         self._finished = False
         self._forked_child = False
-        self._lock = threading.Lock()
+        # Reentrant: the SIGTERM handler may finish the run while the main thread is in finish().
+        self._lock = threading.RLock()
         self.identity = identity or detect_identity()
         project = project or os.environ.get("PHANTOMHUB_PROJECT")
         team = team or os.environ.get("PHANTOMHUB_TEAM")
-        self.id, self.run_id_source = resolve_run_id(run_id, self.identity, scope=run_id_scope(team, project))
+        self.job, self.attempt = self._resolve_job(job, attempt)
+        self.id, self.run_id_source = resolve_run_id(
+            run_id, self.identity, scope=run_id_scope(team, project), attempt=self.attempt
+        )
         self.rank = self.identity.rank
         self.world_size = self.identity.world_size
         self._clock_offset_ns = time.time_ns() - time.perf_counter_ns()
@@ -271,6 +327,18 @@ class Run:
             request = self._worker.make_request("run", "/api/v1/runs", self.metadata)
             self._rec.push_item(("request", request))
             self._registry_open(project)
+
+    def _resolve_job(self, job: Any, attempt: Any) -> tuple[Job | None, int | None]:
+        """The job and attempt (``resolve_job``); a bad value is an internal error (logged and
+        ignored, raised in debug mode), never a reason to lose the run."""
+        try:
+            found, number, problems = resolve_job(job, attempt)
+        except Exception as exc:
+            self._error(exc)
+            return None, None
+        for problem in problems:
+            self._error(ValueError(problem))
+        return found, number
 
     def _registry_open(self, project: str | None) -> None:
         """This process's entry in the host's run registry (read by ``phantomhub-agent node``)."""
@@ -356,6 +424,8 @@ class Run:
             "started_at": _iso(self._started_at),
             "config": _jsonable(given["config"]),
             "environment": self._environment(),
+            # Only when a job is known: the run is an attempt of it (docs/agent.md, "Jobs").
+            "job": self.job.wire() if self.job is not None else None,
         }
         return {k: v for k, v in payload.items() if v is not None}
 
@@ -510,14 +580,66 @@ class Run:
         """Context manager for non-step time: eval, checkpoint, ... (sent as a "phase" event)."""
         return _Phase(self, name)
 
-    def record_phase(self, name: str, start_pc: int, end_pc: int) -> None:
+    def record_phase(self, name: str, start_pc: int, end_pc: int, data: Mapping[str, Any] | None = None) -> None:
         """A phase measured elsewhere (``time.perf_counter_ns`` readings), e.g. by a framework hook."""
         try:
             self._rec.mark(MARK_BOUNDARY, start_pc)
-            start = start_pc + self._clock_offset_ns
-            self._event("phase", t_ns=start, name=name, t_start_ns=start, dur_ns=max(0, end_pc - start_pc))
+            self._phase_event(name, start_pc, end_pc, data)
         except Exception as exc:
             self._error(exc)
+
+    def _phase_event(self, name: str, start_pc: int, end_pc: int, data: Mapping[str, Any] | None) -> None:
+        start = start_pc + self._clock_offset_ns
+        fields: dict[str, Any] = {"name": name, "t_start_ns": start, "dur_ns": max(0, end_pc - start_pc)}
+        if data:
+            fields["data"] = dict(data)
+        self._event("phase", t_ns=start, **fields)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def _checkpoint_data(self, step: Any, size: Any, async_: bool | None) -> dict[str, Any]:
+        """{step, bytes, async} without the values not given; a bad value is reported and left out."""
+        data: dict[str, Any] = {}
+        for key, value in (("step", step), ("bytes", size)):
+            try:
+                checked = _int_or_none(value, key)
+            except (TypeError, ValueError) as exc:
+                self._error(exc)
+                continue
+            if checked is not None:
+                data[key] = checked
+        if async_ is not None:
+            data["async"] = bool(async_)
+        return data
+
+    def checkpoint(self, step: int, bytes: int | None = None, async_: bool = False) -> _Checkpoint:
+        """Context manager around a checkpoint save: a "checkpoint" phase of the time the block
+        blocked training, with data {step, bytes, async}. Set ``.bytes`` inside the block when the
+        size is known only then; ``async_=True`` when the block only stages an asynchronous save.
+
+            with run.checkpoint(step) as ck:
+                torch.save(state, path)
+                ck.bytes = os.path.getsize(path)
+        """
+        return _Checkpoint(self, "checkpoint", step, bytes, bool(async_))
+
+    def restoring(self, step: int, bytes: int | None = None) -> _Checkpoint:
+        """Context manager around loading a checkpoint: a "restore" phase of the load, with data
+        {step, bytes} (``step``: the step the checkpoint was saved at)."""
+        return _Checkpoint(self, "restore", step, bytes, None)
+
+    def restored(self, step: int, bytes: int | None = None, started_pc: int | None = None) -> None:
+        """After loading a checkpoint saved at ``step``: a "restore" phase from ``started_pc`` (a
+        ``time.perf_counter_ns()`` reading taken before the load) to now, or of no length now."""
+        end = time.perf_counter_ns()
+        try:
+            start = end if started_pc is None else int(started_pc)
+            if start > end:
+                raise ValueError("started_pc is later than now: take it with time.perf_counter_ns() before the load")
+        except (TypeError, ValueError) as exc:
+            self._error(exc)
+            start = end
+        self.record_phase("restore", start, end, self._checkpoint_data(step, bytes, None))
 
     # -- lower-level hooks for integrations -------------------------------------------------------
 
@@ -597,8 +719,20 @@ class Run:
             self._error(exc)
             return False
 
-    def finish(self, status: str = "finished", timeout: float | None = None) -> None:
-        """Ends the run: last step closed, finish event sent, everything flushed within ``timeout``."""
+    def finish(self, status: str = "finished", timeout: float | None = None, *, exception: BaseException | None = None) -> None:
+        """Ends the run: last step closed, finish event sent, everything flushed within ``timeout``.
+
+        ``exception``: what ended the run, if anything; its cause (oom, collective_timeout,
+        exception), type and message go with the finish event (``_ends``)."""
+        data: dict[str, Any] | None = None
+        if exception is not None:
+            try:
+                data = end_cause(exception)
+            except Exception as exc:
+                self._error(exc)
+        self._end(status, timeout, data)
+
+    def _end(self, status: str, timeout: float | None, data: dict[str, Any] | None) -> None:
         with self._lock:
             if self._finished:
                 return
@@ -614,7 +748,10 @@ class Run:
             rec.mark(MARK_END, time.perf_counter_ns())
             if not self._forked_child:
                 finished_ns = time.time_ns() // 1000 * 1000  # microseconds: what the server keeps
-                self._event("finish", status=status, t_ns=finished_ns)
+                if data:
+                    self._event("finish", status=status, t_ns=finished_ns, data=data)
+                else:
+                    self._event("finish", status=status, t_ns=finished_ns)
                 _run_finished_at(finished_ns)
             if rec.enabled:
                 self._worker.finish(self.settings.finish_timeout_s if timeout is None else timeout)
@@ -631,14 +768,14 @@ class Run:
         self._rec.live = False
         self._worker.after_fork_in_child()
         self._once.reset()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def __enter__(self) -> Run:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         clean = exc_type is None or (isinstance(exc, SystemExit) and exc.code in (0, None))
-        self.finish("finished" if clean else "crashed")
+        self.finish("finished" if clean else "crashed", exception=None if clean else exc)
 
     def __repr__(self) -> str:
         return f"<phantomhub Run {self.id} rank={self.rank}/{self.world_size} mode={self.settings.mode}>"
@@ -669,7 +806,7 @@ def _nvidia_driver() -> str | None:
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     for run in list(_active):
         try:
-            run.finish("crashed")
+            run.finish("crashed", exception=exc)
         except Exception as err:  # never mask the user's exception
             logger.error("phantomhub: could not mark the run crashed: %r", err)
     previous = _previous_excepthook or sys.__excepthook__
@@ -690,6 +827,40 @@ def _at_exit() -> None:
 def _after_fork_in_child() -> None:
     for run in list(_active):
         run._after_fork_in_child()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM with no handler of the program's: finish the runs ("failed", cause "sigterm")
+    within their finish timeout, then die of SIGTERM as the default action would have."""
+    try:
+        if os.getpid() == _sigterm_pid:
+            for run in list(_active):
+                if run._forked_child:
+                    continue
+                try:
+                    run._end("failed", None, sigterm_cause())
+                except Exception as err:  # the signal's default action must still happen
+                    logger.error("phantomhub: could not finish the run on SIGTERM: %r", err)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_sigterm() -> None:
+    """Our SIGTERM handler, in the main thread, only where SIGTERM has its default action."""
+    global _sigterm_pid
+    if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is _on_sigterm and _sigterm_pid == os.getpid():
+            return
+        if current is not signal.SIG_DFL and current is not _on_sigterm:
+            return  # the program's own handler (or SIG_IGN): never replaced
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_pid = os.getpid()
+    except (ValueError, OSError) as exc:  # not the main interpreter, or an odd platform
+        logger.debug("phantomhub: no SIGTERM handler: %s", exc)
 
 
 def _install_hooks() -> None:
@@ -725,13 +896,17 @@ def init(
     mode: str | None = None,
     debug: bool | None = None,
     gpu_devices: Sequence[int] | None = None,
+    job: str | None = None,
+    attempt: int | None = None,
     **settings: Any,
 ) -> Run:
     """Starts (or resumes) a run and returns it. Usable as a context manager.
 
     Server, token and mode default to PHANTOMHUB_SERVER, PHANTOMHUB_TOKEN, PHANTOMHUB_MODE. Other
     keyword arguments are agent settings (``spool_dir``, ``flush_interval_s``, ``finish_timeout_s``,
-    ``timing``...; see ``phantomhub_agent.Settings``).
+    ``timing``, ``handle_sigterm``...; see ``phantomhub_agent.Settings``). ``job`` and ``attempt``
+    (PHANTOMHUB_JOB, PHANTOMHUB_ATTEMPT) link the run to a job across attempts; without them the
+    launcher's job is used (torchelastic, Slurm, Kubernetes), if any.
     """
     global _current
     merged = dict(settings)
@@ -757,6 +932,8 @@ def init(
             allocation_start=allocation_start,
             run_id=run_id,
             gpu_devices=gpu_devices,
+            job=job,
+            attempt=attempt,
         )
     except Exception:
         if resolved.debug:
@@ -767,6 +944,8 @@ def init(
     _install_hooks()
     if run._rec.enabled:
         _active.add(run)
+        if resolved.handle_sigterm:
+            _install_sigterm()
     _current = run
     return run
 

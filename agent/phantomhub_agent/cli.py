@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from ._batcher import step_base_from_run
 from ._config import default_spool_dir
+from ._delivery import job_refused, without_job
 from ._split import split_request
 from ._spool import (
     CLAIM_MARK,
@@ -118,6 +119,11 @@ def _post(transport: Transport, request: SpooledRequest, out: IO[str]) -> tuple[
             status, text, retry_after = 0, str(exc), None
             outcome = RETRY
         else:
+            if response.status == 400 and request.kind == "run" and job_refused(response):
+                stripped = without_job(request)
+                if stripped is not None:  # a server older than jobs: the run without its job link
+                    request = stripped
+                    continue
             status, text = response.status, response.error_text()
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             outcome = classify(status)
