@@ -26,7 +26,7 @@ from phantomhub.telemetry import selectors, services, storage
 from phantomhub.telemetry.bounds import MAX_SPAN, BoundsError, counters_check, json_check, moment_check
 from phantomhub.telemetry.columns import EPOCH_NS_MAX, EPOCH_NS_MIN, SAMPLE_COLUMNS, STEP_COLUMNS, columns_rows
 from phantomhub.telemetry.gpus import rank_gpus_parse, rank_gpus_store
-from phantomhub.telemetry.models import EventKind, PricingTier, Run, RunStatus
+from phantomhub.telemetry.models import EndCause, EventKind, JobSource, PricingTier, Run, RunStatus
 
 MAX_EVENTS = 1000
 # Whole-body caps of the small endpoints, far above any real body (config and environment are
@@ -220,6 +220,19 @@ class BoundedDateTimeField(serializers.DateTimeField):
         return moment
 
 
+class JobInputSerializer(StrictSerializer):
+    key = serializers.RegexField(
+        r"^[^\x00-\x1f\x7f]+$",
+        max_length=200,
+        error_messages={"invalid": "must be 1-200 printable characters"},
+        help_text="the job's identity within the project: `job=` or the launcher's (torchrun rendezvous id, Slurm job id, ...)",
+    )
+    attempt = serializers.IntegerField(
+        min_value=0, max_value=1_000_000, required=False, help_text="the launcher's restart count (0: the first attempt)"
+    )
+    source = serializers.ChoiceField(choices=JobSource.choices, required=False)  # type: ignore[assignment]  # the wire name
+
+
 class RunInputSerializer(StrictSerializer):
     id = serializers.UUIDField(help_text="the client's id for the run, unique within the project (the run's client_id)")
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
@@ -238,6 +251,7 @@ class RunInputSerializer(StrictSerializer):
     started_at = BoundedDateTimeField(required=False)
     config = BoundedJSONObjectField(required=False)
     environment = BoundedJSONObjectField(required=False)
+    job = JobInputSerializer(required=False, help_text="the job this run is an attempt of (docs/api.md, Jobs and attempts)")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         alloc = attrs.get("allocation_start")
@@ -262,14 +276,27 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
     client_id = serializers.SerializerMethodField()
     ranks = serializers.SerializerMethodField()
     wire = serializers.SerializerMethodField()
+    job = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
         fields = [
             "id", "client_id", "name", "project", "team", "tags", "status", "gpu_model", "gpu_count", "world_size",
             "nodes", "provider", "region", "pricing_tier", "dtype", "allocation_start", "started_at",
-            "finished_at", "last_seen_at", "config", "environment", "ranks", "wire",
+            "finished_at", "last_seen_at", "config", "environment", "ranks", "wire", "job", "attempt", "end_cause",
+            "end_detail",
         ]  # fmt: skip
+
+    @extend_schema_field(
+        inline_serializer(
+            "RunJob",
+            {"id": serializers.UUIDField(), "key": serializers.CharField(), "source": serializers.CharField()},
+            allow_null=True,
+        )
+    )
+    def get_job(self, run: Run) -> dict[str, str] | None:
+        job = run.job
+        return None if job is None else {"id": str(job.pk), "key": job.key, "source": job.source}
 
     @extend_schema_field(
         inline_serializer(
@@ -465,6 +492,10 @@ class EventSerializer(StrictSerializer):
                     raise serializers.ValidationError({name: "required for a phase event"})
         if kind == EventKind.FINISH and "status" not in attrs:
             raise serializers.ValidationError({"status": "required for a finish event"})
+        if kind == EventKind.PHASE and attrs["name"] in CHECKPOINT_PHASES:
+            _checkpoint_data_check(attrs.get("data"), attrs["name"])
+        if kind == EventKind.FINISH and "data" in attrs:
+            _finish_data_check(attrs["data"])
         if "t_start_ns" in attrs and attrs["t_start_ns"] + attrs.get("dur_ns", 0) > EPOCH_NS_MAX:
             raise serializers.ValidationError({"dur_ns": "the phase must end before 2100-01-01"})
         if kind == EventKind.COUNTERS:
@@ -473,6 +504,35 @@ class EventSerializer(StrictSerializer):
             except BoundsError as exc:
                 raise serializers.ValidationError({_field("data", exc.path): exc.message}) from None
         return attrs
+
+
+# Phases the job analysis reads (docs/api.md, "Jobs and attempts"): their data is checked.
+CHECKPOINT_PHASES = ("checkpoint", "restore")
+_MAX_STEP = 2**62
+
+
+def _checkpoint_data_check(data: dict[str, Any] | None, name: str) -> None:
+    # Without a step (an older agent's `phase("checkpoint")`) the time still counts as
+    # checkpointing; a step that is there must be one.
+    data = data or {}
+    step = data.get("step")
+    if "step" in data and (type(step) is not int or not 0 <= step <= _MAX_STEP):
+        raise serializers.ValidationError({"data.step": f"the step of the {name}: an integer >= 0"})
+    size = data.get("bytes")
+    if size is not None and (type(size) is not int or size < 0):
+        raise serializers.ValidationError({"data.bytes": "bytes written or read: an integer >= 0"})
+    if "async" in data and type(data["async"]) is not bool:
+        raise serializers.ValidationError({"data.async": "true or false"})
+
+
+def _finish_data_check(data: dict[str, Any]) -> None:
+    cause = data.get("cause")
+    reported = [c for c in EndCause.values if c != EndCause.SILENT]
+    if cause is not None and cause not in reported:
+        raise serializers.ValidationError({"data.cause": f"one of {', '.join(reported)}"})
+    for key, most in (("exception", 200), ("message", 500)):
+        if key in data and (not isinstance(data[key], str) or len(data[key]) > most):
+            raise serializers.ValidationError({f"data.{key}": f"a string of at most {most} characters"})
 
 
 class EventBatchSerializer(StrictSerializer):

@@ -29,6 +29,46 @@ class PricingTier(models.TextChoices):
     SPOT = "spot"
 
 
+class EndCause(models.TextChoices):
+    """How an attempt ended (docs/api.md, "Jobs and attempts"). Empty while it runs; a run the
+    server marked crashed after silence, with no cause reported, reads as ``silent``."""
+
+    FINISHED = "finished"
+    OOM = "oom"
+    COLLECTIVE_TIMEOUT = "collective_timeout"
+    EXCEPTION = "exception"
+    SIGTERM = "sigterm"
+    SIGKILL = "sigkill"
+    SILENT = "silent"
+
+
+class JobSource(models.TextChoices):
+    EXPLICIT = "explicit"
+    TORCHELASTIC = "torchelastic"
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+
+
+class Job(models.Model):
+    """One training objective across attempts: the runs its launcher restarted (a crash, a
+    preemption, a requeue), each resuming from the last checkpoint. Keyed by (project, key): the
+    key is what the agent was told (``job=``) or read from the launcher (torchrun's rendezvous
+    id, Slurm's job id, a Kubernetes Job's name). Attempts are the job's runs in the order they
+    started (``Run.attempts_ordered``); the launcher's own count is kept on each run."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    key = models.CharField(max_length=200)
+    source = models.CharField(max_length=16, choices=JobSource.choices, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "key"], name="job_project_key_unique")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
 class Run(models.Model):
     """A training run. Its `id` is unique server-wide; `client_id` is the id its agent chose,
     unique within the project only: runs are keyed by (project, client id), so no project can
@@ -64,6 +104,15 @@ class Run(models.Model):
     # The week whose partition holds the run's raw rows on PostgreSQL (partitions.py): the week it
     # was registered in, never changed afterwards; 0 for runs stored before partitioning.
     storage_week = models.IntegerField(default=week_now, editable=False)
+    # The job this run is an attempt of (null: a job of one), and the launcher's restart count
+    # when it gave one. Attempts are ordered by start, not by this number (it may be missing or
+    # out of order: the job page says so).
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="attempts")
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    # How the run ended, from its ranks' finish events (EndCause); end_detail is the exception's
+    # type when the agent caught one.
+    end_cause = models.CharField(max_length=24, choices=EndCause.choices, blank=True)
+    end_detail = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -73,6 +122,7 @@ class Run(models.Model):
             models.Index(fields=["project", "-started_at"], name="run_project_started"),
             models.Index(fields=["status", "last_seen_at"], name="run_status_seen"),
             models.Index(fields=["storage_week"], name="run_storage_week"),
+            models.Index(fields=["job", "started_at"], name="run_job_started"),
         ]
 
     def __str__(self) -> str:

@@ -19,7 +19,7 @@ from phantomhub.accounts.models import Project
 from phantomhub.errors import ApiError, fields_within, invalid
 from phantomhub.telemetry.bounds import MAX_RANK_COUNTERS, MAX_SPAN, span_end_ns
 from phantomhub.telemetry.columns import SAMPLE_COLUMNS, STEP_COLUMNS, Batch, ColumnError, columns_validate
-from phantomhub.telemetry.models import EventKind, Run, RunEvent, RunStatus
+from phantomhub.telemetry.models import EndCause, EventKind, Job, Run, RunEvent, RunStatus
 from phantomhub.telemetry.selectors import run_find
 from phantomhub.telemetry.signals import run_changed
 from phantomhub.telemetry.storage import SAMPLES, STEPS, InsertResult, Kind, RankMarks, batches_insert, ranks_lock, run_param
@@ -69,6 +69,7 @@ def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str,
     the server marked crashed is reopened by its telemetry).
     """
     now = timezone.now()
+    job = data.pop("job", None)
     with transaction.atomic():
         run = _run_locked(project, run_id)
         if run is None:
@@ -79,6 +80,8 @@ def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str,
                 try:
                     with transaction.atomic():  # a savepoint: the insert may lose a race
                         created = _run_create(project=project, run_id=candidate, client_id=run_id, data=data, now=now)
+                    if job is not None:
+                        _job_join(created, project, job)
                     return created, True
                 except IntegrityError:
                     run = _run_locked(project, run_id)
@@ -91,7 +94,38 @@ def run_create_or_resume(*, project: Project, run_id: uuid.UUID, data: dict[str,
                 setattr(run, field, data[field])
         run.last_seen_at = max(run.last_seen_at, now)
         run.save()
+        if job is not None:
+            _job_join(run, project, job)
         return run, False
+
+
+def _job_join(run: Run, project: Project, given: dict[str, Any]) -> None:
+    """Link the run to its job as an attempt (creating the job with its first attempt). Every
+    rank registers, so joining again is a no-op; a run never moves to another job (409). The
+    job's other attempts are announced as changed: which attempt came before and after decides
+    their rework and restart time (docs/waste-model.md, "Jobs")."""
+    key, attempt = given["key"], given.get("attempt")
+    if run.job_id is not None:
+        current = Job.objects.only("key").get(pk=run.job_id)
+        if current.key != key:
+            message = f"this run is an attempt of job {current.key!r}; a run cannot move to another job"
+            raise ApiError("conflict", f"job.key: {message}", fields={"job.key": message}, status_code=409)
+        if attempt is not None and run.attempt is None:
+            Run.objects.filter(pk=run.pk).update(attempt=attempt)
+            run.attempt = attempt
+        return
+    job = Job.objects.filter(project=project, key=key).first()
+    if job is None:
+        try:
+            with transaction.atomic():  # a savepoint: another run of the job may create it first
+                job = Job.objects.create(project=project, key=key, source=given.get("source", ""))
+        except IntegrityError:
+            job = Job.objects.get(project=project, key=key)
+    Run.objects.filter(pk=run.pk).update(job=job, attempt=attempt)
+    run.job, run.attempt = job, attempt
+    others = list(Run.objects.filter(job=job).exclude(pk=run.pk).values_list("pk", flat=True))
+    if others:
+        transaction.on_commit(lambda: [run_changed.send(sender=Run, run_id=other) for other in others])
 
 
 def _run_locked(project: Project, run_id: uuid.UUID) -> Run | None:
@@ -308,7 +342,7 @@ def samples_ingest(*, run: Run, rank: int, host: str | None, samples: Any) -> In
 
 # What applying events reads and writes of a run: its config and environment (up to 64 KiB of
 # JSON each) are never loaded or written back.
-_EVENT_RUN_FIELDS = ("id", "status", "finished_at", "last_seen_at", "ingest_seq")
+_EVENT_RUN_FIELDS = ("id", "status", "finished_at", "last_seen_at", "ingest_seq", "end_cause", "end_detail")
 
 
 def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True) -> IngestResult:
@@ -336,7 +370,7 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
         ids = [event["id"] for event in events]
         seen = set(RunEvent.objects.filter(run_id=run.pk, event_id__in=ids).values_list("event_id", flat=True))
         fresh = [event for event in events if event["id"] not in seen]
-        ended = (locked.status, locked.finished_at)
+        ended = (locked.status, locked.finished_at, locked.end_cause, locked.end_detail)
         if fresh and locked.status == RunStatus.CRASHED and _run_reopen_if_marked_crashed(locked):
             # Before this batch's own finish events are applied: they then set the status.
             locked.status, locked.finished_at = RunStatus.RUNNING, None
@@ -362,7 +396,8 @@ def events_ingest(*, run: Run, events: list[dict[str, Any]], touch: bool = True)
         for event in fresh:
             _event_apply(locked, event, f"events[{index[event['id']]}]", counters)
         _counters_store(run.pk, counters)
-        fields = ["status", "finished_at"] if (locked.status, locked.finished_at) != ended else []
+        now_ended = (locked.status, locked.finished_at, locked.end_cause, locked.end_detail)
+        fields = ["status", "finished_at", "end_cause", "end_detail"] if now_ended != ended else []
         if touch:
             locked.last_seen_at = max(locked.last_seen_at, timezone.now())
             fields.append("last_seen_at")
@@ -385,10 +420,26 @@ def _event_apply(run: Run, event: dict[str, Any], where: str, counters: dict[int
         if run.status == RunStatus.RUNNING or severity.index(status) > severity.index(run.status):
             run.status = status
         run.finished_at = max(run.finished_at, finished_at) if run.finished_at else finished_at
+        _end_cause_apply(run, status, event.get("data") or {})
     elif kind == EventKind.COUNTERS:
         rank = event.get("rank", 0)
         stored = counters[rank] if rank in counters else _rank_counters(run.pk, rank)
         counters[rank] = _counters_merged(stored, event.get("data", {}), rank, f"{where}.data")
+
+
+# A more specific cause replaces a vaguer one: ranks report one by one, and the rank that hit
+# the OOM or the collective timeout says more than a rank that only saw its neighbour vanish.
+_CAUSE_RANK = {"": 0, EndCause.FINISHED: 1, EndCause.EXCEPTION: 2, EndCause.SIGKILL: 3, EndCause.SIGTERM: 3,
+               EndCause.COLLECTIVE_TIMEOUT: 4, EndCause.OOM: 5}  # fmt: skip
+
+
+def _end_cause_apply(run: Run, status: str, data: dict[str, Any]) -> None:
+    """The run's end cause after a rank's finish event: the cause it reports, else finished or
+    exception by its status (docs/api.md, "Jobs and attempts")."""
+    cause = data.get("cause") or (EndCause.FINISHED if status == RunStatus.FINISHED else EndCause.EXCEPTION)
+    if _CAUSE_RANK[cause] > _CAUSE_RANK.get(run.end_cause, 0):
+        run.end_cause = cause
+        run.end_detail = str(data.get("exception", ""))[:200]
 
 
 def _counters_merged(stored: dict[str, Any], data: dict[str, Any], rank: int, field: str) -> dict[str, Any]:

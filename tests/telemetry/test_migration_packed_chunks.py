@@ -298,7 +298,9 @@ def _chunks(table: str) -> list[tuple[str, int, int, int, int, int, list[int]]]:
 
 
 def _forwards() -> None:
+    # Through 0009 to the latest state: the tests then use the models as they are now.
     _migrate(NEW)
+    _migrate(*_executor().loader.graph.leaf_nodes())
     assert not {"telemetry_step", "telemetry_systemsample"} & set(connection.introspection.table_names())
 
 
