@@ -426,8 +426,18 @@ def tls_listener(tmp_path: Any) -> Iterator[TlsListener]:
                         if not chunk:
                             break
                         data += chunk
+                    # Read the body too: closing with unread bytes sends a reset, which can reach the
+                    # client before the answer does (a flake seen in CI).
+                    head, _, body = data.partition(b"\r\n\r\n")
+                    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                                   if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                    while len(body) < length:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        body += chunk
                     state.requests.append(data)
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             except (OSError, ssl.SSLError):
                 raw.close()
 
