@@ -332,3 +332,39 @@ def test_the_finish_event_data_is_json(fake_server: FakeServer, agent_kwargs: di
     [finish] = events(fake_server, "finish")
     assert json.loads(json.dumps(finish["data"]))["message"] == "\u00e9" * 200
     assert sys.getsizeof(finish["data"]["message"]) < 1000
+
+
+# -- torch.distributed.checkpoint ------------------------------------------------------------------
+
+
+def test_dcp_save_async_save_and_load_are_checkpoint_and_restore_phases(
+    run: pa.Run, fake_server: FakeServer, tmp_path: Path
+) -> None:
+    from phantomhub_agent.integrations import dcp
+
+    model = torch.nn.Linear(64, 64)
+    state = {"model": model.state_dict()}
+    metadata = dcp.save(state, checkpoint_id=str(tmp_path / "step-10"), step=10)
+    stored = sum(info.length for info in metadata.storage_data.values())
+    assert stored >= 64 * 64 * 4
+    future = dcp.async_save(state, checkpoint_id=str(tmp_path / "step-20"), step=20)
+    getattr(future, "upload_completion", future).result(timeout=60)
+    target = {"model": torch.nn.Linear(64, 64).state_dict()}
+    dcp.load(target, checkpoint_id=str(tmp_path / "step-10"), step=10)
+    assert torch.equal(target["model"]["weight"], model.weight.detach())
+    run.finish()
+    saved, staged = phases(fake_server, "checkpoint")
+    assert saved["data"] == {"step": 10, "bytes": stored, "async": False} and saved["dur_ns"] > 0
+    assert staged["data"] == {"step": 20, "async": True}
+    [restore] = phases(fake_server, "restore")
+    assert restore["data"] == {"step": 10} and restore["dur_ns"] > 0
+
+
+def test_dcp_without_a_run_just_saves(tmp_path: Path) -> None:
+    from phantomhub_agent.integrations import dcp
+
+    assert pa.get_run() is None
+    dcp.save({"w": torch.ones(3)}, checkpoint_id=str(tmp_path / "c"), step=1)
+    target = {"w": torch.zeros(3)}
+    dcp.load(target, checkpoint_id=str(tmp_path / "c"), step=1)
+    assert target["w"].tolist() == [1.0, 1.0, 1.0]

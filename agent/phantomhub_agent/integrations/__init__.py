@@ -1,1 +1,2 @@
-"""Framework integrations: ``lightning.PhantomHubCallback`` and ``transformers.PhantomHubCallback``."""
+"""Framework integrations: ``lightning.PhantomHubCallback``, ``transformers.PhantomHubCallback``,
+and ``dcp`` for torch.distributed.checkpoint."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
 from .._run import Run, get_run, init
@@ -92,14 +94,35 @@ class StageTracker:
             self.run.step_end()
         self.last_end_pc = time.perf_counter_ns()
 
-    def phase(self, name: str, start_pc: int, end_pc: int) -> None:
+    def phase(self, name: str, start_pc: int, end_pc: int, data: Mapping[str, Any] | None = None) -> None:
         if self.run is not None:
-            self.run.record_phase(name, start_pc, end_pc)
+            self.run.record_phase(name, start_pc, end_pc, data)
         self.last_end_pc = end_pc
 
-    def finish(self, status: str = "finished") -> None:
+    def finish(self, status: str = "finished", exception: BaseException | None = None) -> None:
         self.close()
         if self.run is not None and self.run.in_step:
             self.run.step_end()
         if self.run is not None and self.owns_run:
-            self.run.finish(status)
+            self.run.finish(status, exception=exception)
+
+
+def size_on_disk(path: Any, max_files: int = 10_000) -> int | None:
+    """Bytes of a checkpoint file, or of the files under a checkpoint directory; None when it is
+    not a local path (or cannot be read). Called outside the training step only."""
+    try:
+        target = os.fspath(path)
+        if os.path.isfile(target):
+            return os.path.getsize(target)
+        if not os.path.isdir(target):
+            return None
+        total = seen = 0
+        for root, _dirs, files in os.walk(target):
+            for name in files:
+                seen += 1
+                if seen > max_files:
+                    return None
+                total += os.path.getsize(os.path.join(root, name))
+        return total
+    except (OSError, TypeError, ValueError):
+        return None

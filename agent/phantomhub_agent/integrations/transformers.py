@@ -10,6 +10,14 @@ forward to the next forward or ``on_pre_optimizer_step`` (so it includes loss bo
 gradient clipping); optimizer from ``on_pre_optimizer_step`` to ``on_optimizer_step``. The data
 wait is the gap between two steps. Evaluation and checkpoint saving are phases.
 
+Checkpoints: ``on_save`` fires after the Trainer wrote ``checkpoint-<global_step>`` (model,
+optimizer, scheduler, RNG and trainer state), so the "checkpoint" phase runs from the end of the
+step (or of the evaluation just before the save, when there is one) to ``on_save``: the save and
+whatever the Trainer did between the two (logging), with the step ``state.global_step`` and the
+directory's size. A resume (``train(resume_from_checkpoint=...)``) is seen at ``on_train_begin``
+with ``state.global_step > 0``: a "restore" event with that step and no duration (the Trainer
+loads the checkpoint before any callback runs, so its load time is not measured).
+
 ``tokens_per_step``, ``samples_per_step`` (default: per-device batch size x accumulation steps)
 and ``flops_per_step`` are per optimizer step; FLOPs counted with ``run.count_flops`` apply
 otherwise.
@@ -17,13 +25,16 @@ otherwise.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from transformers import TrainerCallback
 
 from .._run import Run
-from ._common import StageTracker
+from ._common import StageTracker, size_on_disk
+
+CHECKPOINT_PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
 
 
 class PhantomHubCallback(TrainerCallback):
@@ -63,7 +74,10 @@ class PhantomHubCallback(TrainerCallback):
                 "seed",
             )
         }
-        self._tracker.ensure_run(self._init_kwargs, defaults={"config": config})
+        run = self._tracker.ensure_run(self._init_kwargs, defaults={"config": config})
+        if int(getattr(state, "global_step", 0) or 0) > 0:  # resumed from a checkpoint
+            run.restored(int(state.global_step))
+            self._tracker.last_end_pc = time.perf_counter_ns()
         if model is not None and not self._handles:
             self._handles.append(model.register_forward_pre_hook(self._before_forward))
             self._handles.append(model.register_forward_hook(self._after_forward))
@@ -107,8 +121,14 @@ class PhantomHubCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         last = self._tracker.last_end_pc
-        now = time.perf_counter_ns()
-        self._tracker.phase("checkpoint", last if last is not None else now, now)
+        step = int(state.global_step)
+        data: dict[str, Any] = {"step": step, "async": False}
+        output_dir = getattr(args, "output_dir", None)
+        size = size_on_disk(os.path.join(output_dir, f"{CHECKPOINT_PREFIX}-{step}")) if output_dir else None
+        if size is not None:
+            data["bytes"] = size
+        now = time.perf_counter_ns()  # after the size: its reading is the checkpoint's time too
+        self._tracker.phase("checkpoint", last if last is not None else now, now, data)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         for handle in self._handles:
