@@ -368,3 +368,159 @@ def test_dcp_without_a_run_just_saves(tmp_path: Path) -> None:
     target = {"w": torch.zeros(3)}
     dcp.load(target, checkpoint_id=str(tmp_path / "c"), step=1)
     assert target["w"].tolist() == [1.0, 1.0, 1.0]
+
+
+# -- Lightning and the Hugging Face Trainer -----------------------------------------------------------
+
+
+class _Data(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(16), torch.randn(2)
+
+
+def lightning_fit(tmp_path: Path, callback: Any, max_steps: int, ckpt_path: Path | None = None) -> Any:
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(16, 2)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[callback, saver],
+    )
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(_Data(), batch_size=4), ckpt_path=ckpt_path)
+    return trainer
+
+
+@pytest.mark.slow
+def test_lightning_saves_are_timed_around_trainer_save_checkpoint_and_a_resume_is_a_restore(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], tmp_path: Path
+) -> None:
+    pytest.importorskip("pytorch_lightning")
+    from phantomhub_agent.integrations.lightning import PhantomHubCallback
+
+    first = PhantomHubCallback(server=fake_server.url, token="t", job="lit", attempt=0, **agent_kwargs)
+    trainer = lightning_fit(tmp_path, first, 6)
+    assert "save_checkpoint" not in vars(trainer)  # the wrapper is gone after the fit
+    saved = {e["data"]["step"]: e for e in phases(fake_server, "checkpoint")}
+    files = {step: tmp_path / "ckpt" / f"step={step}.ckpt" for step in (3, 6)}
+    assert sorted(saved) == [3, 6]
+    for step, event in saved.items():
+        assert event["data"] == {"step": step, "bytes": files[step].stat().st_size, "async": False}
+        assert event["dur_ns"] > 0
+    rows = steps(fake_server)
+    k = rows["step"].index(2)  # the save after step index 2 (global step 3) is outside steps 2 and 3
+    assert rows["t_start_ns"][k] + rows["dur_ns"][k] <= saved[3]["t_start_ns"]
+    assert saved[3]["t_start_ns"] + saved[3]["dur_ns"] <= rows["t_start_ns"][k + 1]
+
+    second = PhantomHubCallback(server=fake_server.url, token="t", job="lit", attempt=1, **agent_kwargs)
+    lightning_fit(tmp_path, second, 9, ckpt_path=files[6])
+    [restore] = phases(fake_server, "restore")
+    assert restore["data"] == {"step": 6, "bytes": files[6].stat().st_size} and restore["dur_ns"] > 0
+    first_run, second_run = first.run, second.run
+    assert first_run is not None and second_run is not None and first_run.id != second_run.id
+    registered = [r.body for r in fake_server.of("/runs")]
+    assert [b["job"] for b in registered] == [
+        {"key": "lit", "attempt": 0, "source": "explicit"},
+        {"key": "lit", "attempt": 1, "source": "explicit"},
+    ]
+    resumed = [s for r in fake_server.of("/steps") if f"/runs/{second_run.id}/" in r.path for s in r.body["steps"]["step"]]
+    assert resumed == [6, 7, 8]  # the numbering the training restored, not renumbered
+
+
+@pytest.mark.slow
+def test_lightning_without_the_wrapper_measures_from_on_save_checkpoint_to_the_next_batch(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("pytorch_lightning")
+    from phantomhub_agent.integrations.lightning import PhantomHubCallback
+
+    monkeypatch.setattr(PhantomHubCallback, "_wrap", lambda self, owner, name, make: None)
+    callback = PhantomHubCallback(server=fake_server.url, token="t", **agent_kwargs)
+    lightning_fit(tmp_path, callback, 6)
+    saved = phases(fake_server, "checkpoint")
+    assert [e["data"] for e in saved] == [{"step": 3, "async": False}, {"step": 6, "async": False}]
+    rows = steps(fake_server)
+    k = rows["step"].index(3)
+    assert saved[0]["t_start_ns"] + saved[0]["dur_ns"] <= rows["t_start_ns"][k] + rows["data_ns"][k] + MS
+
+
+class _Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, 64, (16,))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+def hf_train(tmp_path: Path, callback: Any, max_steps: int, resume: Path | None = None) -> None:
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        save_strategy="steps",
+        save_steps=2,
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    model = transformers.GPT2LMHeadModel(config)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=[callback])
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_hugging_face_saves_carry_step_and_size_and_a_resume_is_a_restore(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from phantomhub_agent.integrations.transformers import PhantomHubCallback
+
+    hf_train(tmp_path, PhantomHubCallback(server=fake_server.url, token="t", **agent_kwargs), 4)
+    saved = phases(fake_server, "checkpoint")
+    assert [e["data"]["step"] for e in saved] == [2, 4]
+    for event in saved:
+        step = event["data"]["step"]
+        assert event["data"] == {"step": step, "bytes": dir_size(tmp_path / "hf" / f"checkpoint-{step}"), "async": False}
+        assert event["dur_ns"] > 0
+    assert phases(fake_server, "restore") == []
+    hf_train(
+        tmp_path,
+        PhantomHubCallback(server=fake_server.url, token="t", **agent_kwargs),
+        6,
+        resume=tmp_path / "hf" / "checkpoint-4",
+    )
+    [restore] = phases(fake_server, "restore")
+    assert restore["data"] == {"step": 4} and restore["dur_ns"] == 0
+    assert [e["data"]["step"] for e in phases(fake_server, "checkpoint")] == [2, 4, 6]
