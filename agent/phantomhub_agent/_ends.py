@@ -75,7 +75,7 @@ def classify(exc: BaseException) -> str:
 
 def qualified_name(exc: BaseException) -> str:
     cls = type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"  # builtins.RuntimeError, torch.OutOfMemoryError
+    return f"{cls.__module__}.{cls.__qualname__}"[:MESSAGE_MAX_CHARS]  # builtins.RuntimeError, torch.OutOfMemoryError
 
 
 def end_cause(exc: BaseException) -> dict[str, str]:

@@ -215,6 +215,7 @@ def _run_id_from_store(ident: Identity, n: int) -> str | None:
 # -- jobs: one training objective across attempts ---------------------------------------------------
 
 JOB_KEY_MAX_CHARS = 200
+ATTEMPT_MAX = 1_000_000  # the server's bound
 JOB_SOURCES = ("explicit", "torchelastic", "slurm", "kubernetes")
 # Where a pod reads its namespace when POD_NAMESPACE is not set (the service account's mount).
 K8S_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -246,23 +247,28 @@ def check_job_key(value: Any) -> str:
         raise ValueError("job must not be empty")
     if len(key) > JOB_KEY_MAX_CHARS:
         raise ValueError(f"job must be at most {JOB_KEY_MAX_CHARS} characters, not {len(key)}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        raise ValueError("job must be printable (no control characters)")
     return key
 
 
 def check_attempt(value: Any) -> int:
     """An attempt number: an int >= 0 (a string of digits from the environment too)."""
+    number: int
     if isinstance(value, bool):
         raise TypeError("attempt must be an int >= 0, not a bool")
     if isinstance(value, str):
         text = value.strip()
         if not text.isdigit():
             raise ValueError(f"attempt must be an int >= 0, not {value!r}")
-        return int(text)
-    if not isinstance(value, int):
+        number = int(text)
+    elif isinstance(value, int):
+        number = value
+    else:
         raise TypeError(f"attempt must be an int >= 0, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"attempt must be an int >= 0, not {value}")
-    return value
+    if not 0 <= number <= ATTEMPT_MAX:
+        raise ValueError(f"attempt must be an int >= 0 and <= {ATTEMPT_MAX}, not {number}")
+    return number
 
 
 def _k8s_namespace(env: Mapping[str, str]) -> str | None:

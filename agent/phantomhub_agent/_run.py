@@ -177,14 +177,18 @@ class _Phase:
             self._run._error(err)
 
 
+# The server's bounds of a checkpoint's step and of any integer it stores (docs/api.md).
+_EVENT_INT_MAX = {"step": 2**62, "bytes": 2**63 - 1}
+
+
 def _int_or_none(value: Any, what: str) -> int | None:
     """An int >= 0 for an event's data, None when not given; ValueError/TypeError otherwise."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int >= 0, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{what} must be an int >= 0, not {value}")
+    if not 0 <= value <= _EVENT_INT_MAX[what]:
+        raise ValueError(f"{what} must be an int >= 0 and <= {_EVENT_INT_MAX[what]}, not {value}")
     return int(value)
 
 

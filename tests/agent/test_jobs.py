@@ -114,6 +114,8 @@ def test_precedence_explicit_then_torchelastic_then_slurm_then_kubernetes() -> N
         ("ok", -1, ">= 0"),
         ("ok", True, "bool"),
         ("ok", "two", ">= 0"),
+        ("line\nbreak", None, "printable"),
+        ("ok", 1_000_001, "<= 1000000"),
     ],
 )
 def test_bad_values_are_problems_and_the_launcher_fills_in(job: Any, attempt: Any, fragment: str) -> None:
