@@ -33,7 +33,7 @@ from phantomhub.waste.core.model import (
     analysis_from,
     analyze,
 )
-from phantomhub.waste.core.state import StateParts, arrays_unpack, state_unpack
+from phantomhub.waste.core.state import INT_COLUMNS, StateParts, arrays_pack, arrays_unpack, state_unpack
 from phantomhub.waste.models import RunAnalysisState
 from phantomhub.waste.selectors import rank_figures_of
 from tests.conftest import Tenant
@@ -83,13 +83,31 @@ def test_any_batch_split_over_ranks_equals_one_full_analysis(run, extra_ns, rnd,
     assert_same(analyze(run), analysis_from(live_acc, end_ns=run.end_ns))
 
 
+def _as_model_v3(parts: dict[str, bytes]) -> dict[str, bytes]:
+    """The stored parts without what model version 4 added (docs/waste-model.md, "Jobs"): the
+    config's job fields, the rework sums and the rework piece column; the version back to 3."""
+    header = orjson.loads(parts["header"])
+    header["version"] = header["config"]["model_version"] = 3
+    for key in ("rework_through_step", "restart_before_first_step", "restart_after_last_step"):
+        del header["config"][key]
+    ranks = dict(arrays_unpack(parts["ranks"]))
+    added = [INT_COLUMNS.index(k) for k in ("rework_steps", "rework_ns")]
+    ranks["ints"] = np.delete(ranks["ints"], added, axis=1)
+    ranks["pieces"] = ranks["pieces"][:, :, :5]
+    return {"header": orjson.dumps(header), "ranks": arrays_pack(ranks), "windows": parts["windows"]}
+
+
 def test_a_state_the_code_before_the_rank_table_stored_loads_repacks_to_its_bytes_and_goes_on():
     # The oracle is bytes another version of the code wrote (tests/waste/state_fixture.py says
     # how): the accumulator after two rounds of a 6-rank run, with pending rows, straggler tails
-    # and counters, packed by the code that kept a Python object per rank.
-    stored = state_fixture.decode(json.loads((Path(__file__).parent / "data" / "state_before_rank_table.json").read_text()))
-    # The same rows folded by this code pack to the same bytes.
-    assert state_fixture.packed(state_fixture.fixture_accumulator()) == stored
+    # and counters, packed by the code that kept a Python object per rank (model version 3).
+    stored_v3 = state_fixture.decode(json.loads((Path(__file__).parent / "data" / "state_before_rank_table.json").read_text()))
+    # The same rows folded by this code pack to the same bytes, but for what version 4 added.
+    stored = state_fixture.packed(state_fixture.fixture_accumulator())
+    assert _as_model_v3(stored) == stored_v3
+    # A state of another model version is refused (the run is then analysed from scratch).
+    with pytest.raises(NotAppendable):
+        state_fixture.unpacked(stored_v3)
     # The stored state, loaded, packs back to its bytes ...
     header, ranks, windows = orjson.loads(stored["header"]), arrays_unpack(stored["ranks"]), arrays_unpack(stored["windows"])
     acc = state_unpack(StateParts(header, ranks, windows))

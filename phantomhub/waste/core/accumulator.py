@@ -46,6 +46,8 @@ from phantomhub.waste.core.timeline import NS_MAX, Coverage, PricePieces
 from phantomhub.waste.core.windows import WindowSums
 
 STATE_VERSION = MODEL_VERSION  # a state from another version raises NotAppendable
+# Columns of a rank's sums per price piece: the five step categories, then rework (steps.py).
+PIECE_COLUMNS = 6
 # Rows held for cross-rank alignment before aligning with the ranks seen so far anyway (bounds
 # the state of a run whose world_size counts ranks that never report).
 TAIL_ALIGN_LIMIT = 262_144
@@ -74,6 +76,8 @@ _SUM_KEYS = (
     "zero_flops_steps",
     "mem_rows",
     "frag_rows",
+    "rework_steps",
+    "rework_ns",
 )
 
 
@@ -93,8 +97,8 @@ class RankState:
     last_e: int | None = None  # end of the last step with billed time
     max_t_start: int | None = None
     horizon: int | None = None  # latest end of any attributed row
-    # (price pieces, 5) step-category nanoseconds; rows follow RunAccumulator.ctx.pieces.
-    piece_ns: IntArray = field(default_factory=lambda: np.zeros((0, 5), dtype=np.int64))
+    # (price pieces, 6) step-category nanoseconds, then rework; rows follow RunAccumulator.ctx.pieces.
+    piece_ns: IntArray = field(default_factory=lambda: np.zeros((0, PIECE_COLUMNS), dtype=np.int64))
     sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_SUM_KEYS, 0))
     flops: float = 0.0
     frag_sum: float = 0.0
@@ -213,7 +217,7 @@ class RankTable:
         self.has_pending = np.zeros(0, dtype=bool)
         self.pending = {k: np.zeros(0, dtype=np.int64) for k in PENDING_INT}
         self.pending["flops"] = np.zeros(0, dtype=np.float64)  # NaN: not counted
-        self.piece_ns = np.zeros((0, n_pieces, 5), dtype=np.int64)  # step-category ns per price piece
+        self.piece_ns = np.zeros((0, n_pieces, PIECE_COLUMNS), dtype=np.int64)  # step-category and rework ns per price piece
         self.counters = np.zeros((0, _N_COUNTERS), dtype=np.int64)  # StragglerCounters, in its order
         self.has_counters = np.zeros(0, dtype=bool)
 
@@ -293,7 +297,7 @@ class RunAccumulator:
         coverage = Coverage.from_phases(config.phases, start)
         pieces = PricePieces.from_segments(config.price_segments, start)
         peak_rank = None if config.peak_flops_per_gpu is None else config.peak_flops_per_gpu * config.gpus_per_rank
-        self.ctx = StepContext(start, coverage, pieces, config.target_mfu, peak_rank)
+        self.ctx = StepContext(start, coverage, pieces, config.target_mfu, peak_rank, config.rework_through_step)
         self.table = RankTable(len(pieces))
         self.windows = WindowSums.empty()
         self.watermark: int | None = None
@@ -536,7 +540,7 @@ class RunAccumulator:
         n_pieces = len(self.ctx.pieces)
         slot = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
         idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage, offset=slot * n_pieces)
-        np.add.at(table.piece_ns.reshape(-1, 5), rows[idx // n_pieces] * n_pieces + idx % n_pieces, sums)
+        np.add.at(table.piece_ns.reshape(-1, PIECE_COLUMNS), rows[idx // n_pieces] * n_pieces + idx % n_pieces, sums)
         self._fold_sums(rows, block, cols, offsets)
         live = block.e_ns > block.s_ns
         first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets)
@@ -557,7 +561,9 @@ class RunAccumulator:
             self.tail.add(rank_of, block.step, block.arrival_ns, block.cats[:, 3])
         else:
             self.tail.add(rank_of[on], block.step[on], block.arrival_ns[on], block.cats[:, 3][on])
-        self.windows.add_steps(block, cols, self.config.allocation_start_ns, np.arange(len(block.step)))
+        # Rework rows are not work of this attempt: the chart windows see none of them.
+        shown = np.arange(len(block.step)) if self.ctx.rework_through_step is None else np.flatnonzero(~block.rework_rows)
+        self.windows.add_steps(block, cols, self.config.allocation_start_ns, shown)
 
     def _fold_sums(self, rows: IntArray, block: StepBlock, cols: Mapping[str, Any], offsets: IntArray) -> None:
         """Per-rank sums of a multi-rank block: exact integer reductions over each rank's rows."""
@@ -575,7 +581,9 @@ class RunAccumulator:
             "forward_ns": block.forward_ns,
             "backward_ns": block.backward_ns,
             "optimizer_ns": block.optimizer_ns,
-            **{key: np.maximum(cols[key], 0) for key in ("tokens", "samples", "alloc_retries")},
+            **{key: np.maximum(cols[key], 0) for key in ("alloc_retries",)},
+            # Tokens and samples of rework rows were already counted by an earlier attempt.
+            **{key: np.where(block.rework_rows, 0, np.maximum(cols[key], 0)) for key in ("tokens", "samples")},
             "flops_steps": known,
             "overrun_steps": block.overrun_rows,
             "clipped_steps": block.clipped_rows,
@@ -583,6 +591,8 @@ class RunAccumulator:
             "zero_flops_steps": block.zero_flops_rows,
             "mem_rows": peak >= 0,
             "frag_rows": frag_ok,
+            "rework_steps": block.rework_rows,
+            "rework_ns": block.rework_ns,
         }
         # One (rows x keys) integer matrix, reduced per rank at once.
         matrix = np.empty((len(block.step), len(_SUM_KEYS)), dtype=np.int64)

@@ -545,7 +545,16 @@ def _idle_summary(parts: Mapping[str, Recoverable]) -> Recoverable:
     )  # fmt: skip
 
 
-_IDLE_WORDS = {"startup": "Start-up", "teardown": "Tear-down", "gap": "Gaps between steps", "no_steps": "No steps"}
+_IDLE_WORDS = {
+    "startup": "Start-up",
+    "teardown": "Tear-down",
+    "gap": "Gaps between steps",
+    "no_steps": "No steps",
+    "rework": "Rework (steps an earlier attempt already computed)",
+    "restart": "Restart (start-up and tear-down around a failure)",
+    "phase:checkpoint": "Checkpoint saves",
+    "phase:restore": "Checkpoint restores",
+}
 
 
 def assess(
@@ -648,6 +657,13 @@ def assess(
                 label="gaps between steps", usd_cents=cents, run_ns=profile.gap_ns_per_step, stretch=None,
                 peers=peers, attr="gap_ns_per_step", cap=1.0,
             )  # fmt: skip
+        elif label in ("rework", "restart", "phase:checkpoint", "phase:restore"):
+            # A job's lost work: its job-level advice (core/checkpointing.py) claims these dollars,
+            # so the run's own counterfactual does not (a dollar is claimed once).
+            parts[label] = none_recoverable(
+                f"{_IDLE_WORDS.get(label, label)}: work the job lost to failures and checkpoints; what of it can be "
+                "saved is the job's checkpoint advice, not counted here."
+            )
         elif label.startswith("phase:"):
             parts[label] = none_recoverable(f"'{label[6:]}' phases are work the run asked for: not counted as recoverable.")
         else:

@@ -28,7 +28,7 @@ from phantomhub.waste.core.diagnostics import (
 )
 from phantomhub.waste.core.evidence import NO_REFERENCES, Recoverable, References, RunProfile, assess
 from phantomhub.waste.core.inputs import CATEGORIES, STEP_CATEGORIES, RunConfig
-from phantomhub.waste.core.ledger import Ledger, ledger_build
+from phantomhub.waste.core.ledger import LOST_CAUSES, Ledger, ledger_build
 from phantomhub.waste.core.money import cents_allocate, cents_round
 from phantomhub.waste.core.result import (
     Analysis,
@@ -36,6 +36,8 @@ from phantomhub.waste.core.result import (
     Explained,
     HostDiagnostics,
     IdleFigure,
+    LostCause,
+    LostWork,
     MemoryDiagnostics,
     RankFigure,
     Straggler,
@@ -150,6 +152,7 @@ def build_analysis(
     recov, idle_recov = _recoverable(acc, s.n_rep, money, eff, stragglers, profile, refs, recoverability)
     categories = _category_figures(s, money, billed, recoverability, recov)
     idle = _idle_figures(s, money, idle_recov)
+    lost = _lost_work(s, money)
     ranks = _rank_figures(s, money.book, counters_of, eff.peak_rank)
     run_hours = span_ns / 3.6e12
     recoverable_usd = sum(c.recoverable_cents for c in categories) / 100
@@ -158,7 +161,7 @@ def build_analysis(
     host = host_diagnostics(s.reporting, acc.hosts, s.totals)
     usd_per_month = money.cost_cents / 100 / run_hours * HOURS_PER_MONTH if run_hours > 0 else None
     figures = _RunFigures(cfg, end_ns, s.n_rep, money, eff, categories, recov, recoverable_usd, run_hours, usd_per_month)
-    explain = _explanations(acc, figures, s.totals, idle, memory, host, stragglers, counters_of)
+    explain = {**_explanations(acc, figures, s.totals, idle, memory, host, stragglers, counters_of), **_explain_lost(lost, money)}
     return Analysis(
         allocation_start_ns=start,
         end_ns=end_ns,
@@ -203,6 +206,7 @@ def build_analysis(
         warnings=(*warnings, *_dropped_warnings(dropped_rows or {}), *extra_warnings),
         profile=profile,
         dropped_rows=dict(dropped_rows or {}),
+        lost=lost,
     )
 
 
@@ -351,13 +355,54 @@ def _idle_figures(s: _Slots, money: _Money, idle_recov: Mapping[str, Recoverable
     )
 
 
+def _lost_work(s: _Slots, money: _Money) -> LostWork:
+    """The attempt's lost work by cause: each cause's labels' GPU-seconds, and their cents in
+    idle's largest-remainder split (so causes, idle and the cost add up exactly)."""
+    causes = []
+    for cause, labels in LOST_CAUSES.items():
+        present = [lbl for lbl in labels if lbl in money.idle_cents]
+        ns = sum(money.book.total_ns[lbl] for lbl in present)
+        causes.append(LostCause(cause, labels, s.gpu_seconds(ns), sum(money.idle_cents[lbl] for lbl in present)))
+    return LostWork(
+        causes=tuple(causes),
+        gpu_seconds=sum(c.gpu_seconds for c in causes),
+        usd_cents=sum(c.usd_cents for c in causes),
+    )
+
+
+def _explain_lost(lost: LostWork, money: _Money) -> dict[str, Explained]:
+    """The lost work's dollars: each cause's labels' share of idle's cents, and their sum."""
+    out: dict[str, Explained] = {}
+    for c in lost.causes:
+        out[f"lost.{c.cause}.usd"] = Explained(
+            c.usd,
+            "USD",
+            "Σ over the cause's idle labels (" + ", ".join(c.labels) + ") of their largest-remainder share of "
+            "the idle category's cents",
+            {
+                **{f"{lbl}_usd": money.idle_cents.get(lbl, 0) / 100 for lbl in c.labels},
+                "idle_cents": money.cat_cents["idle"],
+                "gpu_seconds": c.gpu_seconds,
+            },
+        )
+    out["lost_usd"] = Explained(
+        lost.usd,
+        "USD",
+        "Σ lost causes' usd (rework + restart + checkpoint): work a job's attempts lost, part of idle",
+        {f"{c.cause}_usd": c.usd for c in lost.causes},
+    )
+    return out
+
+
 def _rank_figures(
     s: _Slots, book: Ledger, counters_of: Mapping[int, StragglerCounters], peak_rank: float | None
 ) -> tuple[RankFigure, ...]:
     """Each reporting rank's categories, means per live step, MFU and straggler counters."""
     gpu_s = s.gpu_seconds
     ranks = []
-    for rs, ns_row, usd_row in zip(s.slots, book.rank_ns, book.rank_usd, strict=True):
+    for rs, ns_row, usd_row, lost_ns, lost_usd in zip(
+        s.slots, book.rank_ns, book.rank_usd, book.rank_lost_ns, book.rank_lost_usd, strict=True
+    ):
         if rs is None:
             continue
         sums = rs.sums
@@ -386,6 +431,8 @@ def _rank_figures(
                 mem_peak_bytes=rs.mem_peak_max if rs.mem_peak_max >= 0 else None,
                 slow_step_share=(counters.slow_steps / counters.aligned_steps if counters and counters.aligned_steps else None),
                 caused_wait_gpu_seconds=(gpu_s(counters.caused_wait_ns) if counters is not None else 0.0),
+                lost_gpu_seconds={k: gpu_s(v) for k, v in lost_ns.items()},
+                lost_usd=dict(lost_usd),
             )
         )
     return tuple(ranks)
@@ -415,8 +462,9 @@ def _profile(n: int, totals: RankTotals, total_ns: Mapping[str, int], mfu_comput
         host_ns_per_step=per_step(sums["host_ns"]),
         gap_ns_per_step=per_step(total_ns.get("gap", 0)),
         mfu_compute=mfu_compute,
-        startup_s=per_rank_s("startup"),
-        teardown_s=per_rank_s("teardown"),
+        # A restart's start-up (or a failed attempt's tear-down) is no reference for a run's own.
+        startup_s=None if cfg.restart_before_first_step else per_rank_s("startup"),
+        teardown_s=None if cfg.restart_after_last_step else per_rank_s("teardown"),
         world_size=cfg.world_size,
         gpu_count=cfg.gpu_count,
         dtype=cfg.dtype or None,

@@ -37,7 +37,9 @@ DEFAULT_TARGET_MFU = 0.5
 # rows and config would give a different analysis or accumulator state.
 # 2: FLOPs credited to kept step time, chart windows spread steps and are at least a step wide.
 # 3: recoverable dollars from evidence (evidence.py); 0 FLOPs is "not counted"; one world size.
-MODEL_VERSION = 3
+# 4: jobs: rework steps and restarts as idle labels (rework, restart), the lost work priced; the
+#    rank table carries a sixth piece column (rework) and rework sums.
+MODEL_VERSION = 4
 
 # Caps an organization may set on the share of each category called recoverable
 # (docs/waste-model.md). The estimate itself comes from evidence (evidence.py); a cap only cuts it.
@@ -245,6 +247,14 @@ class RunConfig:
     target_mfu: float = DEFAULT_TARGET_MFU
     gpu_memory_bytes: int | None = None
     dtype: str | None = None
+    # A job's attempts (docs/waste-model.md, "Jobs"): step rows numbered at or below
+    # ``rework_through_step`` redo work an earlier attempt already computed (idle label
+    # ``rework``, no FLOPs credited); start-up before the first step and tear-down after the last
+    # are the cost of a restart (idle label ``restart``) when there is an earlier attempt, or a
+    # later one after a failure.
+    rework_through_step: int | None = None
+    restart_before_first_step: bool = False
+    restart_after_last_step: bool = False
 
     def __post_init__(self) -> None:
         if self.gpu_count <= 0:
@@ -284,6 +294,9 @@ class RunConfig:
             "target_mfu": self.target_mfu,
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "dtype": self.dtype,
+            "rework_through_step": self.rework_through_step,
+            "restart_before_first_step": self.restart_before_first_step,
+            "restart_after_last_step": self.restart_after_last_step,
         }
 
     @classmethod
@@ -299,6 +312,9 @@ class RunConfig:
             target_mfu=float(data["target_mfu"]),
             gpu_memory_bytes=data["gpu_memory_bytes"],
             dtype=data["dtype"],
+            rework_through_step=data.get("rework_through_step"),
+            restart_before_first_step=bool(data.get("restart_before_first_step", False)),
+            restart_after_last_step=bool(data.get("restart_after_last_step", False)),
         )
 
 

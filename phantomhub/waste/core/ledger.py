@@ -1,9 +1,12 @@
 """The ledger: every rank's clock split by price piece into step categories and idle causes.
 
 For each price piece [lo, hi) clipped to the billed span and each rank, the piece's nanoseconds
-are: the step categories accumulated there, the phases, start-up (before the rank's first step),
-tear-down (after its last), and the gap that is left, which is never negative because step rows
-never overlap. Rank columns are numpy vectors over pieces; sums over ranks are Python integers, so
+are: the step categories accumulated there, rework (a job's steps an earlier attempt already
+computed), the phases, start-up (before the rank's first step), tear-down (after its last), and
+the gap that is left, which is never negative because step rows never overlap. In a job's
+attempt, start-up and tear-down are labelled ``restart`` when the configuration says they are a
+restart's (``RunConfig.restart_before_first_step`` / ``restart_after_last_step``), and so is a
+rank without steps. Rank columns are numpy vectors over pieces; sums over ranks are Python integers, so
 totals are exact however long the run and however many ranks.
 """
 
@@ -19,8 +22,14 @@ from phantomhub.waste.core.accumulator import RankState, RunAccumulator
 from phantomhub.waste.core.inputs import STEP_CATEGORIES
 from phantomhub.waste.core.money import NS_PER_HOUR, usd_for
 
-RANK_LABELS: tuple[str, ...] = (*STEP_CATEGORIES, "startup", "gap", "teardown", "no_steps")
-_STARTUP, _GAP, _TEARDOWN, _NO_STEPS = range(5, 9)
+RANK_LABELS: tuple[str, ...] = (*STEP_CATEGORIES, "rework", "startup", "gap", "teardown", "no_steps")
+_REWORK, _STARTUP, _GAP, _TEARDOWN, _NO_STEPS = range(5, 10)
+# A job's lost work (docs/waste-model.md, "Jobs"): cause -> the idle labels it is made of.
+LOST_CAUSES: dict[str, tuple[str, ...]] = {
+    "rework": ("rework",),
+    "restart": ("restart",),
+    "checkpoint": ("phase:checkpoint", "phase:restore"),
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,9 @@ class Ledger:
     rank_usd: list[list[float]]  # the same, exact shares as floats
     cost_exact: Fraction
     unpriced_ns: int
+    # Per rank slot, per lost cause (LOST_CAUSES): rank-nanoseconds and exact dollars as floats.
+    rank_lost_ns: list[dict[str, int]]
+    rank_lost_usd: list[dict[str, float]]
 
 
 def _rank_matrix(acc: RunAccumulator, slots: list[RankState | None], keep: Any, lo: Any, hi: Any, free: Any) -> tuple[Any, Any]:
@@ -41,7 +53,7 @@ def _rank_matrix(acc: RunAccumulator, slots: list[RankState | None], keep: Any, 
     start = acc.config.allocation_start_ns
     m = np.zeros((len(slots), len(lo), len(RANK_LABELS)), dtype=np.int64)
     used = np.zeros(len(RANK_LABELS), dtype=bool)
-    used[:_STARTUP] = True  # step categories always appear, if only as zeros
+    used[:_REWORK] = True  # step categories always appear, if only as zeros
     stepped = [i for i, rs in enumerate(slots) if rs is not None and rs.first_s is not None and rs.last_e is not None]
     if len(stepped) < len(slots):
         stepped_set = set(stepped)
@@ -57,17 +69,29 @@ def _rank_matrix(acc: RunAccumulator, slots: list[RankState | None], keep: Any, 
     first = np.array([[rs.first_s] for rs in ranks], dtype=np.int64)
     last = np.array([[rs.last_e] for rs in ranks], dtype=np.int64)
     sub = np.zeros((len(ranks), len(lo), len(RANK_LABELS)), dtype=np.int64)
-    sub[:, :, :5] = pieces[:, keep]
+    sub[:, :, :_STARTUP] = pieces[:, keep]
     low, high = np.broadcast_to(lo, sub.shape[:2]), np.broadcast_to(hi, sub.shape[:2])
     sub[:, :, _STARTUP] = cov.uncovered_between(np.maximum(low, start), np.minimum(high, first))
     sub[:, :, _TEARDOWN] = cov.uncovered_between(np.maximum(low, last), high)
-    sub[:, :, _GAP] = free - sub[:, :, :5].sum(axis=2) - sub[:, :, _STARTUP] - sub[:, :, _TEARDOWN]
+    sub[:, :, _GAP] = free - sub[:, :, :_STARTUP].sum(axis=2) - sub[:, :, _STARTUP] - sub[:, :, _TEARDOWN]
     twice = (sub[:, :, _GAP] < 0).any(axis=1)
     if twice.any():
         raise RuntimeError(f"rank {ranks[int(np.flatnonzero(twice)[0])].rank}: time counted twice")
     m[stepped] = sub
-    used[:_NO_STEPS] = True
+    used[_STARTUP:_NO_STEPS] = True
+    used[_REWORK] = bool(sub[:, :, _REWORK].any())
     return m, used
+
+
+def _label_of(config: Any) -> dict[str, str]:
+    """The idle labels of a job's attempt: start-up, tear-down and a rank without steps are a
+    restart's when the configuration says so (docs/waste-model.md, "Jobs")."""
+    before, after = config.restart_before_first_step, config.restart_after_last_step
+    return {
+        "startup": "restart" if before else "startup",
+        "teardown": "restart" if after else "teardown",
+        "no_steps": "restart" if before or after else "no_steps",
+    }
 
 
 def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None], gpu_per_slot: Fraction) -> Ledger:
@@ -98,36 +122,57 @@ def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None]
     # Per rank and category, all ranks at once: a step category is its label; idle adds its
     # causes in label order, then the run's phases (every rank carries them), as a sum over one
     # rank's labels in that order would (the same float additions, so the same bits).
-    idle_ns: Any = per_rank_ns[:, _STARTUP : _NO_STEPS + 1].astype(object).sum(axis=1) + sum(phase_ns)
+    idle_ns: Any = per_rank_ns[:, _REWORK : _NO_STEPS + 1].astype(object).sum(axis=1) + sum(phase_ns)
     idle_usd = np.zeros(len(slots))
-    for j in range(_STARTUP, _NO_STEPS + 1):
+    for j in range(_REWORK, _NO_STEPS + 1):
         idle_usd = idle_usd + per_rank_usd[:, j]
     for u in phase_usd:
         idle_usd = idle_usd + u
-    rank_ns = [[*row, int(idle)] for row, idle in zip(per_rank_ns[:, :_STARTUP].tolist(), idle_ns.tolist(), strict=True)]
-    rank_usd = np.column_stack((0.0 + per_rank_usd[:, :_STARTUP], idle_usd)).tolist()
+    rank_ns = [[*row, int(idle)] for row, idle in zip(per_rank_ns[:, :_REWORK].tolist(), idle_ns.tolist(), strict=True)]
+    rank_usd = np.column_stack((0.0 + per_rank_usd[:, :_REWORK], idle_usd)).tolist()
+
+    relabel = _label_of(acc.config)
+    # Per rank, the lost causes: rework, the restart labels, the checkpoint phases (every rank's clock).
+    restart_cols = [RANK_LABELS.index(k) for k, v in relabel.items() if v == "restart"]
+    ckpt = [(phase_ns[i], phase_usd[i]) for i, lbl in enumerate(phase_cols) if lbl in LOST_CAUSES["checkpoint"]]
+    ckpt_ns, ckpt_usd = sum(n for n, _ in ckpt), sum(u for _, u in ckpt)
+    rank_lost_ns = [
+        {"rework": int(row[_REWORK]), "restart": int(sum(row[j] for j in restart_cols)), "checkpoint": ckpt_ns}
+        for row in per_rank_ns.tolist()
+    ]
+    rank_lost_usd = [
+        {"rework": float(row[_REWORK]), "restart": float(sum(row[j] for j in restart_cols)), "checkpoint": float(ckpt_usd)}
+        for row in per_rank_usd.tolist()
+    ]
 
     labels = [lbl for lbl, u in zip(RANK_LABELS, used, strict=True) if u]
     total_ns: dict[str, int] = {}
     usd_exact: dict[str, Fraction] = {}
-    columns: dict[str, list[int]] = {lbl: [int(v) for v in total[:, RANK_LABELS.index(lbl)]] for lbl in labels}
+    columns: dict[str, list[int]] = {}
+    for lbl in labels:
+        col = [int(v) for v in total[:, RANK_LABELS.index(lbl)]]
+        name = relabel.get(lbl, lbl)
+        columns[name] = [a + b for a, b in zip(columns[name], col, strict=True)] if name in columns else col
     for label, phase_col in phase_cols.items():
         columns[label] = [int(v) * len(slots) for v in phase_col]
     for label, values in columns.items():
         total_ns[label] = sum(values)
         usd_exact[label] = sum((usd_for(ns * gpu_per_slot, p) for ns, p in zip(values, prices, strict=True)), Fraction(0))
     gpu_count = acc.config.gpu_count
+    ordered = [
+        *(relabel.get(lbl, lbl) for lbl in labels if lbl != "no_steps"),
+        *sorted(phase_cols),
+        *([relabel["no_steps"]] if "no_steps" in labels else []),
+    ]
     return Ledger(
         pieces=list(zip(lo.tolist(), hi.tolist(), prices, strict=True)),
-        labels=[
-            *(lbl for lbl in labels if lbl != "no_steps"),
-            *sorted(phase_cols),
-            *(["no_steps"] if "no_steps" in labels else []),
-        ],
+        labels=list(dict.fromkeys(ordered)),
         total_ns=total_ns,
         usd_exact=usd_exact,
         rank_ns=rank_ns,
         rank_usd=rank_usd,
         cost_exact=sum((usd_for(gpu_count * int(s), p) for s, p in zip(span, prices, strict=True)), Fraction(0)),
         unpriced_ns=int(sum(int(s) for s, p in zip(span, prices, strict=True) if p is None)),
+        rank_lost_ns=rank_lost_ns,
+        rank_lost_usd=rank_lost_usd,
     )

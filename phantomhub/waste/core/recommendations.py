@@ -14,7 +14,9 @@ run's ``recoverable_usd``. Who claims what:
   each category): the others' measured wait for it (exposed communication) and its own time
   beyond the other ranks' median (data stall, compute inefficiency, host overhead);
   ``COMM_EXPOSED``, ``DATA_STALL``, ``HOST_OVERHEAD`` and ``LOW_MFU`` claim the rest;
-- compute inefficiency: ``LOW_MFU``; idle: ``IDLE``.
+- compute inefficiency: ``LOW_MFU``; idle: ``IDLE``. A job's lost work (idle labels ``rework``,
+  ``restart``, ``phase:checkpoint``, ``phase:restore``) is never recoverable in the run's own
+  figures (evidence.py): the job's checkpoint advice (checkpointing.py) claims it, once.
 
 A priced rule that ends up claiming nothing is not issued as a $0 saving: when another
 recommendation claimed its category's recoverable dollars (the cause named there), it is left
@@ -177,6 +179,8 @@ WORDS = {
     "teardown": "tear-down",
     "gap": "gaps between steps",
     "no_steps": "no step telemetry",
+    "rework": "rework (steps an earlier attempt already computed)",
+    "restart": "restarts",
 }
 
 
@@ -533,6 +537,10 @@ _IDLE_FIXES = {
     "chart and check logs at those times.",
     "teardown": "Release GPUs as soon as training ends: exit after the final checkpoint and upload artifacts from a CPU node.",
     "no_steps": "No step telemetry: check that the agent runs on every rank.",
+    "rework": "Rework and restarts are the job's lost work: see the job's checkpoint advice (interval and "
+    "asynchronous saves) and its failure causes; they are priced there, not here.",
+    "restart": "Rework and restarts are the job's lost work: see the job's checkpoint advice (interval and "
+    "asynchronous saves) and its failure causes; they are priced there, not here.",
 }
 
 
@@ -557,7 +565,7 @@ def _idle(a: Analysis, t: Thresholds, claims: Claims) -> list[Recommendation]:
                 fixes.append(
                     f"'{name}' phases: run them less often or on a subset, or asynchronously on a separate, cheaper GPU."
                 )
-        elif part.label in _IDLE_FIXES:
+        elif part.label in _IDLE_FIXES and _IDLE_FIXES[part.label] not in fixes:
             fixes.append(_IDLE_FIXES[part.label])
     saving, explain, claimed = _claimed(a, claims, "IDLE")
     return [

@@ -130,6 +130,53 @@ class IdleFigure:
 
 
 @dataclass(frozen=True)
+class LostCause:
+    """One cause of a job's lost work in this attempt (docs/waste-model.md, "Jobs"): ``rework``
+    (label rework), ``restart`` (label restart) or ``checkpoint`` (phase:checkpoint and
+    phase:restore). Its cents are the sum of its labels' cents in idle's largest-remainder split,
+    so causes and idle add up exactly."""
+
+    cause: str
+    labels: tuple[str, ...]
+    gpu_seconds: float
+    usd_cents: int
+
+    @property
+    def usd(self) -> float:
+        return self.usd_cents / 100
+
+
+@dataclass(frozen=True)
+class LostWork:
+    """The attempt's lost work by cause (rework, restart, checkpoint) and in total; part of idle."""
+
+    causes: tuple[LostCause, ...]
+    gpu_seconds: float
+    usd_cents: int
+
+    @property
+    def usd(self) -> float:
+        return self.usd_cents / 100
+
+    def cause(self, name: str) -> LostCause:
+        for c in self.causes:
+            if c.cause == name:
+                return c
+        raise KeyError(name)
+
+
+NO_LOST = LostWork(
+    causes=(
+        LostCause("rework", ("rework",), 0.0, 0),
+        LostCause("restart", ("restart",), 0.0, 0),
+        LostCause("checkpoint", ("phase:checkpoint", "phase:restore"), 0.0, 0),
+    ),
+    gpu_seconds=0.0,
+    usd_cents=0,
+)
+
+
+@dataclass(frozen=True)
 class RankFigure:
     rank: int
     host: str
@@ -147,6 +194,9 @@ class RankFigure:
     mem_peak_bytes: int | None
     slow_step_share: float | None  # share of aligned steps it arrived >= 5% after the median
     caused_wait_gpu_seconds: float  # others' comm wait attributed to this rank
+    # A job's lost work on this rank (rework, restart, checkpoint): GPU-seconds and exact dollars.
+    lost_gpu_seconds: Mapping[str, float] = field(default_factory=dict)
+    lost_usd: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -366,6 +416,8 @@ class Analysis:
     # Rows the server refused or left out: non_rising_start (start not after the rank's previous
     # row), reused_step (a step number already stored with another start, e.g. after a restart).
     dropped_rows: Mapping[str, int] = field(default_factory=dict)
+    # A job's lost work in this attempt: rework, restart and checkpoint time, priced (part of idle).
+    lost: LostWork = NO_LOST
 
     @property
     def cost_usd(self) -> float:

@@ -6,7 +6,7 @@ three parts, each rewritten only when it changed:
 
 - ``header``: the run-wide scalars and per-host sample sums (JSON; small);
 - ``ranks``: one row per rank in fixed-width int64/float64 matrices, the straggler tails
-  concatenated with their lengths, the piece sums as one (ranks, pieces, 5) array: the
+  concatenated with their lengths, the piece sums as one (ranks, pieces, 6) array (step categories, rework): the
   accumulator's rank table (``RankTable``) as it is, in rank order;
 - ``windows``: the chart sums as float64 arrays.
 
@@ -24,7 +24,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from phantomhub.waste.core.accumulator import _SUM_KEYS, PENDING_INT, STATE_VERSION, HostSamples, NotAppendable, RunAccumulator
+from phantomhub.waste.core.accumulator import (
+    _SUM_KEYS,
+    PENDING_INT,
+    PIECE_COLUMNS,
+    STATE_VERSION,
+    HostSamples,
+    NotAppendable,
+    RunAccumulator,
+)
 from phantomhub.waste.core.inputs import RunConfig
 from phantomhub.waste.core.windows import WindowSums
 
@@ -122,7 +130,7 @@ def state_unpack(parts: StateParts) -> RunAccumulator:
     acc = RunAccumulator(RunConfig.from_fingerprint(header["config"]))
     r = parts.ranks
     ints, floats, pieces = r["ints"], r["floats"], r["pieces"]
-    if pieces.shape[1:] != (len(acc.ctx.pieces), 5) or ints.shape[1:] != (len(INT_COLUMNS),):
+    if pieces.shape[1:] != (len(acc.ctx.pieces), PIECE_COLUMNS) or ints.shape[1:] != (len(INT_COLUMNS),):
         raise NotAppendable("state shaped for another configuration")
     names = orjson.loads(r["host_names"].tobytes())
     table = acc.table

@@ -11,6 +11,12 @@ When the measured stages add up to more than ``nonphase_ns`` (clock skew, or tim
 phase or the billing edges), they are scaled down in proportion and host_overhead is zero: the
 removed time is assumed to be the unmeasured tail of the step first, the stages only after it.
 
+Rework (a job's later attempt redoing steps an earlier attempt computed, docs/waste-model.md,
+"Jobs"): a row whose step number is at or below ``rework_through_step`` keeps none of that split.
+Its non-phase time goes whole to ``rework_ns`` (the idle label ``rework``), its FLOPs are not
+credited (NaN), and it is not a live step: MFU, useful compute, the sums per step and the chart
+windows see none of it. Phase time inside it keeps its phase label.
+
 Compute splits into useful_compute = min(compute, flops / (target_mfu x peak of the rank's GPUs))
 and compute_inefficiency = the rest, per step, so a fast step cannot hide a slow one.
 
@@ -45,6 +51,8 @@ class StepContext:
     target_mfu: float
     # Peak FLOP/s of everything one rank drives (peak per GPU x GPUs per rank), None if unknown.
     peak_flops_per_rank: float | None
+    # Rows numbered at or below this redo an earlier attempt's work (rework), None: none do.
+    rework_through_step: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +65,8 @@ class StepBlock:
     e_ns: IntArray
     nonphase_ns: IntArray
     cats: IntArray  # (n, 5): useful, inefficiency, data, comm, host
+    rework_ns: IntArray  # (n,): a rework row's non-phase time (then its cats are 0), else 0
+    rework_rows: npt.NDArray[np.bool_]  # rows numbered at or below rework_through_step
     forward_ns: IntArray
     backward_ns: IntArray
     optimizer_ns: IntArray
@@ -83,6 +93,11 @@ class StepBlock:
     @property
     def zero_flops(self) -> int:
         return int(self.zero_flops_rows.sum())
+
+    @property
+    def piece_cats(self) -> IntArray:
+        """(n, 6): the five step categories, then rework: what the price pieces accumulate."""
+        return np.column_stack((self.cats, self.rework_ns))
 
     @property
     def compute_ns(self) -> IntArray:
@@ -162,6 +177,19 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         # Slack of 1e-9 so float rounding of a step at exactly 100% is not flagged.
         limit = ctx.peak_flops_per_rank * nonphase / 1e9 * (1 + 1e-9)
         over_peak = known & (flops > limit)
+    clipped = nonphase < dur
+    rework_ns = np.zeros(n, dtype=np.int64)
+    redo = np.zeros(n, dtype=bool)
+    if ctx.rework_through_step is not None:
+        redo = np.asarray(cols["step"], dtype=np.int64) <= ctx.rework_through_step
+        if redo.any():
+            rework_ns = np.where(redo, nonphase, 0)
+            nonphase = np.where(redo, 0, nonphase)
+            cats[redo] = 0
+            fwd, bwd, opt = (np.where(redo, 0, x) for x in (fwd, bwd, opt))
+            flops = np.where(redo, np.nan, flops)
+            for flags in (over, clipped, over_peak, zero_flops):
+                flags[redo] = False
     return StepBlock(
         step=np.asarray(cols["step"], dtype=np.int64),
         t_start_ns=t,
@@ -169,12 +197,14 @@ def process_rows(cols: Mapping[str, np.ndarray | None], next_start_ns: IntArray,
         e_ns=e,
         nonphase_ns=nonphase,
         cats=cats,
+        rework_ns=rework_ns,
+        rework_rows=redo,
         forward_ns=fwd,
         backward_ns=bwd,
         optimizer_ns=opt,
         flops=flops,
         overrun_rows=over,
-        clipped_rows=nonphase < dur,
+        clipped_rows=clipped,
         over_peak_rows=over_peak,
         zero_flops_rows=zero_flops,
     )
@@ -203,18 +233,21 @@ def split_in_two(cats: IntArray, first_ns: IntArray) -> IntArray:
 def piece_totals(
     block: StepBlock, pieces: PricePieces, coverage: Coverage, offset: IntArray | None = None
 ) -> tuple[IntArray, IntArray]:
-    """Category nanoseconds of the block per price piece: (piece indexes, (n, 5) sums).
+    """Category nanoseconds of the block per price piece: (piece indexes, (n, 6) sums: the five
+    step categories and rework, ``StepBlock.piece_cats``).
 
     Rows inside one piece are summed in bulk. Rows that straddle a price change are cut at it so
     each piece gets exactly the step time (outside phases) that fell inside it, with the row's
     category mix kept on both sides: vectorised for one change, ``split_exact`` for several.
     An index may appear more than once; add with ``np.add.at``. ``offset`` (per row, rising) is
     added to each row's piece indexes: a block of several ranks' rows, each rank's offset its slot
-    x the number of pieces, gives indexes into the ranks' stacked (slot x piece, 5) totals.
+    x the number of pieces, gives indexes into the ranks' stacked (slot x piece, 6) totals.
     """
     idx_parts: list[IntArray] = []
     val_parts: list[IntArray] = []
-    live = block.nonphase_ns > 0
+    cats = block.piece_cats
+    width = cats.shape[1]
+    live = (block.nonphase_ns > 0) | (block.rework_ns > 0)
     s, e = block.s_ns, block.e_ns
     first_piece = pieces.index(s)
     last_piece = pieces.index(np.maximum(e - 1, s))
@@ -230,21 +263,21 @@ def piece_totals(
 
     simple = np.flatnonzero(live & (spans == 0))
     if len(simple):
-        add(first_piece[simple] + shift[simple], block.cats[simple])
+        add(first_piece[simple] + shift[simple], cats[simple])
     two = np.flatnonzero(spans == 1)
     if len(two):
         cut = keys[first_piece[two] + 1]
         before = coverage.uncovered_between(s[two], cut)
-        part = split_in_two(block.cats[two], before)
+        part = split_in_two(cats[two], before)
         add(first_piece[two] + shift[two], part)
-        add(first_piece[two] + 1 + shift[two], block.cats[two] - part)
+        add(first_piece[two] + 1 + shift[two], cats[two] - part)
     ends = pieces.ends()
     for i in np.flatnonzero(spans > 1).tolist():
         js = list(range(int(first_piece[i]), int(last_piece[i]) + 1))
         weights = [coverage.uncovered(max(int(s[i]), int(keys[j])), min(int(e[i]), int(ends[j]))) for j in js]
-        parts = split_exact([int(v) for v in block.cats[i]], weights)
+        parts = split_exact([int(v) for v in cats[i]], weights)
         idx_parts.append(np.array(js, dtype=np.int64) + shift[i])
-        val_parts.append(np.array(parts, dtype=np.int64).reshape(len(js), 5))
+        val_parts.append(np.array(parts, dtype=np.int64).reshape(len(js), width))
     if not idx_parts:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, 5), dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros((0, width), dtype=np.int64)
     return np.concatenate(idx_parts), np.concatenate(val_parts)
