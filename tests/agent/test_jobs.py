@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,8 @@ import phantomhub_agent as pa
 from phantomhub_agent import _identity as ident
 from phantomhub_agent._config import settings_from
 
-from .conftest import FakeServer, Recorded
+from .conftest import PYTHON, SCRIPT_ENV, FakeServer, LiveServer, Recorded, run_script, wait_for
+from .jobs_fixtures import stored_events
 
 LAUNCHER_VARS = (
     "PHANTOMHUB_JOB",
@@ -229,3 +233,97 @@ def test_a_server_without_jobs_gets_the_registration_again_without_the_field(
     assert sorted(s for r in fake_server.of("/steps") for s in r.body["steps"]["step"]) == list(range(5))
     assert run.counters["rejected_batches"] == 0
     assert "does not know jobs" in caplog.text
+
+
+# -- against the live server ---------------------------------------------------------------------
+
+ATTEMPT_SCRIPT = """
+import sys, time
+import phantomhub_agent as pa
+run = pa.init(name="attempt", debug=True, flush_interval_s=0.2)
+first = int(sys.argv[1])
+for i in range(first, first + 5):  # the script restores its step from its checkpoint
+    with run.step(step=i, samples=8):
+        time.sleep(0.001)
+if sys.argv[2] == "oom":
+    raise RuntimeError("CUDA out of memory. Tried to allocate 8.00 GiB")
+with run.checkpoint(first + 4, bytes=100):
+    time.sleep(0.01)
+run.finish()
+print(run.id)
+"""
+
+
+def attempt(live: LiveServer, tmp_path: Path, rank: int, restart: int, first: int, end: str, job: str) -> str:
+    env = {
+        "PHANTOMHUB_SERVER": live.url,
+        "PHANTOMHUB_TOKEN": live.token,
+        "PHANTOMHUB_SPOOL_DIR": str(tmp_path / "s"),
+        "TORCHELASTIC_RUN_ID": job,
+        "TORCHELASTIC_RESTART_COUNT": str(restart),
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+    }
+    done = run_script(ATTEMPT_SCRIPT, tmp_path, env, args=[str(first), end])
+    if end == "oom":
+        assert done.returncode == 1 and "out of memory" in done.stderr, done.stderr[-3000:]
+        return ""
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.live_server
+def test_an_elastic_restart_registers_a_second_run_in_the_same_job(live: LiveServer, tmp_path: Path) -> None:
+    """torchrun restarts the workers with the same rendezvous id and a higher restart count: each
+    attempt is its own run (its steps are never refused as reused), both in one job."""
+    job = f"job-{tmp_path.name}"
+    for rank in (0, 1):
+        attempt(live, tmp_path, rank, 0, 0, "oom", job)  # attempt 0 dies of an OOM at step 4
+    ids = {attempt(live, tmp_path, rank, 1, 3, "finish", job) for rank in (0, 1)}  # resumed from step 3
+    [second_id] = ids
+    legacy_first = str(uuid.uuid5(ident.NAMESPACE, f"torchelastic/{job}/0"))  # attempt 0 keeps the old id
+    first, second = live.run(legacy_first), live.run(second_id)
+    assert first["job"] is not None and first["job"] == second["job"]
+    assert first["job"]["key"] == f"torchelastic/{job}" and first["job"]["source"] == "torchelastic"
+    assert (first["attempt"], second["attempt"]) == (0, 1)
+    assert (first["end_cause"], first["end_detail"]) == ("oom", "builtins.RuntimeError")
+    assert second["end_cause"] == "finished"
+    for rank in (0, 1):
+        assert live.steps(legacy_first, rank=rank)["step"] == [0, 1, 2, 3, 4]
+        assert live.steps(second_id, rank=rank)["step"] == [3, 4, 5, 6, 7]  # the script's numbers, not renumbered
+    assert all(r["reused_step_rows"] == 0 for r in first["ranks"] + second["ranks"])
+    finish = stored_events(live, legacy_first, kind="finish")
+    assert {e["data"]["cause"] for e in finish} == {"oom"} and len(finish) == 2
+    saves = stored_events(live, second_id, kind="phase", name="checkpoint")
+    assert sorted(e["rank"] for e in saves) == [0, 1]
+    assert all(e["data"] == {"step": 7, "bytes": 100, "async": False} and e["dur_ns"] >= 10_000_000 for e in saves)
+
+
+@pytest.mark.live_server
+def test_the_live_server_takes_the_job_field_and_sigterm_is_an_end_cause(live: LiveServer, tmp_path: Path) -> None:
+    script = tmp_path / "term.py"
+    script.write_text(
+        "import time\nimport phantomhub_agent as pa\n"
+        "run = pa.init(name='term', debug=True, flush_interval_s=0.2)\n"
+        "with run.step(step=0):\n    pass\nprint(run.id, flush=True)\ntime.sleep(60)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHANTOMHUB_")}
+    env.update(SCRIPT_ENV)
+    env.update(
+        PHANTOMHUB_SERVER=live.url,
+        PHANTOMHUB_TOKEN=live.token,
+        PHANTOMHUB_SPOOL_DIR=str(tmp_path / "s"),
+        PHANTOMHUB_JOB=f"preemptible-{tmp_path.name}",
+        PHANTOMHUB_ATTEMPT="2",
+    )
+    proc = subprocess.Popen([PYTHON, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    run_id = proc.stdout.readline().strip()
+    wait_for(lambda: live.get(f"/api/v1/runs/{run_id}")[0] == 200)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    stored = live.run(run_id)
+    assert stored["job"]["key"] == f"preemptible-{tmp_path.name}" and stored["attempt"] == 2
+    assert stored["status"] == "failed" and stored["end_cause"] == "sigterm"
