@@ -7,6 +7,8 @@ import { ThemeProvider } from "./lib/theme";
 import { ComparePage } from "./pages/Compare";
 import { FinancePage } from "./pages/Finance";
 import { FleetPage } from "./pages/Fleet";
+import { JobPage } from "./pages/Job";
+import { JobsPage } from "./pages/Jobs";
 import { LeaderboardsPage } from "./pages/Leaderboards";
 import { NotFoundPage } from "./pages/NotFound";
 import { OverviewPage } from "./pages/Overview";
@@ -45,6 +47,8 @@ export function AppRoutes() {
           <Route path="runs" element={<RunsPage />} />
           <Route path="runs/:id" element={<RunDetailPage />} />
           <Route path="compare" element={<ComparePage />} />
+          <Route path="jobs" element={<JobsPage />} />
+          <Route path="jobs/:id" element={<JobPage />} />
           <Route path="teams/:slug" element={<TeamPage />} />
           <Route path="projects/:slug" element={<ProjectPage />} />
           <Route path="finance" element={<FinancePage />} />

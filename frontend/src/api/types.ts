@@ -356,8 +356,19 @@ export interface RunMeta {
   ranks: { rank: number; host: string; counters: Record<string, unknown> }[];
 }
 
+/** The job a run is an attempt of (the run page's `job`). */
+export interface RunJobRef {
+  id: string | number;
+  key: string;
+  /** This run's place among the job's attempts, by start (1-based). */
+  index: number;
+  attempts_total: number;
+}
+
 export interface RunDetail {
   run: RunMeta;
+  /** The job this run is an attempt of; null (or absent from older servers) when it is none. */
+  job?: RunJobRef | null;
   analysis_status?: "analysed" | "pending" | "failed";
   analysis_error?: AnalysisError | null;
   analysis: Analysis | null;
@@ -373,6 +384,8 @@ export interface Figures {
   recoverable_usd: number;
   waste_share: number | null;
   mfu: number | null;
+  /** Dollars lost to failures (rework, restarts, checkpoints across a job's attempts); absent from older servers. */
+  lost_usd?: number;
 }
 
 export interface LeaderboardRow extends Figures {
@@ -469,6 +482,8 @@ export interface FinanceRow {
   categories_usd: Record<string, number>;
   waste_usd: number;
   recoverable_usd: number;
+  /** Dollars lost to failures (rework, restarts, checkpoints); absent from older servers and closed months before it. */
+  lost_usd?: number;
 }
 
 export interface PriceEntry {
@@ -783,4 +798,128 @@ export interface AlertDeliveryRow {
   next_attempt_at: string | null;
   created_at: string;
   sent_at: string | null;
+}
+
+// Jobs: one training objective across the attempts (runs) its launcher restarted (docs/api.md,
+// Jobs and attempts). Money in USD, times ISO 8601.
+
+/** The three ways a job loses money to failures, and their total. */
+export interface LostByCause {
+  rework: number;
+  restart: number;
+  checkpoint: number;
+  total: number;
+}
+
+export type LostCause = "rework" | "restart" | "checkpoint";
+export type SegmentKind = LostCause | "work";
+export type EndCause = "finished" | "oom" | "collective_timeout" | "exception" | "sigterm" | "sigkill" | "silent" | "";
+
+/** GET /api/v1/jobs: one row. */
+export interface JobRow {
+  id: string | number;
+  key: string;
+  source: string;
+  project: string;
+  team: string;
+  attempts: number;
+  failures: number;
+  cost_usd: number;
+  lost_usd: number;
+  started_at: string | null;
+  last_started_at: string | null;
+  status: string;
+}
+
+export interface JobList {
+  count: number;
+  results: JobRow[];
+}
+
+export interface AttemptSegment {
+  kind: SegmentKind | string;
+  start: string;
+  end: string;
+}
+
+export interface JobAttempt {
+  run_id: string;
+  name: string;
+  /** Order by start, 1-based. */
+  index: number;
+  /** The launcher's restart count, where it gave one. */
+  attempt: number | null;
+  status: string;
+  end_cause: EndCause | string;
+  end_detail: string;
+  started_at: string | null;
+  billed_from: string | null;
+  /** null while the attempt runs. */
+  ended_at: string | null;
+  cost_usd: number;
+  lost_usd: LostByCause;
+  restored_step: number | null;
+  /** The steps recomputed after the restore, both ends included. */
+  rework_steps: [number, number] | null;
+  checkpoints: { count: number; blocking_s: number; bytes: number; async: boolean };
+  segments: AttemptSegment[];
+}
+
+export interface FailureRate {
+  failures: number;
+  wall_hours: number;
+  mtbf_hours: number | null;
+  /** Whose failures the rate is measured on: this job's, or its project's; null when none. */
+  source: "job" | "project" | null;
+  evidence: string;
+}
+
+export interface CheckpointAdvice {
+  kind: "interval" | "async" | "both";
+  text: string;
+  checkpoint_cost_s: number;
+  restart_cost_s: number;
+  mtbf_s: number;
+  current_interval_s: number | null;
+  recommended_interval_s: number;
+  young_daly_s: number;
+  saving_usd_per_month: number;
+  async_saving_usd_per_month: number | null;
+  /** [interval in seconds, overhead in USD a month] along the interval. */
+  curve: [number, number][];
+}
+
+/** GET /api/v1/jobs/{id}. */
+export interface JobDetail {
+  id: string | number;
+  key: string;
+  source: string;
+  project: string;
+  team: string;
+  attempts_total: number;
+  /** How many attempts `attempts` holds (a job of very many attempts is cut; a warning says so). */
+  attempts_shown: number;
+  cost_usd: number;
+  lost_usd: LostByCause;
+  lost_gpu_hours: LostByCause;
+  attempts: JobAttempt[];
+  failure_rate: FailureRate;
+  advice: CheckpointAdvice | null;
+  warnings: string[];
+}
+
+/** GET /api/v1/projects/{slug}/failures?month=YYYY-MM. */
+export interface ProjectFailureRow {
+  end_cause: EndCause | string;
+  end_detail: string;
+  host: string;
+  attempts: number;
+  rework_usd: number;
+  restart_usd: number;
+  lost_usd: number;
+}
+
+export interface ProjectFailures {
+  month: string;
+  rows: ProjectFailureRow[];
 }

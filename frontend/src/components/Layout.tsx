@@ -8,6 +8,7 @@ const NAV = [
   { to: "/", label: "Overview", icon: "◴", end: true },
   { to: "/leaderboards", label: "Leaderboards", icon: "≡" },
   { to: "/runs", label: "Runs", icon: "▤" },
+  { to: "/jobs", label: "Jobs", icon: "↻" },
   { to: "/fleet", label: "Fleet", icon: "▦" },
   { to: "/finance", label: "Finance", icon: "$" },
   { to: "/settings", label: "Settings", icon: "⚙" },

@@ -2,7 +2,7 @@
 // without a browser and every chart draws only what the API returned.
 import type { DayFigures, Phase, RankFigure, Series } from "../api/types";
 import { CATEGORIES, CATEGORY_COLOR, CATEGORY_LABEL } from "./categories";
-import { formatBytes, formatMs, formatPct, formatUsd, isNum } from "./format";
+import { formatBytes, formatMs, formatPct, formatSeconds, formatUsd, isNum } from "./format";
 import type { ChartPalette } from "./theme";
 
 type Option = Record<string, unknown>;
@@ -380,5 +380,58 @@ export function rankOption(ranks: RankFigure[], stragglers: Set<number>, p: Char
       itemStyle: { color: CATEGORY_COLOR[c] },
       data: ranks.map((r) => r.usd[c] ?? 0),
     })),
+  };
+}
+
+/**
+ * A job's checkpoint overhead in dollars a month against the checkpoint interval (the advice's
+ * curve): checkpoints cost more when frequent, lost work more when rare. The current interval and
+ * the recommended one are marked (the current only where the job has one).
+ */
+export function checkpointCurveOption(curve: readonly [number, number][], current: number | null, recommended: number, p: ChartPalette): Option {
+  const points = curve.filter(([x, y]) => isNum(x) && isNum(y) && x > 0);
+  const marks: Option[] = [];
+  if (isNum(current) && current > 0)
+    marks.push({ name: "current", xAxis: current, lineStyle: { color: p.danger, type: "dashed" }, label: { formatter: `now ${formatSeconds(current)}`, color: p.muted, position: "insideEndTop" } });
+  if (isNum(recommended) && recommended > 0)
+    marks.push({ name: "recommended", xAxis: recommended, lineStyle: { color: CATEGORY_COLOR.useful_compute, type: "solid" }, label: { formatter: `recommended ${formatSeconds(recommended)}`, color: p.muted, position: "insideEndBottom" } });
+  const xs = [...points.map(([x]) => x), ...marks.map((m) => m.xAxis as number)];
+  return {
+    ...base(p),
+    grid: { left: 8, right: 24, top: 16, bottom: 8, containLabel: true },
+    legend: { show: false },
+    tooltip: {
+      ...(base(p).tooltip as Option),
+      formatter: (params: AxisParam[]) => {
+        const first = (Array.isArray(params) ? params : [params])[0];
+        const v = first?.value as number[] | undefined;
+        return v ? `every ${formatSeconds(v[0])}<br/>overhead <b>${formatUsd(v[1])}</b> / month` : "";
+      },
+    },
+    xAxis: {
+      type: "log",
+      name: "checkpoint interval",
+      nameLocation: "middle",
+      nameGap: 26,
+      nameTextStyle: { color: p.muted, fontSize: 11 },
+      min: xs.length ? Math.min(...xs) : undefined,
+      max: xs.length ? Math.max(...xs) : undefined,
+      axisLabel: { color: p.muted, formatter: (v: number) => formatSeconds(v), hideOverlap: true },
+      axisLine: { lineStyle: { color: p.axis } },
+      splitLine: { show: false },
+    },
+    yAxis: valueAxis(p, (v) => formatUsd(v, { compact: true }), { min: 0 }),
+    series: [
+      {
+        name: "Overhead a month",
+        type: "line",
+        showSymbol: false,
+        smooth: false,
+        lineStyle: { width: 2, color: p.accent },
+        itemStyle: { color: p.accent },
+        data: points.map(([x, y]) => [x, y]),
+        markLine: marks.length ? { silent: true, symbol: "none", data: marks } : undefined,
+      },
+    ],
   };
 }

@@ -12,6 +12,7 @@ import { Card, PageHeader, ShareBar } from "../components/ui";
 import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
 import { runsPath, usePeriodLink } from "../lib/links";
 import { DEFAULT_PERIOD, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
+import { ProjectFailuresCard } from "./job/ProjectFailures";
 import { CategoryCard, DailyCard, FigureCards } from "./Overview";
 
 type ProjectRow = Figures & { slug?: string; key?: string; name: string };
@@ -100,6 +101,7 @@ export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: str
             >
               {d.top_runs.length > 0 ? <RunTable rows={d.top_runs} caption="Top runs" showTeam={kind === "team"} testId="top-runs" period /> : <Empty title="No runs in this period" />}
             </Card>
+            {kind === "project" && <ProjectFailuresCard project={slug} period={period} />}
           </>
         )}
       </Async>

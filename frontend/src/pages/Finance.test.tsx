@@ -107,3 +107,17 @@ test("a policy change is named in words", () => {
     /root changed the waste model settings \(target MFU 50\.0% → 90\.0%\)$/,
   );
 });
+
+test("finance shows the dollars lost to failures beside recoverable, per row and in the total row, and sorts by them", async () => {
+  const other = { ...row, project: "asr", project_name: "asr", cost_usd: 10, lost_usd: 7.25 };
+  renderFinance(() => report({ rows: [{ ...row, lost_usd: 2.5 }, other], totals: { runs: 6, gpu_hours: 2.5, cost_usd: 47.54, waste_usd: 20, recoverable_usd: 8, categories_usd: {}, lost_usd: 9.75 } }));
+  const table = await screen.findByTestId("finance-table");
+  const headers = within(table).getAllByRole("columnheader").map((h) => h.textContent);
+  expect(headers.indexOf("Lost to failures↕")).toBe(headers.indexOf("Recoverable↕") + 1);
+  expect(table.querySelector('tr[data-row-key="recsys/diffusion"] [data-col="lost_usd"]')).toHaveTextContent("$2.50");
+  expect(screen.getByTestId("finance-total").querySelector('[data-col="lost_usd"]')).toHaveTextContent("$9.75");
+  expect(screen.getByTestId("finance-lost")).toHaveTextContent("$9.75");
+  await userEvent.click(screen.getByRole("button", { name: "Sort by Lost to failures" }));
+  const order = within(table).getAllByRole("row").slice(1, -1).map((r) => r.getAttribute("data-row-key"));
+  expect(order).toEqual(["recsys/asr", "recsys/diffusion"]);
+});

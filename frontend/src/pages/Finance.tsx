@@ -55,6 +55,7 @@ function columns(month: string, digits: number): Column<ShownRow>[] {
     { key: "cost_usd", header: "Spend", align: "right", sortable: true, render: (r) => <strong>{formatUsd(r.cost_usd)}</strong> },
     { key: "waste_usd", header: "Waste", align: "right", sortable: true, render: (r) => formatUsd(r.waste_usd) },
     { key: "recoverable_usd", header: "Recoverable", align: "right", sortable: true, render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
+    { key: "lost_usd", header: "Lost to failures", align: "right", sortable: true, render: (r) => formatUsd(r.lost_usd) },
     ...CATEGORIES.map(
       (c): Column<ShownRow> => ({
         key: `cat.${c}`,
@@ -222,6 +223,7 @@ export function FinancePage() {
               <Stat label="Spend" testId="finance-spend" value={formatUsd(d.totals.cost_usd)} sub={`${formatNumber(d.totals.gpu_hours, digits)} GPU-h`} />
               <Stat label="Waste" value={formatUsd(d.totals.waste_usd)} sub={d.totals.cost_usd ? `${formatPct(d.totals.waste_usd / d.totals.cost_usd)} of spend` : undefined} />
               <Stat label="Recoverable" tone="accent" testId="finance-recoverable" value={formatUsd(d.totals.recoverable_usd)} />
+              {d.totals.lost_usd !== undefined && <Stat label="Lost to failures" tone="warn" testId="finance-lost" value={formatUsd(d.totals.lost_usd)} sub="rework, restarts and checkpoints across jobs' attempts" />}
               <Stat label="Runs" value={formatNumber(d.totals.runs)} sub={`${d.rows.length} team/project row${d.rows.length === 1 ? "" : "s"}`} />
             </div>
             <Card title="By team and project">
@@ -243,6 +245,7 @@ export function FinancePage() {
                       <td className="align-right">{formatUsd(d.totals.cost_usd)}</td>
                       <td className="align-right">{formatUsd(d.totals.waste_usd)}</td>
                       <td className="align-right">{formatUsd(d.totals.recoverable_usd)}</td>
+                      <td className="align-right" data-col="lost_usd">{formatUsd(d.totals.lost_usd)}</td>
                       {CATEGORIES.map((c) => (
                         <td key={c} className="align-right col-cat">
                           {formatUsd(d.totals.categories_usd?.[c] ?? 0)}

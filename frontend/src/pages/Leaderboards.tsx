@@ -31,7 +31,7 @@ const CHANGE_KEYS = new Set(["change.cost_usd", "change.recoverable_usd"]);
 export function noPreviousReason(dataFrom: string | null | undefined): string {
   return dataFrom ? `no complete previous period to compare with: its data starts ${formatDate(dataFrom)}` : "nothing to compare with";
 }
-const SORTABLE = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "name", ...CHANGE_KEYS];
+const SORTABLE = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd", "waste_share", "mfu", "name", ...CHANGE_KEYS];
 
 export function leaderboardValue(row: LeaderboardRow, key: string): unknown {
   if (key.startsWith("change.")) return row.change?.[key.slice(7) as keyof NonNullable<LeaderboardRow["change"]>] ?? null;
@@ -47,6 +47,7 @@ function footers(kind: Kind, totals: Figures | undefined, count: number | undefi
     name: <span data-testid="leaderboard-total-label">Total · {formatNumber(rows)} {noun}{rows === 1 ? "" : "s"}</span>,
     cost_usd: formatUsd(totals.cost_usd),
     recoverable_usd: <strong className="money-accent">{formatUsd(totals.recoverable_usd)}</strong>,
+    lost_usd: formatUsd(totals.lost_usd),
     waste_usd: formatUsd(totals.waste_usd),
     waste_share: <span className="muted small">{formatPct(totals.waste_share)}</span>,
     mfu: formatPct(totals.mfu),
@@ -75,6 +76,7 @@ function columns(kind: Kind, link: (path: string) => string, board?: Leaderboard
       : { key: "cost_usd", header: "Spend", align: "right", render: (r) => formatUsd(r.cost_usd) },
     kind === "runs" && { key: "whole_cost_usd", header: "Whole run", title: "the whole run's cost, on every day it was billed", align: "right", render: (r) => <span className="muted">{formatUsd(r.whole_cost_usd)}</span> },
     { key: "recoverable_usd", header: "Recoverable", align: "right", render: (r) => <strong className="money-accent">{formatUsd(r.recoverable_usd)}</strong> },
+    { key: "lost_usd", header: "Lost to failures", align: "right", render: (r) => formatUsd(r.lost_usd) },
     kind !== "runs" && { key: "change.cost_usd", header: "Δ spend", title: "change in spend", align: "right", render: (r) => <Change value={r.change?.cost_usd} kind="usd" goodWhen="down" title={r.change ? undefined : noPreviousReason(r.data_from)} /> },
     kind !== "runs" && { key: "change.recoverable_usd", header: "Δ recoverable", title: "change in recoverable spend", align: "right", render: (r) => <Change value={r.change?.recoverable_usd} kind="usd" goodWhen="down" title={r.change ? undefined : noPreviousReason(r.data_from)} /> },
     { key: "waste_usd", header: "Waste", align: "right", render: (r) => formatUsd(r.waste_usd) },

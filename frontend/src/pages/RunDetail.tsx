@@ -3,7 +3,7 @@ import { Link, useParams } from "react-router";
 
 import { useApi } from "../api/hooks";
 import type { ApiError } from "../api/client";
-import type { Analysis, AnalysisError, BaselineComparison, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunMeta, Series, Straggler } from "../api/types";
+import type { Analysis, AnalysisError, BaselineComparison, Phase, RankFigure, RunDetail, RunDetailWithBaseline, RunJobRef, RunMeta, Series, Straggler } from "../api/types";
 import { DataTable, ScrollBox, type Column } from "../components/DataTable";
 import { EChart } from "../components/EChart";
 import { Explain, type ExplainSource } from "../components/Explain";
@@ -30,6 +30,7 @@ import {
   plainWords,
   tierLabel,
 } from "../lib/format";
+import { jobPath } from "../lib/jobs";
 import { usePeriodLink } from "../lib/links";
 import { sortRows, toggleSort } from "../lib/urlState";
 import { useChartPalette } from "../lib/useChartPalette";
@@ -166,6 +167,7 @@ function RunView({ detail }: { detail: RunDetail }) {
           </span>
         }
       />
+      {detail.job && <RunJobLine job={detail.job} />}
       {analysis && failure && <ReanalysisFailed error={failure} analysedAt={analysis.analysed_at} />}
       {analysis ? (
         <AnalysisView run={run} analysis={analysis} series={series} phases={phases} baseline={(detail as RunDetailWithBaseline).baseline} />
@@ -179,6 +181,24 @@ function RunView({ detail }: { detail: RunDetail }) {
       <BaselineCard baseline={(detail as RunDetailWithBaseline).baseline} />
       <RunFacts run={run} />
     </>
+  );
+}
+
+/** "Attempt 2 of 3 of job torchelastic/3f2a…": the run's place in its job, linking to the job. */
+export function RunJobLine({ job }: { job: RunJobRef }) {
+  const { link } = usePeriodLink();
+  return (
+    <p className="callout job-line" data-testid="run-job">
+      <span>
+        Attempt {formatNumber(job.index)} of {formatNumber(job.attempts_total)} of job{" "}
+        <Link to={link(jobPath(job.id))} className="mono">
+          {job.key}
+        </Link>
+      </span>
+      <Link to={link(jobPath(job.id))} className="small">
+        what failures cost this job →
+      </Link>
+    </p>
   );
 }
 

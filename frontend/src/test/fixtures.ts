@@ -1,5 +1,5 @@
 // Test data shaped like the portal API's answers (docs/portal-api.md). Used only by tests.
-import type { Analysis, CategoryEvidence, CategoryFigure, Leaderboard, Recommendation, RunDetail, RunRow, Series } from "../api/types";
+import type { Analysis, CategoryEvidence, CategoryFigure, CheckpointAdvice, JobAttempt, JobDetail, Leaderboard, Recommendation, RunDetail, RunRow, Series } from "../api/types";
 
 export function runRow(over: Partial<RunRow> = {}): RunRow {
   return {
@@ -245,4 +245,86 @@ export function mockFetch(routes: Record<string, unknown | ((url: string, init?:
     return new Response(JSON.stringify(value), { status: 200, headers: { "Content-Type": "application/json" } });
   };
   return { fn, calls };
+}
+
+// Jobs (GET /api/v1/jobs/{id}): three attempts of one job, the first two ended by failures.
+const JOB_DAY = "2026-11-20T";
+const at = (hhmm: string) => `${JOB_DAY}${hhmm}:00Z`;
+type Seg = [kind: string, from: string, to: string];
+
+export function jobAttempt(over: Partial<JobAttempt> & { index: number }, segs: Seg[] = []): JobAttempt {
+  return {
+    run_id: `a${over.index}a${over.index}a${over.index}a-0000-4000-8000-00000000000${over.index}`,
+    name: `pretrain-attempt-${over.index}`,
+    attempt: over.index - 1,
+    status: "finished",
+    end_cause: "finished",
+    end_detail: "",
+    started_at: segs.length ? at(segs[0][1]) : null,
+    billed_from: segs.length ? at(segs[0][1]) : null,
+    ended_at: segs.length ? at(segs[segs.length - 1][2]) : null,
+    cost_usd: 100,
+    lost_usd: { rework: 0, restart: 0, checkpoint: 0, total: 0 },
+    restored_step: null,
+    rework_steps: null,
+    checkpoints: { count: 0, blocking_s: 0, bytes: 0, async: false },
+    segments: segs.map(([kind, from, to]) => ({ kind, start: at(from), end: at(to) })),
+    ...over,
+  };
+}
+
+/** 11 segments: restart 2, rework 2, checkpoint 2, work 5. */
+export function jobAttempts(): JobAttempt[] {
+  return [
+    jobAttempt(
+      { index: 1, status: "failed", end_cause: "oom", end_detail: "torch.OutOfMemoryError", cost_usd: 280, lost_usd: { rework: 0, restart: 0, checkpoint: 1.5, total: 1.5 }, checkpoints: { count: 1, blocking_s: 120, bytes: 40 * 2 ** 30, async: false } },
+      [["work", "00:00", "01:00"], ["checkpoint", "01:00", "01:02"], ["work", "01:02", "03:30"]],
+    ),
+    jobAttempt(
+      { index: 2, status: "crashed", end_cause: "sigkill", cost_usd: 270, lost_usd: { rework: 42, restart: 13.5, checkpoint: 0.75, total: 56.25 }, restored_step: 1200, rework_steps: [1200, 2999], checkpoints: { count: 1, blocking_s: 60, bytes: 40 * 2 ** 30, async: false } },
+      [["restart", "03:40", "03:50"], ["rework", "03:50", "04:20"], ["work", "04:20", "06:00"], ["checkpoint", "06:00", "06:01"], ["work", "06:01", "07:00"]],
+    ),
+    jobAttempt(
+      { index: 3, attempt: null, cost_usd: 260, lost_usd: { rework: 21, restart: 13.5, checkpoint: 0, total: 34.5 }, restored_step: 3600, rework_steps: [3600, 4100] },
+      [["restart", "07:05", "07:15"], ["rework", "07:15", "07:30"], ["work", "07:30", "10:00"]],
+    ),
+  ];
+}
+
+export function checkpointAdvice(over: Partial<CheckpointAdvice> = {}): CheckpointAdvice {
+  return {
+    kind: "interval",
+    text: "Checkpoint every 40 m instead of every 2 h: lost rework shrinks more than the extra checkpoints cost.",
+    checkpoint_cost_s: 90,
+    restart_cost_s: 600,
+    mtbf_s: 12600,
+    current_interval_s: 7200,
+    recommended_interval_s: 2400,
+    young_daly_s: 1506,
+    saving_usd_per_month: 1840.5,
+    async_saving_usd_per_month: null,
+    curve: [[600, 5200], [1200, 3100], [2400, 2400], [4800, 3300], [7200, 4240]],
+    ...over,
+  };
+}
+
+export function jobDetail(over: Partial<JobDetail> = {}): JobDetail {
+  const attempts = over.attempts ?? jobAttempts();
+  return {
+    id: 42,
+    key: "torchelastic/3f2a9c",
+    source: "torchelastic",
+    project: "llm",
+    team: "nlp",
+    attempts_total: attempts.length,
+    attempts_shown: attempts.length,
+    cost_usd: 810,
+    lost_usd: { rework: 63, restart: 27, checkpoint: 2.25, total: 92.25 },
+    lost_gpu_hours: { rework: 6, restart: 2.5, checkpoint: 0.25, total: 8.75 },
+    attempts,
+    failure_rate: { failures: 2, wall_hours: 10, mtbf_hours: 3.5, source: "job", evidence: "2 failures in 10.0 hours of this job's attempts: one every 3.5 hours." },
+    advice: checkpointAdvice(),
+    warnings: [],
+    ...over,
+  };
 }

@@ -1,0 +1,62 @@
+import { jobAttempt, jobAttempts } from "../test/fixtures";
+import { checkpointCurveOption } from "./charts";
+import { endCauseLabel, isFailure, MIN_LOST_WIDTH, TIMELINE_WIDTH, timelineLayout } from "./jobs";
+import { chartPalette } from "./theme";
+
+describe("job timeline layout", () => {
+  it("puts every segment on one lane of the job's time, in order, lost time over work", () => {
+    const layout = timelineLayout(jobAttempts());
+    expect(layout.rects).toHaveLength(11);
+    expect(layout.rects.slice(0, 5).every((r) => r.kind === "work")).toBe(true);
+    expect(layout.boundaries.map((b) => b.attempt)).toEqual([1, 2, 3]);
+    expect(layout.boundaries[0].x).toBe(0);
+    const last = layout.rects.find((r) => r.attempt === 3 && r.kind === "work")!;
+    expect(last.x + last.width).toBeCloseTo(TIMELINE_WIDTH);
+    expect(layout.seconds).toEqual({ restart: 1200, rework: 2700, checkpoint: 180, work: 31020 });
+  });
+
+  it("draws a short lost stretch at least a visible width", () => {
+    const layout = timelineLayout([
+      jobAttempt({ index: 1 }, [["work", "00:00", "23:59"]]),
+      jobAttempt({ index: 2 }, [["restart", "23:59", "23:59"]]),
+    ]);
+    const restart = layout.rects.find((r) => r.kind === "restart")!;
+    expect(restart.width).toBe(MIN_LOST_WIDTH);
+    expect(restart.x + restart.width).toBeLessThanOrEqual(TIMELINE_WIDTH);
+  });
+
+  it("closes a running attempt's open segment at now, and draws nothing for no attempts", () => {
+    const running = jobAttempt({ index: 1, ended_at: null, status: "running", end_cause: "" }, [["work", "00:00", "01:00"]]);
+    running.segments[0].end = null as unknown as string;
+    const now = Date.parse("2026-11-20T02:00:00Z");
+    const layout = timelineLayout([running], now);
+    expect(layout.end).toBe(now);
+    expect(layout.rects[0].width).toBeCloseTo(TIMELINE_WIDTH);
+    expect(timelineLayout([]).rects).toEqual([]);
+  });
+
+  it("names end causes in words", () => {
+    expect(endCauseLabel("collective_timeout")).toBe("collective timeout");
+    expect(endCauseLabel("", "running")).toBe("running");
+    expect(endCauseLabel("silent")).toBe("went silent");
+    expect(isFailure("finished")).toBe(false);
+    expect(isFailure("oom")).toBe(true);
+  });
+});
+
+describe("checkpoint curve chart", () => {
+  it("draws the overhead against the interval with the current and recommended intervals marked", () => {
+    const option = checkpointCurveOption([[600, 5200], [2400, 2400], [7200, 4240]], 7200, 2400, chartPalette("light")) as {
+      series: { data: number[][]; markLine: { data: { name: string; xAxis: number }[] } }[];
+      xAxis: { type: string; min: number; max: number };
+    };
+    expect(option.series[0].data).toEqual([[600, 5200], [2400, 2400], [7200, 4240]]);
+    expect(option.series[0].markLine.data.map((m) => [m.name, m.xAxis])).toEqual([["current", 7200], ["recommended", 2400]]);
+    expect(option.xAxis).toMatchObject({ type: "log", min: 600, max: 7200 });
+  });
+
+  it("marks only the recommended interval where the job has no current one", () => {
+    const option = checkpointCurveOption([[600, 5200], [2400, 2400]], null, 1200, chartPalette("dark")) as { series: { markLine: { data: { name: string }[] } }[] };
+    expect(option.series[0].markLine.data.map((m) => m.name)).toEqual(["recommended"]);
+  });
+});

@@ -1,0 +1,175 @@
+// Jobs and their attempts: the API's paths, the product's words for causes and end causes, and
+// the timeline's layout (a pure function of the API's answer, tested without a browser).
+import type { JobAttempt, LostCause, SegmentKind } from "../api/types";
+import { formatDateTime, formatDuration } from "./format";
+
+/** The jobs API (docs/api.md, Jobs and attempts). */
+export const JOBS_API = "/api/v1/jobs";
+
+export function jobApiPath(id: string | number): string {
+  return `${JOBS_API}/${encodeURIComponent(String(id))}`;
+}
+
+export function projectFailuresApiPath(project: string, month: string): string {
+  return `/api/v1/projects/${encodeURIComponent(project)}/failures?month=${encodeURIComponent(month)}`;
+}
+
+export function jobPath(id: string | number): string {
+  return `/jobs/${encodeURIComponent(String(id))}`;
+}
+
+export const JOB_SORTS = ["lost", "cost", "recent"] as const;
+export type JobSort = (typeof JOB_SORTS)[number];
+export const DEFAULT_JOB_SORT: JobSort = "lost";
+export const JOBS_PAGE_SIZE = 50;
+
+export const LOST_CAUSES: LostCause[] = ["rework", "restart", "checkpoint"];
+export const SEGMENT_KINDS: SegmentKind[] = ["restart", "rework", "checkpoint", "work"];
+
+export const CAUSE_LABEL: Record<SegmentKind, string> = {
+  rework: "Rework",
+  restart: "Restart",
+  checkpoint: "Checkpoint",
+  work: "Work",
+};
+
+/** What each cause is, in one line (legends and column tooltips). */
+export const CAUSE_HELP: Record<SegmentKind, string> = {
+  rework: "steps computed again after a restart, from the restored checkpoint to where the failed attempt had got",
+  restart: "billed time between a failed attempt's last step and the next attempt's first step",
+  checkpoint: "time training was blocked saving or restoring checkpoints",
+  work: "the rest of the billed time: steps computed once",
+};
+
+export function isSegmentKind(kind: string): kind is SegmentKind {
+  return (SEGMENT_KINDS as string[]).includes(kind);
+}
+
+const END_CAUSE_WORDS: Record<string, string> = {
+  finished: "finished",
+  oom: "out of memory",
+  collective_timeout: "collective timeout",
+  exception: "exception",
+  sigterm: "terminated (SIGTERM)",
+  sigkill: "killed (SIGKILL)",
+  silent: "went silent",
+};
+
+/** An end cause in words; an attempt still running has none. */
+export function endCauseLabel(cause: string, status?: string): string {
+  if (!cause) return status === "running" ? "running" : "–";
+  return END_CAUSE_WORDS[cause] ?? cause.replace(/_/g, " ");
+}
+
+/** Whether an end cause is a failure (anything but a clean finish, or still running). */
+export function isFailure(cause: string): boolean {
+  return !!cause && cause !== "finished";
+}
+
+/** "4 h 10 m" from seconds, "–" for none; an interval as a checkpoint schedule reads it. */
+export function formatInterval(seconds: number | null | undefined): string {
+  return formatDuration(seconds);
+}
+
+// --- The timeline -------------------------------------------------------------------------------
+
+/** The timeline's drawing width (SVG user units); the SVG scales to its card's width. */
+export const TIMELINE_WIDTH = 1000;
+/** The narrowest a lost-time segment is drawn, so a 20-second restart in a week-long job shows. */
+export const MIN_LOST_WIDTH = 1.5;
+/** The least room between two attempt labels above the lane. */
+const LABEL_SPACING = 36;
+
+export interface TimelineRect {
+  key: string;
+  attempt: number;
+  kind: SegmentKind;
+  x: number;
+  width: number;
+  title: string;
+}
+
+export interface TimelineBoundary {
+  attempt: number;
+  x: number;
+  /** Whether there is room for its label ("#12") above the lane. */
+  label: boolean;
+  title: string;
+}
+
+export interface TimelineLayout {
+  start: number;
+  end: number;
+  rects: TimelineRect[];
+  boundaries: TimelineBoundary[];
+  /** Seconds of each kind drawn (every segment of every attempt shown). */
+  seconds: Record<SegmentKind, number>;
+}
+
+function ms(iso: string | null | undefined): number | null {
+  if (!iso) return null;
+  const t = Date.parse(iso);
+  return Number.isFinite(t) ? t : null;
+}
+
+function attemptStart(a: JobAttempt): number | null {
+  const starts = [ms(a.billed_from), ms(a.started_at), ...a.segments.map((s) => ms(s.start))].filter((t): t is number => t !== null);
+  return starts.length ? Math.min(...starts) : null;
+}
+
+function segmentTitle(a: JobAttempt, kind: SegmentKind, from: number, to: number): string {
+  return `Attempt ${a.index} · ${CAUSE_LABEL[kind].toLowerCase()} · ${formatDateTime(new Date(from).toISOString())} – ${formatDateTime(new Date(to).toISOString())} (${formatDuration((to - from) / 1000)})`;
+}
+
+/**
+ * Every attempt on one shared lane of time: each segment a rect of its kind, every attempt's
+ * start a boundary. `now` closes the segments of an attempt still running that have no end.
+ */
+export function timelineLayout(attempts: readonly JobAttempt[], now: number = Date.now()): TimelineLayout {
+  const seconds: Record<SegmentKind, number> = { restart: 0, rework: 0, checkpoint: 0, work: 0 };
+  let start = Infinity;
+  let end = -Infinity;
+  for (const a of attempts) {
+    const s = attemptStart(a);
+    if (s !== null) start = Math.min(start, s);
+    for (const seg of a.segments) {
+      const from = ms(seg.start);
+      const to = ms(seg.end) ?? now;
+      if (from !== null) start = Math.min(start, from);
+      end = Math.max(end, to);
+    }
+    const e = ms(a.ended_at) ?? (a.segments.length ? null : now);
+    if (e !== null) end = Math.max(end, e);
+  }
+  if (!Number.isFinite(start) || !Number.isFinite(end)) return { start: 0, end: 0, rects: [], boundaries: [], seconds };
+  if (end <= start) end = start + 1000;
+  const span = end - start;
+  const x = (t: number) => ((t - start) / span) * TIMELINE_WIDTH;
+
+  const rects: TimelineRect[] = [];
+  const boundaries: TimelineBoundary[] = [];
+  let lastLabel = -Infinity;
+  for (const a of attempts) {
+    const s = attemptStart(a);
+    if (s !== null) {
+      const bx = x(s);
+      const label = bx - lastLabel >= LABEL_SPACING;
+      if (label) lastLabel = bx;
+      boundaries.push({ attempt: a.index, x: bx, label, title: `Attempt ${a.index} starts ${formatDateTime(new Date(s).toISOString())}` });
+    }
+    a.segments.forEach((seg, i) => {
+      const from = ms(seg.start);
+      const to = ms(seg.end) ?? now;
+      if (from === null || to < from) return;
+      const kind: SegmentKind = isSegmentKind(seg.kind) ? seg.kind : "work";
+      seconds[kind] += (to - from) / 1000;
+      const x0 = x(from);
+      let width = Math.max(0, x(to) - x0);
+      if (kind !== "work") width = Math.max(width, MIN_LOST_WIDTH);
+      rects.push({ key: `${a.index}-${i}`, attempt: a.index, kind, x: Math.min(x0, TIMELINE_WIDTH - width), width, title: segmentTitle(a, kind, from, to) });
+    });
+  }
+  // Lost time drawn over work, so a short restart is never hidden under a neighbour's work.
+  rects.sort((p, q) => (p.kind === "work" ? 0 : 1) - (q.kind === "work" ? 0 : 1));
+  return { start, end, rects, boundaries, seconds };
+}
