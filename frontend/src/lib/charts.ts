@@ -383,6 +383,12 @@ export function rankOption(ranks: RankFigure[], stragglers: Set<number>, p: Char
   };
 }
 
+/** An interval in hours as an axis names it: "45 min", "1 h", "2.5 h". */
+export function hoursLabel(hours: number): string {
+  if (hours < 1) return `${+(hours * 60).toFixed(1)} min`;
+  return `${+hours.toFixed(2)} h`;
+}
+
 /**
  * A job's checkpoint overhead in dollars a month against the checkpoint interval (the advice's
  * curve): checkpoints cost more when frequent, lost work more when rare. The current interval and
@@ -396,6 +402,8 @@ export function checkpointCurveOption(curve: readonly [number, number][], curren
   if (isNum(recommended) && recommended > 0)
     marks.push({ name: "recommended", xAxis: recommended, lineStyle: { color: CATEGORY_COLOR.useful_compute, type: "solid" }, label: { formatter: `recommended ${formatSeconds(recommended)}`, color: p.muted, position: "insideEndBottom" } });
   const xs = [...points.map(([x]) => x), ...marks.map((m) => m.xAxis as number)];
+  // A linear axis in hours reads "30 min", "1 h", "1.5 h" at ECharts' round ticks; seconds would not.
+  for (const m of marks) m.xAxis = (m.xAxis as number) / 3600;
   return {
     ...base(p),
     grid: { left: 8, right: 24, top: 16, bottom: 8, containLabel: true },
@@ -405,18 +413,18 @@ export function checkpointCurveOption(curve: readonly [number, number][], curren
       formatter: (params: AxisParam[]) => {
         const first = (Array.isArray(params) ? params : [params])[0];
         const v = first?.value as number[] | undefined;
-        return v ? `every ${formatSeconds(v[0])}<br/>overhead <b>${formatUsd(v[1])}</b> / month` : "";
+        return v ? `every ${formatSeconds(v[0] * 3600)}<br/>overhead <b>${formatUsd(v[1])}</b> / month` : "";
       },
     },
     xAxis: {
-      type: "log",
+      type: "value",
       name: "checkpoint interval",
       nameLocation: "middle",
       nameGap: 26,
       nameTextStyle: { color: p.muted, fontSize: 11 },
-      min: xs.length ? Math.min(...xs) : undefined,
-      max: xs.length ? Math.max(...xs) : undefined,
-      axisLabel: { color: p.muted, formatter: (v: number) => formatSeconds(v), hideOverlap: true },
+      min: xs.length ? Math.min(...xs) / 3600 : undefined,
+      max: xs.length ? Math.max(...xs) / 3600 : undefined,
+      axisLabel: { color: p.muted, formatter: hoursLabel, hideOverlap: true },
       axisLine: { lineStyle: { color: p.axis } },
       splitLine: { show: false },
     },
@@ -429,7 +437,7 @@ export function checkpointCurveOption(curve: readonly [number, number][], curren
         smooth: false,
         lineStyle: { width: 2, color: p.accent },
         itemStyle: { color: p.accent },
-        data: points.map(([x, y]) => [x, y]),
+        data: points.map(([x, y]) => [x / 3600, y]),
         markLine: marks.length ? { silent: true, symbol: "none", data: marks } : undefined,
       },
     ],

@@ -1,5 +1,5 @@
 import { jobAttempt, jobAttempts } from "../test/fixtures";
-import { checkpointCurveOption } from "./charts";
+import { checkpointCurveOption, hoursLabel } from "./charts";
 import { endCauseLabel, isFailure, MIN_LOST_WIDTH, TIMELINE_WIDTH, timelineLayout } from "./jobs";
 import { chartPalette } from "./theme";
 
@@ -50,9 +50,12 @@ describe("checkpoint curve chart", () => {
       series: { data: number[][]; markLine: { data: { name: string; xAxis: number }[] } }[];
       xAxis: { type: string; min: number; max: number };
     };
-    expect(option.series[0].data).toEqual([[600, 5200], [2400, 2400], [7200, 4240]]);
-    expect(option.series[0].markLine.data.map((m) => [m.name, m.xAxis])).toEqual([["current", 7200], ["recommended", 2400]]);
-    expect(option.xAxis).toMatchObject({ type: "log", min: 600, max: 7200 });
+    // In hours along the axis: 10 min, 40 min, 2 h.
+    expect(option.series[0].data.map(([x, y]) => [+x.toFixed(4), y])).toEqual([[0.1667, 5200], [0.6667, 2400], [2, 4240]]);
+    expect(option.series[0].markLine.data.map((m) => [m.name, +m.xAxis.toFixed(4)])).toEqual([["current", 2], ["recommended", 0.6667]]);
+    expect(option.xAxis).toMatchObject({ type: "value", max: 2 });
+    expect(hoursLabel(0.5)).toBe("30 min");
+    expect(hoursLabel(1.5)).toBe("1.5 h");
   });
 
   it("marks only the recommended interval where the job has no current one", () => {

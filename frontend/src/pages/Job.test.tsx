@@ -96,7 +96,7 @@ describe("Job page", () => {
     expect(screen.getByTestId("advice-current")).toHaveTextContent("2 h 00 m");
     expect(screen.getByTestId("advice-recommended")).toHaveTextContent("40 m 00 s");
     expect(screen.getByTestId("advice-young-daly")).toHaveTextContent("25 m 06 s");
-    expect(screen.getByTestId("advice-saving")).toHaveTextContent("$1,840.50/ month");
+    expect(screen.getByTestId("advice-saving")).toHaveTextContent("Saving a month$1,840.50");
     expect(screen.queryByTestId("advice-async-saving")).not.toBeInTheDocument();
     expect(within(advice).getByTestId("chart")).toHaveTextContent("now 2 h 00 m, recommended 40 m 00 s");
     expect(screen.queryByTestId("no-advice")).not.toBeInTheDocument();

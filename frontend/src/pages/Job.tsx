@@ -87,7 +87,7 @@ export function JobView({ job, now }: { job: JobDetail; now?: number }) {
           </ul>
         </div>
       )}
-      <div className="stats" data-testid="job-stats">
+      <div className="stats stats-job" data-testid="job-stats">
         <Stat label="Cost" testId="job-cost" value={formatUsd(job.cost_usd)} sub={`${formatNumber(job.attempts_total)} attempt${job.attempts_total === 1 ? "" : "s"}`} />
         <Stat
           label="Lost to failures"

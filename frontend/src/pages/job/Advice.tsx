@@ -84,11 +84,8 @@ export function AdviceCard({ advice, rate }: { advice: CheckpointAdvice | null; 
             </div>
           </div>
           <div className="stat stat-accent" data-testid="advice-saving">
-            <div className="stat-label">Saving</div>
-            <div className="stat-value">
-              {formatUsd(advice.saving_usd_per_month)}
-              <span className="stat-unit">/ month</span>
-            </div>
+            <div className="stat-label">Saving a month</div>
+            <div className="stat-value">{formatUsd(advice.saving_usd_per_month)}</div>
             {isNum(advice.async_saving_usd_per_month) && (
               <div className="stat-sub">
                 <span data-testid="advice-async-saving">{formatUsd(advice.async_saving_usd_per_month)} / month with asynchronous checkpoints</span>

@@ -44,9 +44,11 @@ export function AttemptsTable({ attempts }: { attempts: readonly JobAttempt[] })
         </Link>
       ),
     },
-    { key: "attempt", header: "Launcher attempt", title: "the launcher's restart count", align: "right", render: (a) => (a.attempt === null ? <span className="muted">–</span> : formatNumber(a.attempt)) },
-    { key: "started", header: "Started", title: "billed from", render: (a) => <span className="nowrap">{formatDateTime(a.billed_from ?? a.started_at)}</span> },
-    { key: "ended", header: "Ended", render: (a) => <span className="nowrap">{a.ended_at ? formatDateTime(a.ended_at) : <span className="muted">running</span>}</span> },
+    { key: "cost", header: "Cost", align: "right", render: (a) => formatUsd(a.cost_usd) },
+    { key: "lost", header: "Lost", title: "lost to failures", align: "right", render: (a) => <strong className={a.lost_usd.total > 0 ? "money-lost" : undefined}>{formatUsd(a.lost_usd.total)}</strong> },
+    { key: "rework", header: <span title={CAUSE_HELP.rework}>Rework</span>, title: "rework dollars", align: "right", render: (a) => lostCell(a.lost_usd.rework) },
+    { key: "restart", header: <span title={CAUSE_HELP.restart}>Restart</span>, title: "restart dollars", align: "right", render: (a) => lostCell(a.lost_usd.restart) },
+    { key: "checkpoint", header: <span title={CAUSE_HELP.checkpoint}>Checkpoint</span>, title: "checkpoint dollars", align: "right", render: (a) => lostCell(a.lost_usd.checkpoint) },
     {
       key: "end",
       header: "Status / end cause",
@@ -60,11 +62,9 @@ export function AttemptsTable({ attempts }: { attempts: readonly JobAttempt[] })
         </div>
       ),
     },
-    { key: "cost", header: "Cost", align: "right", render: (a) => formatUsd(a.cost_usd) },
-    { key: "lost", header: "Lost", title: "lost to failures", align: "right", render: (a) => <strong className={a.lost_usd.total > 0 ? "money-lost" : undefined}>{formatUsd(a.lost_usd.total)}</strong> },
-    { key: "rework", header: <span title={CAUSE_HELP.rework}>Rework</span>, title: "rework dollars", align: "right", render: (a) => lostCell(a.lost_usd.rework) },
-    { key: "restart", header: <span title={CAUSE_HELP.restart}>Restart</span>, title: "restart dollars", align: "right", render: (a) => lostCell(a.lost_usd.restart) },
-    { key: "checkpoint", header: <span title={CAUSE_HELP.checkpoint}>Checkpoint</span>, title: "checkpoint dollars", align: "right", render: (a) => lostCell(a.lost_usd.checkpoint) },
+    { key: "started", header: "Started", title: "billed from", priority: "low", render: (a) => <span className="nowrap">{formatDateTime(a.billed_from ?? a.started_at)}</span> },
+    { key: "ended", header: "Ended", priority: "low", render: (a) => <span className="nowrap">{a.ended_at ? formatDateTime(a.ended_at) : <span className="muted">running</span>}</span> },
+    { key: "attempt", header: "Launcher attempt", title: "the launcher's restart count", align: "right", render: (a) => (a.attempt === null ? <span className="muted">–</span> : formatNumber(a.attempt)) },
     {
       key: "restored",
       header: "Restored step",
