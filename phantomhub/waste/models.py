@@ -108,6 +108,11 @@ class RunAnalysis(models.Model):
     # Step signature and per-step figures (waste/evidence.py RunProfile): what later runs of the
     # project compare themselves with. None until the run has step rows.
     profile = FastJSONField(null=True, blank=True)
+    # A job's lost work in this attempt (docs/waste-model.md, "Jobs"), small so a job's page reads
+    # it for every attempt without `result`: {"usd", "gpu_seconds", "causes": {cause: {"usd",
+    # "gpu_seconds"}}, "restart_sides": {"before" | "after": {"usd", "gpu_seconds"}}} for the causes
+    # rework, restart and checkpoint (services.lost_json). None before model version 4.
+    lost = FastJSONField(null=True, blank=True)
     # No longer written: the incremental state lives in RunAnalysisState (migration 0009 empties
     # these). Kept so that readers deferring them keep working.
     state = models.BinaryField(null=True)
@@ -158,6 +163,7 @@ class RunDay(models.Model):
     categories_usd = models.JSONField(default=dict)
     waste_usd = money()  # every category but useful_compute: a column so SQL can sum it
     recoverable_usd = money()
+    lost_usd = money()  # a job's lost work (rework, restart, checkpoint): part of idle
     price_entry_ids = models.JSONField(default=list)  # the price-book entries that priced this day
     # For GPU-hour-weighted MFU: sum of mfu × gpu_seconds over runs whose MFU is known.
     mfu_gpu_seconds = models.FloatField(default=0)
@@ -183,6 +189,7 @@ class ProjectDay(models.Model):
     categories_usd = models.JSONField(default=dict)
     waste_usd = money()
     recoverable_usd = money()
+    lost_usd = money()
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)
 

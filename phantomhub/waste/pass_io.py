@@ -26,6 +26,7 @@ import orjson
 import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max, Q
+from django.db.models.functions import Coalesce
 from psycopg.types.json import Jsonb
 
 from phantomhub.accounts.models import Project
@@ -49,6 +50,19 @@ class RankRows(NamedTuple):
     host: str
     step_rows: int
     reused_step_rows: int
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Where a run stands among its job's attempts (ordered by (started_at, id); docs/waste-model.md,
+    "Jobs"): how many came before it, the latest end of those (finished_at, else last_seen_at),
+    the highest step any of their ranks reached, and whether an attempt comes after it."""
+
+    job_id: uuid.UUID
+    previous: int
+    previous_end: datetime | None
+    previous_last_step: int | None
+    has_next: bool
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,8 @@ class PassInputs:
     prices_version: str | None
     # The project's finished runs with a profile, newest first: (run_id, gpu_key, profile).
     references: list[tuple[str, str, Any]]
+    # The run's place among its job's attempts (None: not an attempt of a job).
+    job: JobContext | None = None
 
 
 def analysis_lock(run_id: uuid.UUID) -> RunAnalysis | None:
@@ -132,7 +148,8 @@ def _inputs_sql() -> str:
             (SELECT jsonb_agg(jsonb_build_array(f.run_id, f.gpu_key, f.profile) ORDER BY f.analysed_at DESC)
              FROM (SELECT ra.run_id, ra.gpu_key, ra.profile, ra.analysed_at FROM {RunAnalysis._meta.db_table} ra
                    WHERE ra.project_id = r.project_id AND ra.complete AND ra.profile IS NOT NULL AND ra.run_id <> r.id
-                   ORDER BY ra.analysed_at DESC LIMIT %s) f) AS x_refs
+                   ORDER BY ra.analysed_at DESC LIMIT %s) f) AS x_refs,
+            jb.prev AS x_job_prev, jb.prev_end AS x_job_prev_end, jb.last_step AS x_job_last_step, jb.next AS x_job_next
         FROM {run_table} r
         JOIN {Project._meta.db_table} p ON p.id = r.project_id
         LEFT JOIN {ProjectSettings._meta.db_table} ps ON ps.project_id = r.project_id
@@ -145,6 +162,15 @@ def _inputs_sql() -> str:
         CROSS JOIN LATERAL (
             SELECT max(t_ns) AS last, count(*) FILTER (WHERE kind = %s) AS ooms, count(*) FILTER (WHERE kind = %s) AS phases
             FROM {RunEvent._meta.db_table} WHERE run_id = r.id) ev
+        LEFT JOIN LATERAL (
+            SELECT pv.prev, pv.prev_end,
+                (SELECT max(k.last_step) FROM {RunRank._meta.db_table} k JOIN {run_table} j ON j.id = k.run_id
+                 WHERE j.job_id = r.job_id AND (j.started_at, j.id) < (r.started_at, r.id)) AS last_step,
+                EXISTS (SELECT 1 FROM {run_table} j WHERE j.job_id = r.job_id AND (j.started_at, j.id) > (r.started_at, r.id))
+                    AS next
+            FROM (SELECT count(*) AS prev, max(COALESCE(j.finished_at, j.last_seen_at)) AS prev_end FROM {run_table} j
+                  WHERE j.job_id = r.job_id AND (j.started_at, j.id) < (r.started_at, r.id)) pv
+            WHERE r.job_id IS NOT NULL) jb ON true
         WHERE r.id = %s
     """
     return " ".join(sql.split())
@@ -215,6 +241,11 @@ def _pass_inputs_pg(run_id: uuid.UUID, references_max: int) -> PassInputs | None
     if extra["x_state"] is not None:
         state = (bytes(extra["x_header"]), bytes(extra["x_state_ranks"]), bytes(extra["x_windows"]))
     refs = [(str(r), key, profile) for r, key, profile in _json(extra["x_refs"]) or []]
+    job = None
+    if run.job_id is not None:
+        job = JobContext(
+            run.job_id, int(extra["x_job_prev"]), extra["x_job_prev_end"], extra["x_job_last_step"], bool(extra["x_job_next"])
+        )
     return PassInputs(
         run=run,
         team_id=extra["x_team_id"],
@@ -228,6 +259,7 @@ def _pass_inputs_pg(run_id: uuid.UUID, references_max: int) -> PassInputs | None
         pruned=bool(extra["x_pruned"]),
         prices_version=str(extra["x_prices"]),
         references=refs,
+        job=job,
     )
 
 
@@ -268,7 +300,20 @@ def _pass_inputs_orm(run_id: uuid.UUID, references_max: int) -> PassInputs | Non
         pruned=None,
         prices_version=None,
         references=[(str(r), key, profile) for r, key, profile in refs],
+        job=job_context_orm(run),
     )
+
+
+def job_context_orm(run: Run) -> JobContext | None:
+    """The run's JobContext through the ORM (the portable twin of the inputs statement's part)."""
+    if run.job_id is None:
+        return None
+    attempts = Run.objects.filter(job_id=run.job_id)
+    before = attempts.filter(Q(started_at__lt=run.started_at) | Q(started_at=run.started_at, id__lt=run.pk))
+    after = attempts.filter(Q(started_at__gt=run.started_at) | Q(started_at=run.started_at, id__gt=run.pk))
+    prev = before.aggregate(n=Count("pk"), end=Max(Coalesce("finished_at", "last_seen_at")))
+    last_step = RunRank.objects.filter(run__in=before).aggregate(m=Max("last_step"))["m"]
+    return JobContext(run.job_id, int(prev["n"]), prev["end"], last_step, after.exists())
 
 
 @dataclass
@@ -284,10 +329,10 @@ class StateWrite:
 # An analysis rewrites these columns of its RunAnalysis row and no others.
 STORED_FIELDS = ["project", "team", "error", "failures", "failed_seq", "retry_at", "analysed_seq", "analysed_at",
                  "complete", "started_at", "gpu_key", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd",
-                 "waste_share", "mfu", "profile", "result", "rank_figures", "recommendations"]  # fmt: skip
-_JSON_FIELDS = {"profile", "result", "recommendations"}
+                 "waste_share", "mfu", "profile", "lost", "result", "rank_figures", "recommendations"]  # fmt: skip
+_JSON_FIELDS = {"profile", "lost", "result", "recommendations"}
 RUNDAY_FIELDS = ["project", "team", "gpu_key", "gpu_seconds", "cost_usd", "waste_usd", "price_entry_ids",
-                 "categories_usd", "recoverable_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip
+                 "categories_usd", "recoverable_usd", "lost_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds"]  # fmt: skip
 
 
 @cache

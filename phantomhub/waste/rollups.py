@@ -73,6 +73,8 @@ def run_days(
     }
     # The run's recoverable cents follow its dollars over the days, so days sum to the run exactly.
     recoverable = cents_allocate(round(analysis.recoverable_usd * 100), {k: weights[d] for k, d in zip(keys, days)})
+    # A job's lost work likewise (docs/waste-model.md, "Jobs"): its per-cause split stays in the result.
+    lost = cents_allocate(analysis.lost.usd_cents, {k: weights[d] for k, d in zip(keys, days)})
     if old_days is None:
         old_days = set(RunDay.objects.filter(run=run).values_list("day", flat=True))
     rows = []
@@ -94,6 +96,7 @@ def run_days(
                 price_entry_ids=_entries_on(day, analysis, price_rows),
                 categories_usd=cats,
                 recoverable_usd=Decimal(recoverable[key]) / 100,
+                lost_usd=Decimal(lost[key]) / 100,
                 mfu_gpu_seconds=(analysis.mfu or 0.0) * seconds,
                 mfu_known_gpu_seconds=seconds if analysis.mfu is not None else 0.0,
             )
@@ -146,7 +149,7 @@ def _rollup_day(day: date) -> None:
         g = groups.setdefault(
             rd.project_id,
             {"team_id": rd.team_id, "runs": 0, "gpu_seconds": 0.0, "cost": Decimal(0), "cats": dict.fromkeys(CATEGORIES, 0.0),
-             "waste": Decimal(0), "recoverable": Decimal(0), "mfu_gs": 0.0, "mfu_known": 0.0},
+             "waste": Decimal(0), "recoverable": Decimal(0), "lost": Decimal(0), "mfu_gs": 0.0, "mfu_known": 0.0},
         )  # fmt: skip
         g["runs"] += 1
         g["gpu_seconds"] += rd.gpu_seconds
@@ -154,6 +157,7 @@ def _rollup_day(day: date) -> None:
         for name in CATEGORIES:
             g["cats"][name] += float(rd.categories_usd.get(name, 0))
         g["recoverable"] += rd.recoverable_usd
+        g["lost"] += rd.lost_usd
         g["waste"] += rd.waste_usd
         g["mfu_gs"] += rd.mfu_gpu_seconds
         g["mfu_known"] += rd.mfu_known_gpu_seconds
@@ -170,6 +174,7 @@ def _rollup_day(day: date) -> None:
                 categories_usd={k: round(v, 2) for k, v in g["cats"].items()},
                 waste_usd=g["waste"],
                 recoverable_usd=g["recoverable"],
+                lost_usd=g["lost"],
                 mfu_gpu_seconds=g["mfu_gs"],
                 mfu_known_gpu_seconds=g["mfu_known"],
             )

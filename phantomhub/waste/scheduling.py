@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
@@ -36,10 +37,15 @@ def analyze_run_send(run_id: uuid.UUID, *, countdown: int | None = None) -> None
     current_app.send_task(ANALYZE_RUN, args=[str(run_id)], countdown=countdown)
 
 
-def analyses_invalidate(*, gpu_key: str | None = None) -> int:
-    """Mark analyses for re-computation (after a price or policy change); failed ones get a fresh
-    set of retries."""
+def analyses_invalidate(*, gpu_key: str | None = None, run_ids: Iterable[uuid.UUID] | None = None) -> int:
+    """Mark analyses for re-computation (after a price or policy change, or of a job's attempts
+    when a neighbouring attempt changed: ``run_ids``); failed ones get a fresh set of retries."""
     rows = RunAnalysis.objects.all() if gpu_key is None else RunAnalysis.objects.filter(gpu_key=gpu_key)
+    if run_ids is not None:
+        ids = list(run_ids)
+        if not ids:
+            return 0
+        rows = rows.filter(run_id__in=ids)
     return rows.update(analysed_seq=-1, failures=0, retry_at=None)
 
 

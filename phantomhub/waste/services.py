@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from phantomhub.pricing.catalog import gpu_resolve, peak_flops
@@ -54,6 +55,7 @@ from phantomhub.waste.models import (
     RunAnalysis,
 )
 from phantomhub.waste.pass_io import (
+    JobContext,
     PassInputs,
     PassOutputs,
     Policy,
@@ -64,6 +66,7 @@ from phantomhub.waste.pass_io import (
     pass_outputs_write,
 )
 from phantomhub.waste.rollups import run_days
+from phantomhub.waste.scheduling import analyses_invalidate
 
 log = logging.getLogger(__name__)
 NS = 10**9
@@ -101,9 +104,18 @@ def _run_price_segments(run: Run, prices_version: str | None) -> list[PriceSegme
 
 
 def run_config_and_prices(
-    run: Run, policy: Policy, ranks_seen: int = 0, *, with_phases: bool = True, prices_version: str | None = None
+    run: Run,
+    policy: Policy,
+    ranks_seen: int = 0,
+    *,
+    with_phases: bool = True,
+    prices_version: str | None = None,
+    job: JobContext | None = None,
 ) -> tuple[RunConfig, list[PriceSegmentRow]]:
     """The model's configuration for the run, and the price-book segments it was priced with.
+
+    ``job``: the run's place among its job's attempts (``pass_io.JobContext``), which decides its
+    rework, its restart labels and where its billing starts (``job_fields``).
 
     ``prices_version`` (the price book's, read with the pass's inputs) lets a worker reuse the
     segments it computed before. ``ranks_seen`` (ranks with step rows) above the declared world size replaces it: one scaling
@@ -126,7 +138,7 @@ def run_config_and_prices(
     config = RunConfig(
         gpu_count=run.gpu_count,
         world_size=world_size_for(run.world_size, ranks_seen, run.gpu_count)[0],
-        allocation_start_ns=ns_of(run.allocation_start),
+        allocation_start_ns=billed_from_ns(run, job),
         price_segments=tuple(
             PriceSegment(ns_of(s.start), ns_of(s.end), s.usd_per_gpu_hour) for s in segments if s.usd_per_gpu_hour is not None
         ),
@@ -135,8 +147,33 @@ def run_config_and_prices(
         target_mfu=policy.target_mfu,
         gpu_memory_bytes=spec.memory_bytes if spec else None,
         dtype=run.dtype or None,
+        **job_fields(run, job),
     )
     return config, segments
+
+
+def billed_from_ns(run: Run, job: JobContext | None) -> int:
+    """Where the run's billing starts. Alone: its allocation start. An attempt of a job is clamped
+    so no GPU-second is billed twice (docs/waste-model.md, "Jobs"): ``max(allocation_start,
+    min(previous attempts' latest end, started_at))``; the time between an earlier attempt's end
+    and a later allocation start is billed by no one."""
+    start = ns_of(run.allocation_start)
+    if job is None or job.previous_end is None:
+        return start
+    return max(start, min(ns_of(job.previous_end), ns_of(run.started_at)))
+
+
+def job_fields(run: Run, job: JobContext | None) -> dict[str, Any]:
+    """The RunConfig fields of an attempt: rework through the highest step an earlier attempt
+    reached; start-up is a restart's when an attempt came before, tear-down when one comes after
+    a run that did not finish (failed or crashed)."""
+    if job is None:
+        return {}
+    return {
+        "rework_through_step": job.previous_last_step if job.previous else None,
+        "restart_before_first_step": job.previous > 0,
+        "restart_after_last_step": job.has_next and run.status in (RunStatus.FAILED, RunStatus.CRASHED),
+    }
 
 
 def _step_columns(rank: int, host: str, arrays: dict[str, np.ndarray], after_ns: int | None = None) -> tuple[StepColumns, int]:
@@ -331,7 +368,7 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         policy = policy_of(inputs)
         ranks_seen = sum(1 for r in ranks.values() if r.step_rows > 0)
         config, price_rows = run_config_and_prices(
-            run, policy, ranks_seen, with_phases=inputs.phase_count > 0, prices_version=inputs.prices_version
+            run, policy, ranks_seen, with_phases=inputs.phase_count > 0, prices_version=inputs.prices_version, job=inputs.job
         )
         hosts = {rank: r.host or f"rank-{rank}" for rank, r in ranks.items()}
 
@@ -393,21 +430,65 @@ def run_analyze(*, run_id: uuid.UUID) -> RunAnalysis | None:
         day_rows, prune_days, marked = run_days(
             run, inputs.team_id, row, analysis, config, price_rows, old_days=loaded.days if loaded and not full else None
         )
+        service: dict[str, Any] = {
+            "samples_t": samples_since,
+            "steps_end_ns": steps_end_ns,
+            "dropped": dropped,
+            "days": [d.day.isoformat() for d in day_rows],
+        }
+        if inputs.job is not None:
+            service["job_facts"] = _job_neighbours_update(run, inputs.job, inputs.state, last_step)
         state = _state_write(
             loaded if not full else None,
             parts,
             steps_changed=steps_changed,
             rank_rows=rank_rows,
             last_step=last_step,
-            service={
-                "samples_t": samples_since,
-                "steps_end_ns": steps_end_ns,
-                "dropped": dropped,
-                "days": [d.day.isoformat() for d in day_rows],
-            },
+            service=service,
         )
         pass_outputs_write(PassOutputs(row, serialized, day_rows, prune_days, marked, timezone.now(), state))
     return row
+
+
+def _job_neighbours_update(
+    run: Run, job: JobContext, stored: tuple[bytes, bytes, bytes] | None, last_step: dict[int, int]
+) -> dict[str, Any]:
+    """What this attempt tells its neighbours (its job, status, end, highest step), and, when
+    that changed since its last pass, their analyses marked stale (the sweep then redoes them):
+    the attempts after it (their rework, billing start and restart labels read it) and, when it
+    has just joined the job, the attempt before it (whose tear-down may now be a restart's).
+
+    The marks are written once this pass has committed, holding no lock: two attempts' passes
+    marking each other inside their transactions could deadlock on their analysis rows. A worker
+    killed in the instant between the commit and the marks leaves them unmarked until this
+    attempt's facts change again (docs/waste-model.md, "Jobs", limits)."""
+    facts = {
+        "job": str(job.job_id),
+        "status": run.status,
+        "end": (run.finished_at or run.last_seen_at).isoformat(),
+        "last_step": max(last_step.values(), default=None),
+    }
+    old = None
+    if stored is not None:
+        try:
+            old = orjson.loads(stored[0]).get("service", {}).get("job_facts")
+        except orjson.JSONDecodeError:
+            old = None
+    if facts == old:
+        return facts
+    joined = old is None or old.get("job") != facts["job"]
+    attempts = Run.objects.filter(job_id=job.job_id)
+    ids: list[uuid.UUID] = []
+    if job.has_next:
+        ids += attempts.filter(Q(started_at__gt=run.started_at) | Q(started_at=run.started_at, id__gt=run.pk)).values_list(
+            "pk", flat=True
+        )
+    if joined and job.previous:
+        before = attempts.filter(Q(started_at__lt=run.started_at) | Q(started_at=run.started_at, id__lt=run.pk))
+        ids += before.order_by("-started_at", "-id").values_list("pk", flat=True)[:1]
+    if ids:
+        transaction.on_commit(lambda: analyses_invalidate(run_ids=ids))
+    return facts
 
 
 # A run whose analysis keeps failing is retried with backoff (30 s, 1 min, 2 min, ...) at most
@@ -594,4 +675,20 @@ def _store(row: RunAnalysis, run: Run, team_id: int, analysis: Analysis, seq: in
     row.waste_share = analysis.waste_cents / analysis.cost_cents if analysis.cost_cents else 0.0
     row.mfu = analysis.mfu
     row.profile = to_jsonable(analysis.profile) if analysis.steps else None
+    row.lost = lost_json(analysis)
     return serialized
+
+
+def lost_json(analysis: Analysis) -> dict[str, Any]:
+    """The attempt's lost work as RunAnalysis.lost stores it (waste/models.py)."""
+    lost = analysis.lost
+    return {
+        "usd": lost.usd_cents / 100,
+        "gpu_seconds": lost.gpu_seconds,
+        "causes": {c.cause: {"usd": c.usd_cents / 100, "gpu_seconds": c.gpu_seconds} for c in lost.causes},
+        # The restart's two sides: before this attempt's first step, after its last (a failure).
+        "restart_sides": {
+            side: {"usd": lost.restart_cents.get(side, 0) / 100, "gpu_seconds": lost.restart_gpu_seconds.get(side, 0.0)}
+            for side in ("before", "after")
+        },
+    }

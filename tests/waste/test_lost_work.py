@@ -74,6 +74,8 @@ def test_rework_restart_and_checkpoint_by_hand():
         ("checkpoint", 9.0, 9),
     ]
     assert (lost.gpu_seconds, lost.usd_cents) == (194.0, 194)
+    assert lost.restart_gpu_seconds == {"before": 95.0, "after": 50.0}
+    assert lost.restart_cents == {"before": 95, "after": 50}
     assert a.ranks[0].lost_gpu_seconds == {"rework": 40.0, "restart": 145.0, "checkpoint": 9.0}
     assert a.ranks[0].lost_usd == pytest.approx({"rework": 0.40, "restart": 1.45, "checkpoint": 0.09})
     assert a.explain["lost_usd"].value == 1.94
@@ -175,6 +177,8 @@ def test_rework_and_restart_move_time_between_labels_and_nothing_else(run, k, be
     assert job.lost.cause("restart").usd_cents == idle_cents.get("restart", 0)
     assert job.lost.cause("checkpoint").usd_cents == 0  # the strategy's phases are p0, p1, ...
     assert job.lost.usd_cents <= job.category("idle").usd_cents
+    assert sum(job.lost.restart_cents.values()) == job.lost.cause("restart").usd_cents
+    assert sum(job.lost.restart_gpu_seconds.values()) == pytest.approx(lj.get("restart", 0.0), rel=1e-9, abs=1e-6)
     # FLOPs of the rework rows are not credited: as if they had reported none.
     blind = analyze(_without_flops_through(run, k))
     assert sum(r.flops for r in job.ranks) == pytest.approx(sum(r.flops for r in blind.ranks), rel=1e-9)

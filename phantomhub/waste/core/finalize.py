@@ -363,10 +363,14 @@ def _lost_work(s: _Slots, money: _Money) -> LostWork:
         present = [lbl for lbl in labels if lbl in money.idle_cents]
         ns = sum(money.book.total_ns[lbl] for lbl in present)
         causes.append(LostCause(cause, labels, s.gpu_seconds(ns), sum(money.idle_cents[lbl] for lbl in present)))
+    sides = money.book.restart_sides
+    restart = next(c for c in causes if c.cause == "restart")
     return LostWork(
         causes=tuple(causes),
         gpu_seconds=sum(c.gpu_seconds for c in causes),
         usd_cents=sum(c.usd_cents for c in causes),
+        restart_gpu_seconds={k: s.gpu_seconds(ns) for k, (ns, _) in sides.items()},
+        restart_cents=cents_allocate(restart.usd_cents, {k: usd for k, (_, usd) in sides.items()}),
     )
 
 

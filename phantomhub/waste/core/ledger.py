@@ -45,6 +45,9 @@ class Ledger:
     # Per rank slot, per lost cause (LOST_CAUSES): rank-nanoseconds and exact dollars as floats.
     rank_lost_ns: list[dict[str, int]]
     rank_lost_usd: list[dict[str, float]]
+    # The restart label's two sides: "before" the first step (start-up, or a rank without steps
+    # after an earlier attempt) and "after" the last (tear-down after a failure): rank-ns and dollars.
+    restart_sides: dict[str, tuple[int, Fraction]]
 
 
 def _rank_matrix(acc: RunAccumulator, slots: list[RankState | None], keep: Any, lo: Any, hi: Any, free: Any) -> tuple[Any, Any]:
@@ -149,10 +152,16 @@ def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None]
     total_ns: dict[str, int] = {}
     usd_exact: dict[str, Fraction] = {}
     columns: dict[str, list[int]] = {}
+    sides: dict[str, tuple[int, Fraction]] = {"before": (0, Fraction(0)), "after": (0, Fraction(0))}
     for lbl in labels:
         col = [int(v) for v in total[:, RANK_LABELS.index(lbl)]]
         name = relabel.get(lbl, lbl)
         columns[name] = [a + b for a, b in zip(columns[name], col, strict=True)] if name in columns else col
+        if name == "restart":
+            side = "after" if lbl == "teardown" or (lbl == "no_steps" and not acc.config.restart_before_first_step) else "before"
+            ns, usd = sides[side]
+            part = sum((usd_for(v * gpu_per_slot, p) for v, p in zip(col, prices, strict=True)), Fraction(0))
+            sides[side] = (ns + sum(col), usd + part)
     for label, phase_col in phase_cols.items():
         columns[label] = [int(v) * len(slots) for v in phase_col]
     for label, values in columns.items():
@@ -175,4 +184,5 @@ def ledger_build(acc: RunAccumulator, end_ns: int, slots: list[RankState | None]
         unpriced_ns=int(sum(int(s) for s, p in zip(span, prices, strict=True) if p is None)),
         rank_lost_ns=rank_lost_ns,
         rank_lost_usd=rank_lost_usd,
+        restart_sides=sides,
     )

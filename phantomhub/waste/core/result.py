@@ -153,6 +153,11 @@ class LostWork:
     causes: tuple[LostCause, ...]
     gpu_seconds: float
     usd_cents: int
+    # The restart cause's two sides, {"before": ..., "after": ...}: before the first step (this
+    # attempt restarting) and after the last (this attempt failing). GPU-seconds, and cents that
+    # add up to the restart cause's (largest remainder).
+    restart_gpu_seconds: Mapping[str, float] = field(default_factory=dict)
+    restart_cents: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def usd(self) -> float:
