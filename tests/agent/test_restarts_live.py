@@ -1,7 +1,7 @@
-"""Restarts and runs one after the other, against the live server: a restarted process (an
-elastic restart, or the same PHANTOMHUB_RUN_ID again) continues the step numbers of its run
-instead of losing its steps as "duplicates", and two runs of one process are billed one after
-the other, never the same seconds twice."""
+"""Restarts and runs one after the other, against the live server: a restarted process (the same
+PHANTOMHUB_RUN_ID again) continues the step numbers of its run instead of losing its steps as
+"duplicates", an elastic restart is the job's next attempt, and two runs of one process are billed
+one after the other, never the same seconds twice."""
 
 from __future__ import annotations
 
@@ -56,17 +56,23 @@ def test_a_restarted_process_continues_the_step_numbers_of_its_run(live: LiveSer
     assert rank_of(live, run_id, 0)["last_step"] == 49
 
 
-def test_an_elastic_restart_continues_each_ranks_numbering(live: LiveServer, tmp_path: Path) -> None:
-    """torchrun restarts the workers with the same rendezvous id: the agent derives the same run."""
+def test_an_elastic_restart_is_a_second_attempt_of_the_same_job(live: LiveServer, tmp_path: Path) -> None:
+    """torchrun restarts the workers with the same rendezvous id and a higher restart count: each
+    attempt is a run of its own (its steps are never refused as reused), both in one job."""
     elastic = {"TORCHELASTIC_RUN_ID": f"job-{tmp_path.name}", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
-    ids = set()
+    ids: list[set[str]] = [set(), set()]
     for restart, steps in enumerate((12, 5)):
         for rank in (0, 1):
             env = {**elastic, "RANK": str(rank), "LOCAL_RANK": str(rank), "TORCHELASTIC_RESTART_COUNT": str(restart)}
-            ids.add(start(live, tmp_path, steps + rank, **env))
-    [run_id] = ids
-    assert live.steps(run_id, rank=0)["step"] == list(range(12 + 5))
-    assert live.steps(run_id, rank=1)["step"] == list(range(13 + 6))
+            ids[restart].add(start(live, tmp_path, steps + rank, **env))
+    [first], [second] = ids
+    assert first != second
+    jobs = [live.run(run_id)["job"] for run_id in (first, second)]
+    assert jobs[0] == jobs[1] and jobs[0]["key"] == f"torchelastic/job-{tmp_path.name}"
+    assert [live.run(run_id)["attempt"] for run_id in (first, second)] == [0, 1]
+    assert live.steps(first, rank=0)["step"] == list(range(12))
+    assert live.steps(second, rank=1)["step"] == list(range(6))
+    assert rank_of(live, second, 1)["reused_step_rows"] == 0
 
 
 def test_explicit_step_numbers_are_kept_and_reused_ones_are_counted(live: LiveServer, tmp_path: Path) -> None:
