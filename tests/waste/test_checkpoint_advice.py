@@ -225,3 +225,33 @@ def test_failure_rate_minimum_evidence():
         none = failure_rate(own_failures=1, own_wall_s=7200.0, gpu_count=8, **kwargs)
         assert none.mtbf_s is None and none.source is None
         assert "too little evidence" in none.reason
+
+
+def test_the_worked_example_of_the_docs():
+    # docs/waste-model.md, section 13: 64 H100s at $4/GPU-h, 4 failures in 32 h, 120 s
+    # synchronous saves every 30 min, 10 min to restart; the job lost $20,000 a month.
+    rate = failure_rate(own_failures=4, own_wall_s=32 * 3600)
+    assert rate.mtbf_s == 28_800
+    cost = 64 * 4 / 3600
+    advice = checkpoint_advice(
+        checkpoint_s=120, interval_s=1800, restart_s=600, rate=rate, cost_usd_per_s=cost, lost_usd_per_month=20_000
+    )
+    assert round(advice.cost_usd_per_month, 2) == 186_880.00
+    assert round(wall_per_work(1800, checkpoint_s=120, restart_s=600, mtbf_s=28_800), 5) == 1.12625
+    a, i = advice.async_advice, advice.interval
+    assert a is not None and i is not None
+    assert (a.staged_s, round(a.blocking_share, 4), round(a.saving_usd_per_month, 2)) == (12.0, 0.0625, 10_845.94)
+    assert (round(i.young_daly_s), round(i.optimum_s), round(i.wall_per_work_now, 5), round(i.wall_per_work_best, 5)) == (
+        831, 823, 1.06088, 1.05110,
+    )  # fmt: skip
+    assert round(i.saving_usd_per_month, 2) == 1_622.68
+    assert round(advice.saving_usd_per_month, 2) == 12_468.62
+    # Were the saves already asynchronous (the same 120 s blocking): the interval alone.
+    alone = checkpoint_advice(
+        checkpoint_s=120, interval_s=1800, restart_s=600, rate=rate, cost_usd_per_s=cost, lost_usd_per_month=20_000,
+        saves_async=True,
+    )  # fmt: skip
+    assert alone.interval is not None
+    assert (round(alone.interval.young_daly_s), round(alone.interval.optimum_s)) == (2629, 2550)
+    assert round(alone.interval.wall_per_work_best, 5) == 1.12023
+    assert round(alone.saving_usd_per_month, 2) == 998.93
