@@ -28,6 +28,7 @@ from phantomhub.accounts.services import personal_token_create, project_token_cr
 from phantomhub.fleet.models import AttributionJob
 from phantomhub.fleet.services import node_token_create
 from phantomhub.pricing.models import PriceEntry
+from phantomhub.telemetry.models import Job, Run
 from tests.alerts.factories import MATRIX_RULE, matrix_kwargs
 from tests.conftest import T0_NS, Tenant, steps_body
 
@@ -85,6 +86,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-runs-csv", "get"): ORG_READ,
     ("portal-leaderboard-csv", "get"): ORG_READ,
     ("portal-run", "get"): RUN_READ,
+    ("portal-jobs", "get"): "401 ok ok ok ok ok ok ok",  # each lists the jobs of the projects it sees
+    ("portal-job", "get"): RUN_READ,  # a job is seen by whoever sees its project's runs
+    ("portal-project-failures", "get"): ORG_READ,  # as the project's page
     ("portal-compare", "get"): ORG_READ,  # people; the runs it names must be visible (400 here: none named)
     ("portal-leaderboard", "get"): ORG_READ,
     ("portal-overview", "get"): ORG_READ,
@@ -202,6 +206,7 @@ class World:
     price_id: int
     token_id: int
     job_id: int
+    training_job_id: str
 
 
 @pytest.fixture
@@ -225,7 +230,11 @@ def world(owner: Tenant, outsider: Tenant) -> World:
     clients["node"] = APIClient()
     clients["node"].credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='matrix', hostnames=['matrix-node']).raw}")
     job = AttributionJob.objects.create()
-    return World(clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk, job_id=job.pk)
+    training = Job.objects.create(project=owner.project, key="matrix")
+    Run.objects.filter(pk=run_id).update(job=training, attempt=0)
+    return World(
+        clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk, job_id=job.pk, training_job_id=str(training.pk)
+    )
 
 
 def _kwargs(name: str, world: World) -> dict[str, Any]:
@@ -248,6 +257,8 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-leaderboard-csv": {"kind": "teams"},
         "portal-team": {"slug": "nlp"},
         "portal-project": {"slug": "llm-pretrain"},
+        "portal-project-failures": {"slug": "llm-pretrain"},
+        "portal-job": {"job_id": world.training_job_id},
         "portal-finance-csv": {"month": "2026-09"},
         "portal-finance": {"month": "2026-09"},
         "portal-finance-close": {"month": "2026-09"},
@@ -413,7 +424,6 @@ ALERTS_SEEN: dict[str, Any] = {
 @pytest.mark.parametrize("principal", PRINCIPALS)
 def test_alerts_and_rule_destinations_each_principal_sees(world: World, owner: Tenant, outsider: Tenant, principal: str) -> None:
     from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
-    from phantomhub.telemetry.models import Run
 
     runs = {"nlp": Run.objects.get(pk=world.run_id), "vision": Run.objects.get(pk=outsider.create_run(name="vision"))}
     rules = {

@@ -37,6 +37,8 @@ PROJECT_TOKEN_ENDPOINTS = frozenset(
         "run-analysis",
         "run-series",
         "portal-runs",
+        "portal-jobs",
+        "portal-job",
         "portal-run",
     }
 )

@@ -27,6 +27,7 @@ from phantomhub.accounts.services import personal_token_create, project_token_cr
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import Period, month_period, period_parse
 from phantomhub.portal import exports, finance, run_page, selectors, services
+from phantomhub.portal.jobs import run_job_link
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
@@ -195,6 +196,8 @@ class RunPageApi(APIView):
                 # The run's time as every page uses it: its billed span (selectors.run_row).
                 "billed_from": run.allocation_start.isoformat(),
                 "billed_to": selectors.run_billed_end(run, getattr(run, "analysis", None)).isoformat(),
+                # The job it is an attempt of, with its place among the attempts (portal/jobs.py).
+                "job": run_job_link(run),
             },
             # As the analysis API says it: analysed, pending, or failed with the error (also
             # beside older figures when only the latest re-analysis failed).

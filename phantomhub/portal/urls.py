@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from phantomhub.portal import api, compare
+from phantomhub.portal import api, compare, jobs
 
 urlpatterns = [
     path("session", api.SessionApi.as_view(), name="portal-session"),
@@ -14,6 +14,9 @@ urlpatterns = [
     path("teams", api.TeamListApi.as_view(), name="portal-teams"),
     path("teams/<slug:slug>", api.TeamPageApi.as_view(), name="portal-team"),
     path("projects/<slug:slug>", api.ProjectPageApi.as_view(), name="portal-project"),
+    path("projects/<slug:slug>/failures", jobs.ProjectFailuresApi.as_view(), name="portal-project-failures"),
+    path("jobs", jobs.JobListApi.as_view(), name="portal-jobs"),
+    path("jobs/<uuid:job_id>", jobs.JobPageApi.as_view(), name="portal-job"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})\.csv$", api.FinanceCsvApi.as_view(), name="portal-finance-csv"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})$", api.FinanceApi.as_view(), name="portal-finance"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})/close$", api.FinanceCloseApi.as_view(), name="portal-finance-close"),
