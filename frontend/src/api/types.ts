@@ -354,6 +354,8 @@ export interface RunMeta {
   config: Record<string, unknown>;
   environment: Record<string, unknown>;
   ranks: { rank: number; host: string; counters: Record<string, unknown> }[];
+  /** The job this run is an attempt of, with its place among the attempts; null when none. */
+  job?: RunJobRef | null;
 }
 
 /** The job a run is an attempt of (the run page's `job`). */
@@ -367,8 +369,6 @@ export interface RunJobRef {
 
 export interface RunDetail {
   run: RunMeta;
-  /** The job this run is an attempt of; null (or absent from older servers) when it is none. */
-  job?: RunJobRef | null;
   analysis_status?: "analysed" | "pending" | "failed";
   analysis_error?: AnalysisError | null;
   analysis: Analysis | null;
@@ -861,7 +861,8 @@ export interface JobAttempt {
   restored_step: number | null;
   /** The steps recomputed after the restore, both ends included. */
   rework_steps: [number, number] | null;
-  checkpoints: { count: number; blocking_s: number; bytes: number; async: boolean };
+  /** `async`: how many of the saves were asynchronous (older answers: whether any was). */
+  checkpoints: { count: number; blocking_s: number; bytes: number; async: number | boolean };
   segments: AttemptSegment[];
 }
 
@@ -877,13 +878,14 @@ export interface FailureRate {
 export interface CheckpointAdvice {
   kind: "interval" | "async" | "both";
   text: string;
-  checkpoint_cost_s: number;
-  restart_cost_s: number;
-  mtbf_s: number;
+  checkpoint_cost_s: number | null;
+  restart_cost_s: number | null;
+  mtbf_s: number | null;
   current_interval_s: number | null;
-  recommended_interval_s: number;
-  young_daly_s: number;
-  saving_usd_per_month: number;
+  /** null where only asynchronous checkpoints are advised. */
+  recommended_interval_s: number | null;
+  young_daly_s: number | null;
+  saving_usd_per_month: number | null;
   async_saving_usd_per_month: number | null;
   /** [interval in seconds, overhead in USD a month] along the interval. */
   curve: [number, number][];

@@ -394,7 +394,7 @@ export function hoursLabel(hours: number): string {
  * curve): checkpoints cost more when frequent, lost work more when rare. The current interval and
  * the recommended one are marked (the current only where the job has one).
  */
-export function checkpointCurveOption(curve: readonly [number, number][], current: number | null, recommended: number, p: ChartPalette): Option {
+export function checkpointCurveOption(curve: readonly [number, number][], current: number | null, recommended: number | null, p: ChartPalette): Option {
   const points = curve.filter(([x, y]) => isNum(x) && isNum(y) && x > 0);
   const marks: Option[] = [];
   if (isNum(current) && current > 0)

@@ -1,6 +1,6 @@
 import { jobAttempt, jobAttempts } from "../test/fixtures";
 import { checkpointCurveOption, hoursLabel } from "./charts";
-import { endCauseLabel, isFailure, MIN_LOST_WIDTH, TIMELINE_WIDTH, timelineLayout } from "./jobs";
+import { endCauseLabel, isFailure, MIN_LOST_WIDTH, netWorkSeconds, TIMELINE_WIDTH, timelineLayout } from "./jobs";
 import { chartPalette } from "./theme";
 
 describe("job timeline layout", () => {
@@ -33,6 +33,12 @@ describe("job timeline layout", () => {
     expect(layout.end).toBe(now);
     expect(layout.rects[0].width).toBeCloseTo(TIMELINE_WIDTH);
     expect(timelineLayout([]).rects).toEqual([]);
+  });
+
+  it("counts an attempt's work net of the lost time drawn over it", () => {
+    const a = jobAttempt({ index: 1 }, [["work", "00:00", "01:00"], ["restart", "00:00", "00:05"], ["rework", "00:05", "00:20"], ["checkpoint", "00:10", "00:12"]]);
+    expect(netWorkSeconds(a)).toBe(40 * 60);
+    expect(netWorkSeconds(jobAttempts()[1])).toBe((100 + 59) * 60);
   });
 
   it("names end causes in words", () => {

@@ -3,15 +3,15 @@
 import type { JobAttempt, LostCause, SegmentKind } from "../api/types";
 import { formatDateTime, formatDuration } from "./format";
 
-/** The jobs API (docs/api.md, Jobs and attempts). */
-export const JOBS_API = "/api/v1/jobs";
+/** The jobs API, part of the portal API (docs/portal-api.md, Jobs): `/api/v1/portal/jobs`. */
+export const JOBS_API = "jobs";
 
 export function jobApiPath(id: string | number): string {
   return `${JOBS_API}/${encodeURIComponent(String(id))}`;
 }
 
 export function projectFailuresApiPath(project: string, month: string): string {
-  return `/api/v1/projects/${encodeURIComponent(project)}/failures?month=${encodeURIComponent(month)}`;
+  return `projects/${encodeURIComponent(project)}/failures?month=${encodeURIComponent(month)}`;
 }
 
 export function jobPath(id: string | number): string {
@@ -102,7 +102,7 @@ export interface TimelineLayout {
   end: number;
   rects: TimelineRect[];
   boundaries: TimelineBoundary[];
-  /** Seconds of each kind drawn (every segment of every attempt shown). */
+  /** Seconds of each kind drawn (every attempt shown); work counts only time no lost segment covers. */
   seconds: Record<SegmentKind, number>;
 }
 
@@ -119,6 +119,40 @@ function attemptStart(a: JobAttempt): number | null {
 
 function segmentTitle(a: JobAttempt, kind: SegmentKind, from: number, to: number): string {
   return `Attempt ${a.index} · ${CAUSE_LABEL[kind].toLowerCase()} · ${formatDateTime(new Date(from).toISOString())} – ${formatDateTime(new Date(to).toISOString())} (${formatDuration((to - from) / 1000)})`;
+}
+
+/** Merged [from, to) spans (ms), sorted. */
+function merged(spans: [number, number][]): [number, number][] {
+  const out: [number, number][] = [];
+  for (const [a, b] of [...spans].sort((p, q) => p[0] - q[0])) {
+    const last = out[out.length - 1];
+    if (last && a <= last[1]) last[1] = Math.max(last[1], b);
+    else out.push([a, b]);
+  }
+  return out;
+}
+
+/**
+ * An attempt's work seconds: its work segments less the lost segments over them. The API draws
+ * the billed span as work with what was lost on top; segments that only touch add up the same.
+ */
+export function netWorkSeconds(a: JobAttempt, now: number = Date.now()): number {
+  const spans = (kind: (k: string) => boolean) =>
+    merged(
+      a.segments
+        .filter((s) => kind(s.kind))
+        .map((s): [number, number] => [ms(s.start) ?? 0, ms(s.end) ?? now])
+        .filter(([p, q]) => q > p),
+    );
+  const work = spans((k) => k === "work" || !isSegmentKind(k));
+  const lost = spans((k) => isSegmentKind(k) && k !== "work");
+  let total = 0;
+  for (const [p, q] of work) {
+    let covered = 0;
+    for (const [x, y] of lost) covered += Math.max(0, Math.min(q, y) - Math.max(p, x));
+    total += q - p - covered;
+  }
+  return total / 1000;
 }
 
 /**
@@ -157,12 +191,13 @@ export function timelineLayout(attempts: readonly JobAttempt[], now: number = Da
       if (label) lastLabel = bx;
       boundaries.push({ attempt: a.index, x: bx, label, title: `Attempt ${a.index} starts ${formatDateTime(new Date(s).toISOString())}` });
     }
+    seconds.work += netWorkSeconds(a, now);
     a.segments.forEach((seg, i) => {
       const from = ms(seg.start);
       const to = ms(seg.end) ?? now;
       if (from === null || to < from) return;
       const kind: SegmentKind = isSegmentKind(seg.kind) ? seg.kind : "work";
-      seconds[kind] += (to - from) / 1000;
+      if (kind !== "work") seconds[kind] += (to - from) / 1000;
       const x0 = x(from);
       let width = Math.max(0, x(to) - x0);
       if (kind !== "work") width = Math.max(width, MIN_LOST_WIDTH);

@@ -1,7 +1,7 @@
 import { screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 
-import type { JobAttempt } from "../api/types";
+import type { JobAttempt, RunJobRef } from "../api/types";
 import { jobAttempt, jobAttempts, jobDetail, leaderboard, mockFetch, runDetail } from "../test/fixtures";
 import { renderAt } from "../test/render";
 import { JobPage } from "./Job";
@@ -20,10 +20,15 @@ const session = { authenticated: true, user: member, csrf_token: "tok" };
 afterEach(() => vi.unstubAllGlobals());
 
 function openJob(answer: unknown, url = "/jobs/42") {
-  const api = mockFetch({ "/api/v1/portal/session": session, "/api/v1/jobs/": answer });
+  const api = mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/jobs/": answer });
   vi.stubGlobal("fetch", api.fn);
   renderAt(url, <JobPage />, "/jobs/:id");
   return api;
+}
+
+function withJob(job: RunJobRef | null) {
+  const detail = runDetail();
+  return { ...detail, run: { ...detail.run, job } };
 }
 
 const segs = (kind: string) => document.querySelectorAll(`[data-testid="job-timeline"] rect.seg.seg-${kind}`);
@@ -32,7 +37,7 @@ describe("Job page", () => {
   it("reads the job from the jobs API and heads the page with its key, cost and lost dollars by cause", async () => {
     const api = openJob(jobDetail());
     expect(await screen.findByRole("heading", { name: "torchelastic/3f2a9c" })).toBeInTheDocument();
-    expect(api.calls.some((c) => c.url === "/api/v1/jobs/42")).toBe(true);
+    expect(api.calls.some((c) => c.url === "/api/v1/portal/jobs/42")).toBe(true);
     expect(screen.getByTestId("job-attempts")).toHaveTextContent("3 attempts");
     expect(screen.getByTestId("job-cost")).toHaveTextContent("$810.00");
     expect(screen.getByTestId("job-lost")).toHaveTextContent("$92.25");
@@ -108,6 +113,41 @@ describe("Job page", () => {
     expect(screen.getByText("interval and asynchronous checkpoints")).toBeInTheDocument();
   });
 
+  it("advises asynchronous checkpoints alone without an interval to change", async () => {
+    openJob(jobDetail({ advice: { ...jobDetail().advice!, kind: "async", recommended_interval_s: null, young_daly_s: null, async_saving_usd_per_month: 610, curve: [] } }));
+    expect(await screen.findByTestId("advice-recommended")).toHaveTextContent("keep it");
+    expect(screen.queryByTestId("advice-young-daly")).not.toBeInTheDocument();
+    expect(within(screen.getByTestId("advice")).queryByTestId("chart")).not.toBeInTheDocument();
+    expect(screen.getByTestId("advice-async-saving")).toHaveTextContent("$610.00");
+  });
+
+  it("draws the API's segments, the billed span as work with what was lost on top, and counts work net of them", async () => {
+    const iso = (s: number) => new Date(Date.UTC(2026, 10, 20) + s * 1000).toISOString();
+    const attempt = jobAttempt({
+      index: 2,
+      segments: [
+        { kind: "work", start: iso(38), end: iso(65) },
+        { kind: "restart", start: iso(38), end: iso(41) },
+        { kind: "rework", start: iso(43), end: iso(53) },
+        { kind: "checkpoint", start: iso(40), end: iso(42) },
+        { kind: "restart", start: iso(63), end: iso(65) },
+      ],
+    });
+    openJob(jobDetail({ attempts: [attempt] }));
+    await screen.findByTestId("job-timeline");
+    expect(segs("work")).toHaveLength(1);
+    expect(segs("restart")).toHaveLength(2);
+    // Lost time is drawn over work: the work rect comes first.
+    expect(document.querySelector('[data-testid="job-timeline"] rect.seg')).toHaveClass("seg-work");
+    const legend = screen.getByTestId("timeline-legend");
+    // 27 s billed: restart 3 + 2, checkpoint 2 (1 s of it over the restart), rework 10: work 11 s.
+    const time = (kind: string) => legend.querySelector(`li[data-kind="${kind}"] .muted`);
+    expect(time("restart")).toHaveTextContent(/^5 s$/);
+    expect(time("checkpoint")).toHaveTextContent(/^2 s$/);
+    expect(time("rework")).toHaveTextContent(/^10 s$/);
+    expect(time("work")).toHaveTextContent(/^11 s$/);
+  });
+
   it("says there is no advice, and why in the failure rate's words, when the API gives none", async () => {
     const evidence = "No attempt of this job or its project failed in the last 30 days: there is no failure rate to plan checkpoints by.";
     openJob(jobDetail({ advice: null, failure_rate: { failures: 0, wall_hours: 10, mtbf_hours: null, source: null, evidence } }));
@@ -173,11 +213,11 @@ describe("Jobs list", () => {
   };
 
   it("lists jobs by lost dollars from the list endpoint, re-sorts on the server and opens a job", async () => {
-    const api = mockFetch({ "/api/v1/portal/session": session, "/api/v1/jobs": list });
+    const api = mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/jobs": list });
     vi.stubGlobal("fetch", api.fn);
     renderAt("/jobs?project=llm", <JobsPage />, "/jobs");
     const table = await screen.findByTestId("jobs-table");
-    expect(api.calls.some((c) => c.url === "/api/v1/jobs?project=llm&sort=lost&limit=50&offset=0")).toBe(true);
+    expect(api.calls.some((c) => c.url === "/api/v1/portal/jobs?project=llm&sort=lost&limit=50&offset=0")).toBe(true);
     expect(screen.getByTestId("jobs-scope")).toHaveTextContent("Jobs of project llm");
     expect(screen.getByTestId("jobs-count")).toHaveTextContent("2 jobs");
     const first = within(table).getAllByRole("row")[1];
@@ -185,13 +225,13 @@ describe("Jobs list", () => {
     expect(within(table).getByRole("columnheader", { name: /Lost to failures/ })).toHaveAttribute("aria-sort", "descending");
     await userEvent.click(screen.getByRole("button", { name: "Sort by Cost" }));
     expect(screen.getByTestId("location")).toHaveTextContent("/jobs?project=llm&sort=cost");
-    expect(api.calls.some((c) => c.url === "/api/v1/jobs?project=llm&sort=cost&limit=50&offset=0")).toBe(true);
+    expect(api.calls.some((c) => c.url === "/api/v1/portal/jobs?project=llm&sort=cost&limit=50&offset=0")).toBe(true);
     await userEvent.click(within(table).getByText("torchelastic/3f2a9c"));
     expect(screen.getByTestId("location")).toHaveTextContent("/jobs/42");
   });
 
   it("says so when there are no jobs", async () => {
-    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/jobs": { count: 0, results: [] } }).fn);
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/jobs": { count: 0, results: [] } }).fn);
     renderAt("/jobs", <JobsPage />, "/jobs");
     expect(await screen.findByText("No jobs yet")).toBeInTheDocument();
   });
@@ -199,7 +239,7 @@ describe("Jobs list", () => {
 
 describe("Run page: its job", () => {
   it("says which attempt of which job the run is, linking to the job", async () => {
-    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/runs/": runDetail({ job: { id: 42, key: "torchelastic/3f2a9c", index: 2, attempts_total: 3 } }) }).fn);
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/runs/": withJob({ id: 42, key: "torchelastic/3f2a9c", index: 2, attempts_total: 3 }) }).fn);
     renderAt("/runs/11111111-1111-4111-8111-111111111111", <RunDetailPage />, "/runs/:id");
     const line = await screen.findByTestId("run-job");
     expect(line).toHaveTextContent("Attempt 2 of 3 of job torchelastic/3f2a9c");
@@ -207,7 +247,7 @@ describe("Run page: its job", () => {
   });
 
   it("says nothing of a job for a run that is none's attempt", async () => {
-    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/runs/": runDetail({ job: null }) }).fn);
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/runs/": withJob(null) }).fn);
     renderAt("/runs/11111111-1111-4111-8111-111111111111", <RunDetailPage />, "/runs/:id");
     await screen.findByTestId("run-cost");
     expect(screen.queryByTestId("run-job")).not.toBeInTheDocument();
@@ -246,19 +286,22 @@ describe("Project page: failure causes", () => {
       rows: [
         { end_cause: "sigkill", end_detail: "", host: "node-3", attempts: 1, rework_usd: 42, restart_usd: 13.5, lost_usd: 55.5 },
         { end_cause: "oom", end_detail: "torch.OutOfMemoryError", host: "node-1", attempts: 2, rework_usd: 60, restart_usd: 20, lost_usd: 80 },
+        { end_cause: "finished", end_detail: "", host: "node-2", attempts: 4, rework_usd: 0, restart_usd: 0, lost_usd: 0 },
       ],
     };
-    const api = mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/projects/llm": entity, "/api/v1/projects/llm/failures": failures });
+    const api = mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/projects/llm": entity, "/api/v1/portal/projects/llm/failures": failures });
     vi.stubGlobal("fetch", api.fn);
     renderAt("/projects/llm?period=2026-11", <ProjectPage />, "/projects/:slug");
     const table = await screen.findByTestId("project-failures");
-    expect(api.calls.some((c) => c.url === "/api/v1/projects/llm/failures?month=2026-11")).toBe(true);
+    expect(api.calls.some((c) => c.url === "/api/v1/portal/projects/llm/failures?month=2026-11")).toBe(true);
     expect(screen.getByRole("heading", { name: "Failures in November 2026" })).toBeInTheDocument();
     const rows = within(table).getAllByRole("row").slice(1);
     expect(rows[0]).toHaveTextContent("out of memory");
     expect(rows[0]).toHaveTextContent("torch.OutOfMemoryError");
     expect(rows[0].querySelector('[data-col="lost_usd"]')).toHaveTextContent("$80.00");
     expect(rows[1]).toHaveTextContent("killed (SIGKILL)");
+    expect(rows).toHaveLength(2);
+    expect(screen.getByTestId("project-failures-note")).toHaveTextContent("4 attempts finished cleanly.");
     expect(screen.getByTestId("project-jobs-link")).toHaveAttribute("href", "/jobs?project=llm");
   });
 });

@@ -167,7 +167,7 @@ function RunView({ detail }: { detail: RunDetail }) {
           </span>
         }
       />
-      {detail.job && <RunJobLine job={detail.job} />}
+      {run.job && <RunJobLine job={run.job} />}
       {analysis && failure && <ReanalysisFailed error={failure} analysedAt={analysis.analysed_at} />}
       {analysis ? (
         <AnalysisView run={run} analysis={analysis} series={series} phases={phases} baseline={(detail as RunDetailWithBaseline).baseline} />

@@ -72,17 +72,29 @@ export function AdviceCard({ advice, rate }: { advice: CheckpointAdvice | null; 
             <div className="stat-label">Interval now</div>
             <div className="stat-value">{isNum(advice.current_interval_s) ? seconds(advice.current_interval_s) : "unknown"}</div>
           </div>
-          <div className="stat stat-accent" data-testid="advice-recommended">
-            <div className="stat-label">Recommended</div>
-            <div className="stat-value">{seconds(advice.recommended_interval_s)}</div>
-          </div>
-          <div className="stat" data-testid="advice-young-daly">
-            <div className="stat-label">Young/Daly</div>
-            <div className="stat-value">{seconds(advice.young_daly_s)}</div>
-            <div className="stat-sub">
-              <span>√(2 × checkpoint cost × MTBF)</span>
+          {isNum(advice.recommended_interval_s) ? (
+            <div className="stat stat-accent" data-testid="advice-recommended">
+              <div className="stat-label">Recommended</div>
+              <div className="stat-value">{seconds(advice.recommended_interval_s)}</div>
             </div>
-          </div>
+          ) : (
+            <div className="stat" data-testid="advice-recommended">
+              <div className="stat-label">Recommended</div>
+              <div className="stat-value">keep it</div>
+              <div className="stat-sub">
+                <span>the interval is not what to change</span>
+              </div>
+            </div>
+          )}
+          {isNum(advice.young_daly_s) && (
+            <div className="stat" data-testid="advice-young-daly">
+              <div className="stat-label">Young/Daly</div>
+              <div className="stat-value">{seconds(advice.young_daly_s)}</div>
+              <div className="stat-sub">
+                <span>√(2 × checkpoint cost × MTBF)</span>
+              </div>
+            </div>
+          )}
           <div className="stat stat-accent" data-testid="advice-saving">
             <div className="stat-label">Saving a month</div>
             <div className="stat-value">{formatUsd(advice.saving_usd_per_month)}</div>
@@ -108,10 +120,10 @@ export function AdviceCard({ advice, rate }: { advice: CheckpointAdvice | null; 
           </li>
         </ul>
         {option ? (
-          <EChart option={option} height={200} label={`Checkpoint overhead a month against the interval: now ${isNum(advice.current_interval_s) ? seconds(advice.current_interval_s) : "unknown"}, recommended ${seconds(advice.recommended_interval_s)}`} />
-        ) : (
+          <EChart option={option} height={200} label={`Checkpoint overhead a month against the interval: now ${isNum(advice.current_interval_s) ? seconds(advice.current_interval_s) : "unknown"}${isNum(advice.recommended_interval_s) ? `, recommended ${seconds(advice.recommended_interval_s)}` : ""}`} />
+        ) : isNum(advice.recommended_interval_s) ? (
           <p className="muted small">No curve to draw.</p>
-        )}
+        ) : null}
       </div>
     </Card>
   );

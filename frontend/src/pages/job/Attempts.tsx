@@ -81,7 +81,7 @@ export function AttemptsTable({ attempts }: { attempts: readonly JobAttempt[] })
     },
     { key: "ckpt_count", header: "Checkpoints", align: "right", render: (a) => (
       <div className="cell-main">
-        <span>{formatNumber(a.checkpoints.count)}{a.checkpoints.async && <span className="badge badge-info badge-inline">async</span>}</span>
+        <span>{formatNumber(a.checkpoints.count)}{!!a.checkpoints.async && <span className="badge badge-info badge-inline">async</span>}</span>
         {a.checkpoints.count > 0 && <span className="cell-sub">{formatBytes(a.checkpoints.bytes)}</span>}
       </div>
     ) },

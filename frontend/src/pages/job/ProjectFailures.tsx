@@ -23,7 +23,9 @@ export function ProjectFailuresCard({ project, period }: { project: string; peri
   const month = failuresMonth(period);
   const state = useApi<ProjectFailures>(projectFailuresApiPath(project, month));
   const [sort, setSort] = useState("-lost_usd");
-  const rows = useMemo(() => sortRows(state.data?.rows ?? [], sort), [state.data, sort]);
+  // Attempts that finished cleanly cost nothing here: counted under the table, not listed as a cause.
+  const rows = useMemo(() => sortRows((state.data?.rows ?? []).filter((r) => r.end_cause !== "finished"), sort), [state.data, sort]);
+  const finished = (state.data?.rows ?? []).filter((r) => r.end_cause === "finished").reduce((s, r) => s + r.attempts, 0);
   const total = rows.reduce((s, r) => s + r.lost_usd, 0);
   const columns: Column<ProjectFailureRow>[] = [
     {
@@ -56,8 +58,25 @@ export function ProjectFailuresCard({ project, period }: { project: string; peri
         </span>
       }
     >
-      <Async state={state} loadingRows={3} isEmpty={(d) => d.rows.length === 0} empty={<Empty title={`No attempt of this project failed in ${formatMonth(month)}`} />}>
-        {() => <DataTable caption={`Failure causes of ${project} in ${month}`} testId="project-failures" dense columns={columns} rows={rows} rowKey={(r) => `${r.end_cause}/${r.end_detail}/${r.host}`} sort={sort} onSort={(k) => setSort((s) => toggleSort(s, k))} />}
+      <Async
+        state={state}
+        loadingRows={3}
+        isEmpty={(d) => d.rows.every((r) => r.end_cause === "finished")}
+        empty={
+          <Empty title={`No attempt of this project's jobs failed in ${formatMonth(month)}`}>
+            {finished > 0 ? `${formatNumber(finished)} attempt${finished === 1 ? "" : "s"} finished cleanly.` : null}
+          </Empty>
+        }
+      >
+        {() => (
+          <>
+            <DataTable caption={`Failure causes of ${project} in ${month}`} testId="project-failures" dense columns={columns} rows={rows} rowKey={(r) => `${r.end_cause}/${r.end_detail}/${r.host}`} sort={sort} onSort={(k) => setSort((s) => toggleSort(s, k))} />
+            <p className="muted small" data-testid="project-failures-note">
+              Rework and restart: what each failure cost the attempts after it (and its own restart time after its last step).
+              {finished > 0 && ` ${formatNumber(finished)} attempt${finished === 1 ? "" : "s"} finished cleanly.`}
+            </p>
+          </>
+        )}
       </Async>
     </Card>
   );
