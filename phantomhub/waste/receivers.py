@@ -9,7 +9,11 @@ from phantomhub.waste import scheduling
 
 
 def run_changed(sender: Any, *, run_id: uuid.UUID, **kwargs: Any) -> None:
-    # Looked up at call time, so a test may stand in for analysis_request.
+    # Looked up at call time, so a test may stand in for analysis_request. A run joining a job is
+    # announced for the job's other attempts too (telemetry/services.py): their analyses are
+    # asked for here, and the joining attempt's own pass marks them stale in the database
+    # (services._job_neighbours_update), so a lost message cannot leave them priced with the old
+    # neighbours. No query here: this runs on the commit of every ingest batch.
     scheduling.analysis_request(run_id)
 
 

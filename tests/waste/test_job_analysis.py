@@ -220,3 +220,35 @@ def test_the_job_context_read_in_one_statement_is_the_orms(owner: Tenant, price_
     assert [(c.previous, c.previous_last_step, c.has_next) for c in ctx if c] == [(0, None, True), (1, 29, True), (2, 39, False)]
     assert ctx[2] is not None and ctx[2].previous_end == T0 + timedelta(seconds=65)
     assert Run.objects.get(pk=runs[1]).status == RunStatus.FAILED
+
+
+def test_job_figures_warn_about_odd_attempts_and_cap_the_list(
+    owner: Tenant,
+    price_36: None,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = []
+    for i, number in enumerate((2, 1, 0)):  # the launcher's count runs backwards
+        start = 40 * i
+        at = _iso(T0 + timedelta(seconds=start))
+        run_id = make_run(owner, name=f"a{i}", job={"key": KEY, "attempt": number}, allocation_start=at, started_at=at)
+        if i == 2:
+            _events(owner, run_id, [_phase("restore", start, 1, step=100)])  # a step nobody reached
+        _steps(owner, run_id, 0, 10, start + 2, "node-a")
+        _end(owner, run_id, start + 15, "failed" if i < 2 else "finished", "exception" if i < 2 else "finished")
+        runs.append(run_id)
+    for run_id in runs:
+        services.run_analyze(run_id=uuid.UUID(run_id))
+    monkeypatch.setattr("phantomhub.waste.jobs.ATTEMPTS_LISTED", 2)
+    figures = job_figures(Job.objects.get(key=KEY))
+    assert [a["name"] for a in figures["attempts"]] == ["a0", "a1"]
+    assert figures["totals"]["attempts"] == 3 and figures["totals"]["failures"] == 2
+    assert figures["totals"]["cost_usd"] == pytest.approx(0.45)  # 3 × 15 s, the third listed or not
+    warnings = " | ".join(figures["warnings"])
+    assert "restored step 100, which no earlier attempt reached" in warnings
+    assert "out of order" in warnings
+    assert "3 attempts: the list shows the first 2" in warnings
+    # Two failures of its own: the job's rate; no saves, so no advice, and the notes say why.
+    assert figures["failure_rate"]["source"] == "own"
+    assert figures["advice"]["async"] is None and figures["advice"]["interval"] is None
+    assert figures["advice"]["notes"] == ["no checkpoint advice: the job reported no checkpoint saves"]
