@@ -5,13 +5,18 @@ project's failure causes, and the pass's job context read in one statement pinne
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from phantomhub.telemetry.bounds import ns_of
 from phantomhub.telemetry.models import Job, Run, RunStatus
 from phantomhub.waste import pass_io, services
 from phantomhub.waste.jobs import job_figures, project_failure_causes
@@ -252,3 +257,24 @@ def test_job_figures_warn_about_odd_attempts_and_cap_the_list(
     assert figures["failure_rate"]["source"] == "own"
     assert figures["advice"]["async"] is None and figures["advice"]["interval"] is None
     assert figures["advice"]["notes"] == ["no checkpoint advice: the job reported no checkpoint saves"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 500), st.integers(1, 500)), min_size=1, max_size=8))
+def test_the_billing_clamp_never_bills_a_second_twice(attempts: list[tuple[int, int, int]]) -> None:
+    """Attempts one after another (each starts after the one before ended), each given any
+    allocation start at or before its start (the whole allocation's, or its own): their billed
+    spans never overlap, and none starts later than its own allocation would have it."""
+    job_id, now, previous_end = uuid.uuid4(), T0, None
+    spans = []
+    for i, (pause_s, early_s, length_s) in enumerate(attempts):
+        started = now + timedelta(seconds=pause_s)
+        run = SimpleNamespace(allocation_start=started - timedelta(seconds=early_s), started_at=started)
+        ctx = pass_io.JobContext(job_id, i, previous_end, None, False) if i else None
+        start_ns = services.billed_from_ns(run, ctx)  # type: ignore[arg-type]
+        end = started + timedelta(seconds=length_s)
+        spans.append((start_ns, T0_NS + int((end - T0).total_seconds()) * S))
+        assert ns_of(run.allocation_start) <= start_ns <= ns_of(started)
+        previous_end, now = end, end
+    for (_, end_a), (start_b, _) in itertools.pairwise(spans):
+        assert start_b >= end_a
