@@ -383,8 +383,9 @@ export function rankOption(ranks: RankFigure[], stragglers: Set<number>, p: Char
   };
 }
 
-/** An interval in hours as an axis names it: "45 min", "1 h", "2.5 h". */
+/** An interval in hours as an axis names it: "12 s", "45 min", "1.2 min", "2.5 h". */
 export function hoursLabel(hours: number): string {
+  if (hours * 60 < 1) return `${+(hours * 3600).toFixed(0)} s`;
   if (hours < 1) return `${+(hours * 60).toFixed(1)} min`;
   return `${+hours.toFixed(2)} h`;
 }
@@ -406,7 +407,7 @@ export function checkpointCurveOption(curve: readonly [number, number][], curren
   for (const m of marks) m.xAxis = (m.xAxis as number) / 3600;
   return {
     ...base(p),
-    grid: { left: 8, right: 24, top: 16, bottom: 8, containLabel: true },
+    grid: { left: 8, right: 24, top: 16, bottom: 24, containLabel: true },
     legend: { show: false },
     tooltip: {
       ...(base(p).tooltip as Option),

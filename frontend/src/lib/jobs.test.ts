@@ -62,6 +62,7 @@ describe("checkpoint curve chart", () => {
     expect(option.xAxis).toMatchObject({ type: "value", max: 2 });
     expect(hoursLabel(0.5)).toBe("30 min");
     expect(hoursLabel(1.5)).toBe("1.5 h");
+    expect(hoursLabel(12 / 3600)).toBe("12 s");
   });
 
   it("marks only the recommended interval where the job has no current one", () => {
