@@ -112,7 +112,8 @@ def job_server(tmp_path_factory: pytest.TempPathFactory, server: Server) -> Iter
         api = Api(srv.url, *ADMIN)
         listed = api.get_json(f"/api/v1/portal/jobs?project={PROJECT}")
         assert listed["count"] == 1, listed
-        yield {"server": srv, "api": api, "listed": listed["results"][0], "job_id": listed["results"][0]["id"], "runs": runs}
+        yield {"server": srv, "api": api, "listed": listed["results"][0], "job_id": listed["results"][0]["id"], "runs": runs,
+               "month": f"{start:%Y-%m}"}  # fmt: skip
 
 
 @pytest.fixture
@@ -202,3 +203,23 @@ def test_the_job_page_draws_and_lists_the_apis_attempts_and_dollars(job_page: An
     assert f"Attempt 2 of 3 of job {JOB_KEY}" in line.inner_text()
     line.get_by_role("link", name=JOB_KEY).click()
     page.get_by_role("heading", name=JOB_KEY).wait_for()
+
+
+def test_the_project_page_lists_the_months_failure_causes_as_the_api_does(job_page: Any, job_server: dict[str, Any]) -> None:
+    page, api, month = job_page, job_server["api"], job_server["month"]
+    failures = api.get_json(f"/api/v1/portal/projects/{PROJECT}/failures?month={month}")
+    failed = [r for r in failures["rows"] if r["end_cause"] != "finished"]
+    assert {r["end_cause"] for r in failed} == {"oom", "sigkill"}, failures
+    page.goto(f"/projects/{PROJECT}?period={month}")
+    table = page.get_by_test_id("project-failures")
+    rows = table.locator("tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == len(failed)
+    words = {"oom": "out of memory", "sigkill": "killed (SIGKILL)"}
+    for r in failed:
+        row = rows.filter(has_text=words[r["end_cause"]])
+        assert row.locator('td[data-col="lost_usd"]').inner_text().strip() == usd(r["lost_usd"])
+        assert row.locator('td[data-col="rework_usd"]').inner_text().strip() == usd(r["rework_usd"])
+        assert row.locator('td[data-col="restart_usd"]').inner_text().strip() == usd(r["restart_usd"])
+    page.get_by_test_id("project-jobs-link").click()
+    page.get_by_test_id("jobs-table").locator(f'tr[data-row-key="{job_server["job_id"]}"]').wait_for()
