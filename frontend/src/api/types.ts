@@ -43,6 +43,8 @@ export interface RunRow {
   cost_usd: number | null;
   waste_usd: number | null;
   recoverable_usd: number | null;
+  /** Lost to failures (rework, restarts, checkpoints); absent from older servers. */
+  lost_usd?: number | null;
   waste_share: number | null;
   mfu: number | null;
   analysed: boolean;
@@ -54,6 +56,7 @@ export interface RunRow {
   period_gpu_hours?: number | null;
   period_waste_usd?: number | null;
   period_recoverable_usd?: number | null;
+  period_lost_usd?: number | null;
 }
 
 /** The runs list's totals over every matching run (all pages), whole and within the billed days. */
@@ -64,11 +67,13 @@ export interface RunTotals {
   whole_cost_usd: number;
   waste_usd: number;
   recoverable_usd: number;
+  lost_usd?: number;
   waste_share: number | null;
   period_gpu_hours: number | null;
   period_cost_usd: number | null;
   period_waste_usd: number | null;
   period_recoverable_usd: number | null;
+  period_lost_usd?: number | null;
   period_waste_share: number | null;
 }
 
@@ -671,6 +676,8 @@ export interface CompareSide {
     cost_usd: number;
     waste_usd: number;
     recoverable_usd: number;
+    /** Lost to failures; absent from older servers. */
+    lost_usd?: number | null;
     gpu_hours: number;
     categories: Partial<Record<Category, { usd: number; share: number; gpu_seconds: number }>>;
     composition: { step_ms: number; parts_ms: Record<string, number>; shares: Record<string, number | null>; mfu_step_time: number | null } | null;

@@ -29,7 +29,7 @@ const SORTABLE = new Set<string>([...SERVER_SORT_KEYS, ...PERIOD_SORT_KEYS]);
 
 const COMPACT = new Set(["name", "gpu", "cost_usd", "recoverable_usd", "waste_share", "period_cost_usd", "period_recoverable_usd"]);
 
-type PeriodName = "cost_usd" | "recoverable_usd" | "gpu_hours" | "waste_usd";
+type PeriodName = "cost_usd" | "recoverable_usd" | "lost_usd" | "gpu_hours" | "waste_usd";
 
 /**
  * A run's figure within the page's period. The runs list names them `period_*` (its `cost_usd` is
@@ -76,6 +76,13 @@ function periodColumns(totals: RunTotals | null | undefined): Partial<Record<str
       render: (r) => <strong>{r.analysed !== false ? formatUsd(periodFigure(r, "recoverable_usd")) : <span className="muted">pending</span>}</strong>,
       footer: foot(<strong>{formatUsd(totals?.period_recoverable_usd)}</strong>),
     },
+    lost_usd: {
+      key: "period_lost_usd",
+      header: "Lost in period",
+      title: "lost to failures in the period",
+      render: (r) => formatUsd(periodFigure(r, "lost_usd")),
+      footer: foot(formatUsd(totals?.period_lost_usd)),
+    },
     waste_share: { footer: foot(<span className="muted small">{formatPct(totals?.period_waste_share)} in period</span>) },
     gpu_hours: {
       key: "period_gpu_hours",
@@ -93,7 +100,7 @@ function periodColumns(totals: RunTotals | null | undefined): Partial<Record<str
  * the whole run's beside it, each labelled; with `totals` a totals row closes the table.
  */
 export function runColumns(
-  opts: { showTeam?: boolean; compact?: boolean; link?: (path: string) => string; period?: boolean; totals?: RunTotals | null } = {},
+  opts: { showTeam?: boolean; compact?: boolean; link?: (path: string) => string; period?: boolean; totals?: RunTotals | null; lost?: boolean } = {},
 ): Column<RunListItem>[] {
   const link = opts.link ?? ((p: string) => p);
   let cols: Column<RunListItem>[] = [
@@ -115,6 +122,7 @@ export function runColumns(
     },
     { key: "cost_usd", header: "Cost", align: "right", render: (r) => formatUsd(r.cost_usd) },
     { key: "recoverable_usd", header: "Recoverable", align: "right", render: (r) => <strong>{r.analysed !== false ? formatUsd(r.recoverable_usd) : <span className="muted">pending</span>}</strong> },
+    ...(opts.lost ? [{ key: "lost_usd", header: "Lost to failures", align: "right" as const, render: (r: RunListItem) => formatUsd(r.lost_usd) }] : []),
     { key: "waste_share", header: "Waste share", render: (r) => <ShareBar value={r.waste_share} /> },
     { key: "mfu", header: "MFU", align: "right", render: (r) => formatPct(r.mfu) },
     { key: "gpu", header: "GPUs", render: (r) => <span className="nowrap">{gpuLabel(r)}</span> },
@@ -147,6 +155,7 @@ export function runColumns(
     const footers: Record<string, ReactNode> = {
       cost_usd: formatUsd(t.cost_usd),
       recoverable_usd: <strong>{formatUsd(t.recoverable_usd)}</strong>,
+      lost_usd: formatUsd(t.lost_usd),
       waste_share: <span className="muted small">{formatPct(t.waste_share)}</span>,
       gpu_hours: formatGpuHours(t.gpu_hours),
     };
@@ -186,7 +195,9 @@ export function RunTable({ rows, sort, onSort, caption, showTeam, compact, testI
   const { link } = usePeriodLink();
   const [ownSort, setOwnSort] = useState(period ? "-period_recoverable_usd" : DEFAULT_SORT);
   const shown = useMemo(() => (onSort ? rows : sortRows(rows, ownSort, period ? periodValue : undefined)), [rows, onSort, ownSort, period]);
-  const columns = runColumns({ showTeam, compact, link, period, totals });
+  // Lost to failures beside recoverable, where the API gives it (older servers do not).
+  const lost = rows.some((r) => r.lost_usd !== undefined || r.period_lost_usd !== undefined) || totals?.lost_usd !== undefined;
+  const columns = runColumns({ showTeam, compact, link, period, totals, lost });
   const select = selected && onToggle ? selectColumn(selected, onToggle) : null;
   return (
     <DataTable

@@ -6,10 +6,10 @@ export const RUN_STATUSES = ["running", "finished", "failed", "crashed"] as cons
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
 /** Sort keys the runs API and the leaderboards API accept (prefix "-" for descending). */
-export const SERVER_SORT_KEYS = ["recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"] as const;
+export const SERVER_SORT_KEYS = ["recoverable_usd", "lost_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"] as const;
 export const DEFAULT_SORT = "-recoverable_usd";
 /** The runs list's figures within its billed days (`from`/`to`): it sorts by them only then. */
-export const PERIOD_SORT_KEYS = ["period_cost_usd", "period_recoverable_usd", "period_waste_usd", "period_gpu_hours"] as const;
+export const PERIOD_SORT_KEYS = ["period_cost_usd", "period_recoverable_usd", "period_lost_usd", "period_waste_usd", "period_gpu_hours"] as const;
 
 export function isPeriodSort(sort: string): boolean {
   return (PERIOD_SORT_KEYS as readonly string[]).includes(parseSort(sort).key);

@@ -132,6 +132,9 @@ function moneyRows(sides: CompareSide[]): Row[] {
     { key: "cost", label: <strong>Cost</strong>, cells: sides.map((s) => cellOf(s, (a) => <strong>{formatUsd(a.cost_usd)}</strong>)) },
     { key: "waste", label: "Waste", cells: sides.map((s) => cellOf(s, (a) => formatUsd(a.waste_usd))) },
     { key: "recoverable", label: "Recoverable", cells: sides.map((s) => cellOf(s, (a) => formatUsd(a.recoverable_usd))) },
+    ...(sides.some((s) => s.analysis?.lost_usd !== undefined)
+      ? [{ key: "lost", label: "Lost to failures", cells: sides.map((s) => cellOf(s, (a) => formatUsd(a.lost_usd))) }]
+      : []),
     { key: "gpu_hours", label: "GPU-hours", cells: sides.map((s) => cellOf(s, (a) => formatNumber(a.gpu_hours, 2))) },
   ];
 }

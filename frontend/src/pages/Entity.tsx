@@ -78,6 +78,9 @@ export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: str
                       },
                       { key: "cost_usd", header: "Spend", align: "right", sortable: true, render: (p) => formatUsd(p.cost_usd) },
                       { key: "recoverable_usd", header: "Recoverable", align: "right", sortable: true, render: (p) => <strong className="money-accent">{formatUsd(p.recoverable_usd)}</strong> },
+                      ...(projects.some((p) => p.lost_usd !== undefined)
+                        ? [{ key: "lost_usd", header: "Lost to failures", align: "right" as const, sortable: true, render: (p: ProjectRow) => formatUsd(p.lost_usd) }]
+                        : []),
                       { key: "waste_share", header: "Waste share", sortable: true, render: (p) => <ShareBar value={p.waste_share} /> },
                       { key: "mfu", header: "MFU", align: "right", sortable: true, render: (p) => formatPct(p.mfu) },
                       { key: "runs", header: "Runs", align: "right", sortable: true, render: (p) => formatNumber(p.runs) },

@@ -1,14 +1,15 @@
-import { screen, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 
 import type { JobAttempt, RunJobRef } from "../api/types";
-import { jobAttempt, jobAttempts, jobDetail, leaderboard, mockFetch, runDetail } from "../test/fixtures";
+import { jobAttempt, jobAttempts, jobDetail, leaderboard, mockFetch, runDetail, runRow } from "../test/fixtures";
 import { renderAt } from "../test/render";
 import { JobPage } from "./Job";
 import { JobsPage } from "./Jobs";
 import { LeaderboardsPage } from "./Leaderboards";
 import { ProjectPage } from "./Project";
 import { RunDetailPage } from "./RunDetail";
+import { RunsPage } from "./Runs";
 
 vi.mock("../components/EChart", () => ({
   EChart: ({ label }: { label: string }) => <div data-testid="chart">{label}</div>,
@@ -275,6 +276,35 @@ describe("Lost to failures beside recoverable", () => {
     expect(screen.getByTestId("location")).toHaveTextContent("sort=-lost_usd");
     const order = within(table).getAllByRole("row").slice(1, -1).map((r) => r.getAttribute("data-row-key"));
     expect(order).toEqual(["speech", "vision", "nlp"]);
+  });
+});
+
+describe("Lost to failures in the runs list", () => {
+  const totals = { runs: 2, gpu_hours: 32, cost_usd: 208.64, whole_cost_usd: 208.64, waste_usd: 80.2, recoverable_usd: 43, lost_usd: 12.5, waste_share: 0.38, period_gpu_hours: null, period_cost_usd: null, period_waste_usd: null, period_recoverable_usd: null, period_waste_share: null };
+
+  it("shows each run's lost dollars beside recoverable with their total, and sorts by them on the server", async () => {
+    const api = mockFetch({
+      "/api/v1/portal/session": session,
+      "/api/v1/portal/runs": { count: 2, page: 1, page_size: 50, results: [runRow({ lost_usd: 12.5 }), runRow({ id: "r2", name: "other", lost_usd: 0 })], totals },
+      "/api/v1/pricing/gpus": [],
+    });
+    vi.stubGlobal("fetch", api.fn);
+    renderAt("/runs", <RunsPage />, "/runs");
+    const table = await screen.findByTestId("runs-table");
+    const headers = within(table).getAllByRole("columnheader").map((h) => h.textContent);
+    expect(headers.indexOf("Lost to failures↕")).toBe(headers.indexOf("Recoverable↓") + 1);
+    expect(table.querySelector('tr[data-row-key="11111111-1111-4111-8111-111111111111"] [data-col="lost_usd"]')).toHaveTextContent("$12.50");
+    expect(screen.getByTestId("runs-table-totals").querySelector('[data-col="lost_usd"]')).toHaveTextContent("$12.50");
+    await userEvent.click(screen.getByRole("button", { name: "Sort by Lost to failures" }));
+    expect(screen.getByTestId("location")).toHaveTextContent("/runs?sort=-lost_usd");
+    await waitFor(() => expect(api.calls.some((c) => c.url.includes("sort=-lost_usd"))).toBe(true));
+  });
+
+  it("leaves the column out for a server that does not price lost work", async () => {
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/runs": { count: 1, page: 1, page_size: 50, results: [runRow()] }, "/api/v1/pricing/gpus": [] }).fn);
+    renderAt("/runs", <RunsPage />, "/runs");
+    const table = await screen.findByTestId("runs-table");
+    expect(within(table).queryByText("Lost to failures")).not.toBeInTheDocument();
   });
 });
 
