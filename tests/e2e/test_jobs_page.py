@@ -223,3 +223,28 @@ def test_the_project_page_lists_the_months_failure_causes_as_the_api_does(job_pa
         assert row.locator('td[data-col="restart_usd"]').inner_text().strip() == usd(r["restart_usd"])
     page.get_by_test_id("project-jobs-link").click()
     page.get_by_test_id("jobs-table").locator(f'tr[data-row-key="{job_server["job_id"]}"]').wait_for()
+
+
+def test_leaderboards_and_finance_show_the_lost_dollars_the_api_gives(job_page: Any, job_server: dict[str, Any]) -> None:
+    page, api, month = job_page, job_server["api"], job_server["month"]
+    board = api.get_json(f"/api/v1/portal/leaderboards/projects?period={month}")
+    [row] = [r for r in board["rows"] if r["key"] == PROJECT]
+    if "lost_usd" not in row:
+        pytest.skip("this server's leaderboards do not price lost work yet")
+    assert row["lost_usd"] > 0
+    page.goto(f"/leaderboards?kind=projects&period={month}")
+    cell = page.get_by_test_id("leaderboard-projects").locator(f'tr[data-row-key="{PROJECT}"] td[data-col="lost_usd"]')
+    assert cell.inner_text().strip() == usd(row["lost_usd"])
+    total = page.get_by_test_id("leaderboard-projects-totals").locator('td[data-col="lost_usd"]')
+    assert total.inner_text().strip() == usd(board["totals"]["lost_usd"])
+
+    finance = api.get_json(f"/api/v1/portal/finance/{month}")
+    [frow] = [r for r in finance["rows"] if r["project"] == PROJECT]
+    page.goto(f"/finance?month={month}")
+    cell = page.get_by_test_id("finance-table").locator(f'tr[data-row-key="{TEAM}/{PROJECT}"] td[data-col="lost_usd"]')
+    assert cell.inner_text().strip() == usd(frow["lost_usd"])
+    assert page.get_by_test_id("finance-total").locator('td[data-col="lost_usd"]').inner_text().strip() == usd(
+        finance["totals"]["lost_usd"]
+    )
+    # The job's lost dollars are in the project's (the run-day rows both sum).
+    assert frow["lost_usd"] == pytest.approx(job_server["listed"]["lost_usd"], abs=0.005)
