@@ -714,10 +714,16 @@ class Run:
         return self._finished
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Sends (or spools) everything recorded so far, except the step still waiting for its end."""
+        """Sends (or spools) everything recorded so far, except the step still waiting for its end.
+
+        A step lasts until the next one starts, so the last finished step is held until then;
+        called inside a step, the open step's start ends it and it goes too."""
         try:
-            if not self._rec.enabled:
+            rec = self._rec
+            if not rec.enabled:
                 return True
+            if rec.open:
+                rec.mark(MARK_BOUNDARY, rec.start)
             return self._worker.flush(self.settings.finish_timeout_s if timeout is None else timeout)
         except Exception as exc:
             self._error(exc)

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import orjson
 import psycopg
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Max, Q
-from django.db.models.functions import Coalesce
+from django.db.models import BigIntegerField, Count, F, Max, Q
+from django.db.models.functions import Coalesce, Greatest
 from psycopg.types.json import Jsonb
 
 from phantomhub.accounts.models import Project
@@ -160,7 +160,8 @@ def _inputs_sql() -> str:
                 array_agg(step_rows ORDER BY rank) AS step_rows, array_agg(reused_step_rows ORDER BY rank) AS reused
             FROM {RunRank._meta.db_table} WHERE run_id = r.id) rk
         CROSS JOIN LATERAL (
-            SELECT max(t_ns) AS last, count(*) FILTER (WHERE kind = %s) AS ooms, count(*) FILTER (WHERE kind = %s) AS phases
+            SELECT max(GREATEST(t_ns, t_start_ns + dur_ns)) AS last, count(*) FILTER (WHERE kind = %s) AS ooms,
+                count(*) FILTER (WHERE kind = %s) AS phases
             FROM {RunEvent._meta.db_table} WHERE run_id = r.id) ev
         LEFT JOIN LATERAL (
             SELECT pv.prev, pv.prev_end,
@@ -278,7 +279,10 @@ def _pass_inputs_orm(run_id: uuid.UUID, references_max: int) -> PassInputs | Non
         r[0]: RankRows(*r) for r in RunRank.objects.filter(run=run).values_list("rank", "host", "step_rows", "reused_step_rows")
     }
     events = RunEvent.objects.filter(run=run).aggregate(
-        last=Max("t_ns"), ooms=Count("pk", filter=Q(kind=EventKind.OOM)), phases=Count("pk", filter=Q(kind=EventKind.PHASE))
+        # A phase is a sign of life until it ends (a save after the last step of a killed run).
+        last=Max(Greatest("t_ns", Coalesce(F("t_start_ns") + F("dur_ns"), "t_ns"), output_field=BigIntegerField())),
+        ooms=Count("pk", filter=Q(kind=EventKind.OOM)),
+        phases=Count("pk", filter=Q(kind=EventKind.PHASE)),
     )
     stored = RunAnalysisState.objects.filter(run=run).values_list("header", "ranks", "windows").first()
     refs = (

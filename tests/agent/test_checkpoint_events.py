@@ -524,3 +524,18 @@ def test_hugging_face_saves_carry_step_and_size_and_a_resume_is_a_restore(
     [restore] = phases(fake_server, "restore")
     assert restore["data"] == {"step": 4} and restore["dur_ns"] == 0
     assert [e["data"]["step"] for e in phases(fake_server, "checkpoint")] == [2, 4, 6]
+
+
+def test_a_flush_inside_a_step_sends_the_step_before_it(run: pa.Run, fake_server: FakeServer) -> None:
+    """A step lasts until the next one starts: flushed from inside the next step (a launcher's
+    harness before a kill), the finished step goes too, ending where the open one began."""
+    for i in range(3):
+        with run.step(step=i):
+            time.sleep(0.002)
+    with run.step(step=3):
+        assert run.flush(timeout=10)
+        sent = steps(fake_server)
+        assert sent["step"] == [0, 1, 2]
+        assert sent["t_start_ns"][2] + sent["dur_ns"][2] > sent["t_start_ns"][2]
+    run.flush(timeout=10)
+    assert steps(fake_server)["step"] == [0, 1, 2]  # step 3 waits for its end (the next step or the finish)
