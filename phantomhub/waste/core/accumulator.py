@@ -187,6 +187,11 @@ _COLUMN_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL_COLUMNS)}
 _N_COUNTERS = len(dataclasses.fields(StragglerCounters))
 
 
+def _unless(mask: Any, values: Any) -> Any:
+    """``values`` with 0 where ``mask`` (no copy when nothing is masked)."""
+    return np.where(mask, 0, values) if mask.any() else values
+
+
 def _opt(value: int) -> int | None:
     return None if value == NONE else value
 
@@ -540,7 +545,8 @@ class RunAccumulator:
         n_pieces = len(self.ctx.pieces)
         slot = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
         idx, sums = piece_totals(block, self.ctx.pieces, self.ctx.coverage, offset=slot * n_pieces)
-        np.add.at(table.piece_ns.reshape(-1, PIECE_COLUMNS), rows[idx // n_pieces] * n_pieces + idx % n_pieces, sums)
+        target = table.piece_ns.reshape(-1, PIECE_COLUMNS)
+        np.add.at(target[:, : sums.shape[1]], rows[idx // n_pieces] * n_pieces + idx % n_pieces, sums)
         self._fold_sums(rows, block, cols, offsets)
         live = block.e_ns > block.s_ns
         first_live = np.minimum.reduceat(np.where(live, block.s_ns, NS_MAX), offsets)
@@ -583,7 +589,7 @@ class RunAccumulator:
             "optimizer_ns": block.optimizer_ns,
             **{key: np.maximum(cols[key], 0) for key in ("alloc_retries",)},
             # Tokens and samples of rework rows were already counted by an earlier attempt.
-            **{key: np.where(block.rework_rows, 0, np.maximum(cols[key], 0)) for key in ("tokens", "samples")},
+            **{key: _unless(block.rework_rows, np.maximum(cols[key], 0)) for key in ("tokens", "samples")},
             "flops_steps": known,
             "overrun_steps": block.overrun_rows,
             "clipped_steps": block.clipped_rows,

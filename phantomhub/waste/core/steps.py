@@ -233,8 +233,8 @@ def split_in_two(cats: IntArray, first_ns: IntArray) -> IntArray:
 def piece_totals(
     block: StepBlock, pieces: PricePieces, coverage: Coverage, offset: IntArray | None = None
 ) -> tuple[IntArray, IntArray]:
-    """Category nanoseconds of the block per price piece: (piece indexes, (n, 6) sums: the five
-    step categories and rework, ``StepBlock.piece_cats``).
+    """Category nanoseconds of the block per price piece: (piece indexes, (n, 5) sums, or (n, 6)
+    with rework when a row has some: ``StepBlock.piece_cats``).
 
     Rows inside one piece are summed in bulk. Rows that straddle a price change are cut at it so
     each piece gets exactly the step time (outside phases) that fell inside it, with the row's
@@ -245,7 +245,9 @@ def piece_totals(
     """
     idx_parts: list[IntArray] = []
     val_parts: list[IntArray] = []
-    cats = block.piece_cats
+    # The rework column only when a row has some (a run outside a job never does): five columns
+    # are what every other pass adds up.
+    cats = block.piece_cats if block.rework_ns.any() else block.cats
     width = cats.shape[1]
     live = (block.nonphase_ns > 0) | (block.rework_ns > 0)
     s, e = block.s_ns, block.e_ns
