@@ -123,6 +123,11 @@ def job_page(browser: Any, job_server: dict[str, Any]) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The timeline and the advice chart within the Content-Security-Policy: nothing refused.
+    page.on(
+        "console",
+        lambda m: errors.append(m.text) if "Content Security Policy" in m.text or m.text.startswith("Refused to") else None,
+    )
     page.goto("/login")
     page.get_by_label("Username").fill(ADMIN[0])
     page.get_by_label("Password").fill(ADMIN[1])
@@ -130,7 +135,7 @@ def job_page(browser: Any, job_server: dict[str, Any]) -> Iterator[Any]:
     page.get_by_role("heading", name="Overview").wait_for()
     yield page
     context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not errors, f"JavaScript errors or refusals of the policy on the page: {errors}"
 
 
 def test_the_job_page_draws_and_lists_the_apis_attempts_and_dollars(job_page: Any, job_server: dict[str, Any]) -> None:
