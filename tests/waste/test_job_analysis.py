@@ -278,3 +278,30 @@ def test_the_billing_clamp_never_bills_a_second_twice(attempts: list[tuple[int, 
         previous_end, now = end, end
     for (_, end_a), (start_b, _) in itertools.pairwise(spans):
         assert start_b >= end_a
+
+
+def test_too_few_failures_of_its_own_borrow_the_projects_rate_on_the_same_gpu(owner: Tenant, price_36: None) -> None:  # noqa: F811
+    # Another job of the project on H100s: 3 failed attempts of 40 GPUs for an hour (120 GPU-h).
+    for i in range(3):
+        at = T0 + timedelta(hours=2 * i)
+        other = make_run(owner, name=f"o{i}", gpu_count=40, world_size=40, job={"key": "other"},
+                         allocation_start=_iso(at), started_at=_iso(at))  # fmt: skip
+        finish(owner, other, T0_NS + (2 * i + 1) * 3600 * S, status="failed")
+        services.run_analyze(run_id=uuid.UUID(other))
+    # This job: one failure of its own, then a finished attempt.
+    a1 = make_run(owner, name="a1", job={"key": KEY})
+    _steps(owner, a1, 0, 10, 0, "node-a")
+    _end(owner, a1, 12, "failed", "exception")
+    a2 = make_run(owner, name="a2", job={"key": KEY}, allocation_start=_iso(T0 + timedelta(seconds=12)),
+                  started_at=_iso(T0 + timedelta(seconds=13)))  # fmt: skip
+    _steps(owner, a2, 10, 10, 14, "node-a")
+    _end(owner, a2, 25, "finished", "finished")
+    for run_id in (a1, a2):
+        services.run_analyze(run_id=uuid.UUID(run_id))
+    rate = job_figures(Job.objects.get(key=KEY))["failure_rate"]
+    assert rate["source"] == "project" and rate["failures"] == 3
+    assert rate["exposure"] == pytest.approx(120.0) and rate["exposure_unit"] == "GPU-h"
+    assert rate["mtbf_s"] == pytest.approx(3600 / (3 / 120 * 1))  # per GPU-hour, times this job's 1 GPU
+    # The other job's own figures: 3 failures of its own, its own rate.
+    other_rate = job_figures(Job.objects.get(key="other"))["failure_rate"]
+    assert other_rate["source"] == "own" and other_rate["failures"] == 3
