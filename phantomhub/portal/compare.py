@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError, invalid
-from phantomhub.portal.selectors import run_row
+from phantomhub.portal.selectors import lost_usd, run_row
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.selectors import run_find
@@ -135,6 +135,7 @@ def _analysed(row: RunAnalysis) -> dict[str, Any]:
         "cost_usd": float(row.cost_usd),
         "waste_usd": float(row.waste_usd),
         "recoverable_usd": float(row.recoverable_usd),
+        "lost_usd": lost_usd(row),
         "gpu_hours": row.gpu_hours,
         "categories": {
             c: {"usd": cats[c]["usd_cents"] / 100, "share": cats[c]["share"], "gpu_seconds": cats[c]["gpu_seconds"]}

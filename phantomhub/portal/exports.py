@@ -15,12 +15,14 @@ from phantomhub.csvfile import csv_lines, csv_text
 from phantomhub.waste.core.model import CATEGORIES
 
 RUN_COLUMNS = ["id", "name", "team", "project", "status", "gpu_model", "gpu_count", "started_at", "ended_at",
-               "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu", "tags"]  # fmt: skip
+               "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd", "waste_share", "mfu", "tags"]  # fmt: skip
 # After the columns older readers know: the list's billed days and each run's figures within them
 # (empty without `from`/`to`); `cost_usd` stays the whole run's.
 RUN_PERIOD_COLUMNS = ["period_start", "period_end", "period_gpu_hours", "period_cost_usd", "period_waste_usd",
-                      "period_recoverable_usd"]  # fmt: skip
-FIGURES = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "waste_share", "mfu"]
+                      "period_recoverable_usd", "period_lost_usd"]  # fmt: skip
+# `lost_usd`: a job's lost work (rework, restarts, checkpoints), a part of idle; right after
+# `recoverable_usd` in every export.
+FIGURES = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd", "waste_share", "mfu"]
 
 
 def _cents(value: float | None) -> Decimal | None:
@@ -34,7 +36,8 @@ def runs_csv(rows: Iterable[dict[str, Any]], *, span: tuple[str | None, str | No
     def line(row: dict[str, Any]) -> list[Any]:
         head = [";".join(row["tags"]) if key == "tags" else row[key] for key in RUN_COLUMNS]
         hours = row.get("period_gpu_hours")
-        money = [_cents(row.get(key)) for key in ("period_cost_usd", "period_waste_usd", "period_recoverable_usd")]
+        money = [_cents(row.get(key)) for key in ("period_cost_usd", "period_waste_usd", "period_recoverable_usd",
+                                                  "period_lost_usd")]  # fmt: skip
         return [*head, start, end, None if hours is None else _places(hours, 3), *money]
 
     return csv_lines([*RUN_COLUMNS, *RUN_PERIOD_COLUMNS], (line(row) for row in rows))
@@ -74,12 +77,13 @@ def _places(value: float, places: int) -> Decimal:
 def finance_csv(review: dict[str, Any]) -> str:
     """The month's cost review per team and project, and its TOTAL line."""
     header = ["team", "project", "runs", "gpu_hours", "cost_usd", *[f"{c}_usd" for c in CATEGORIES], "waste_usd",
-              "recoverable_usd"]  # fmt: skip
+              "recoverable_usd", "lost_usd"]  # fmt: skip
 
     def line(team: str, project: str, row: dict[str, Any]) -> list[Any]:
         cats = [_places(row["categories_usd"][c], 2) for c in CATEGORIES]
+        # A month closed before lost work was priced has no `lost_usd` in its snapshot: 0.
         return [team, project, row["runs"], _places(row["gpu_hours"], 3), _places(row["cost_usd"], 2), *cats,
-                _places(row["waste_usd"], 2), _places(row["recoverable_usd"], 2)]  # fmt: skip
+                _places(row["waste_usd"], 2), _places(row["recoverable_usd"], 2), _places(row.get("lost_usd", 0), 2)]  # fmt: skip
 
     rows = [line(row["team"], row["project"], row) for row in review["rows"]]
     return csv_text(header, [*rows, line("TOTAL", "", review["totals"])])

@@ -34,7 +34,7 @@ from phantomhub.waste.core.inputs import MODEL_VERSION
 from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import ProjectDay, RunDay
 
-_FIN_MONEY = ("cost_usd", "waste_usd", "recoverable_usd")
+_FIN_MONEY = ("cost_usd", "waste_usd", "recoverable_usd", "lost_usd")
 
 
 def _footed(rows: list[dict[str, Any]], totals: dict[str, Any]) -> None:
@@ -98,7 +98,7 @@ def finance_review(*, period: Period, live: bool = True) -> dict[str, Any]:
     }
     projects = {p.pk: p for p in Project.objects.filter(pk__in=per_project).select_related("team")}
     used = _entries_used(period, live=live)
-    money = ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd")
+    money = ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd")
     rows = sorted(
         (
             {
@@ -127,9 +127,20 @@ def finance_review(*, period: Period, live: bool = True) -> dict[str, Any]:
     }
 
 
+def review_upgraded(review: dict[str, Any]) -> dict[str, Any]:
+    """A review as this code writes it, from a snapshot of a month closed by older code: rows and
+    totals without `lost_usd` (closed before lost work was priced) read 0, as its frozen days do."""
+    if all("lost_usd" in r for r in review["rows"]) and "lost_usd" in review["totals"]:
+        return review
+    rows = [{**r, "lost_usd": r.get("lost_usd", 0.0)} for r in review["rows"]]
+    return {**review, "rows": rows, "totals": {**review["totals"], "lost_usd": review["totals"].get("lost_usd", 0.0)}}
+
+
 def finance_rows_visible(review: dict[str, Any], principal: Any, period: Period) -> dict[str, Any]:
     """Restrict a (possibly frozen) review to the projects the principal may see: its rows, their
-    totals, and the price-book entries that priced those rows only."""
+    totals, and the price-book entries that priced those rows only. A snapshot of older code is
+    read as this code writes it (review_upgraded)."""
+    review = review_upgraded(review)
     visible_projects = projects_visible(principal)
     visible = set(visible_projects.values_list("slug", flat=True))
     rows = [row for row in review["rows"] if row["project"] in visible]
@@ -141,9 +152,9 @@ def finance_rows_visible(review: dict[str, Any], principal: Any, period: Period)
         ids = set().union(set(), *_entries_used(period, visible_projects).values())
     entries = [e for e in review["price_entries"] if e["id"] in ids]
     totals: dict[str, Any] = {"runs": 0, "gpu_hours": 0.0, "cost_usd": 0.0, "waste_usd": 0.0, "recoverable_usd": 0.0,
-                              "categories_usd": dict.fromkeys(CATEGORIES, 0.0)}  # fmt: skip
+                              "lost_usd": 0.0, "categories_usd": dict.fromkeys(CATEGORIES, 0.0)}  # fmt: skip
     for row in rows:
-        for key in ("runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"):
+        for key in ("runs", "gpu_hours", *_FIN_MONEY):
             totals[key] += row[key]
         for name in CATEGORIES:
             totals["categories_usd"][name] += row["categories_usd"][name]
@@ -165,7 +176,7 @@ def _invoice_visible(review: dict[str, Any], rows: list[dict[str, Any]]) -> dict
 
 # -- closed months ---------------------------------------------------------------------------
 
-_DIFF = ("cost_usd", "waste_usd", "recoverable_usd")
+_DIFF = ("cost_usd", "waste_usd", "recoverable_usd", "lost_usd")
 
 
 def month_closed(period: Period) -> ClosedMonth | None:
@@ -255,8 +266,7 @@ def _price_causes(closed: ClosedMonth, show_who: bool) -> list[dict[str, Any]]:
 
 
 def _sums(days: QuerySet[Any]) -> dict[str, float]:
-    row = days.aggregate(cost_usd=Sum("cost_usd"), waste_usd=Sum("waste_usd"), recoverable_usd=Sum("recoverable_usd"),
-                         gpu_seconds=Sum("gpu_seconds"))  # fmt: skip
+    row = days.aggregate(gpu_seconds=Sum("gpu_seconds"), **{name: Sum(name) for name in _DIFF})
     return {name: round(float(row[name] or 0), 2) for name in _DIFF} | {"gpu_hours": round((row["gpu_seconds"] or 0) / 3600, 3)}
 
 
@@ -321,6 +331,7 @@ def _causes(closed: ClosedMonth, principal: Any, scope: dict[str, Any]) -> list[
 def finance_adjustment(*, closed: ClosedMonth, review: dict[str, Any], principal: Any, period: Period) -> dict[str, Any]:
     """A closed review's dated adjustment: per team/project row, the live figures against the
     frozen ones (only rows that differ), their totals, and the causes."""
+    review = review_upgraded(review)
     live = finance_rows_visible(finance_review(period=period), principal, period)
     frozen_rows = {(r["team"], r["project"]): r for r in review["rows"]}
     live_rows = {(r["team"], r["project"]): r for r in live["rows"]}
@@ -356,10 +367,15 @@ def month_history(month: Any) -> list[dict[str, Any]]:
             "by": log.actor.get_username() if log.actor else None,
             "at": log.at.isoformat(),
             "reason": log.reason,
-            "totals": log.totals,
+            "totals": _totals_upgraded(log.totals),
         }
         for log in MonthLog.objects.filter(month=month).select_related("actor")
     ]
+
+
+def _totals_upgraded(totals: dict[str, Any]) -> dict[str, Any]:
+    """A log's totals recorded before lost work was priced read `lost_usd` 0 (review_upgraded)."""
+    return {**totals, "lost_usd": 0.0} if totals and "lost_usd" not in totals else totals
 
 
 def closed_months_reached(sender: Any, *, start: datetime, end: datetime | None, **kwargs: Any) -> list[str]:

@@ -41,6 +41,9 @@ class _DayFigures(models.Model):
     categories_usd = models.JSONField(default=dict)
     waste_usd = money()
     recoverable_usd = money()
+    # A job's lost work (rework, restart, checkpoint; part of idle). 0 in a month closed before
+    # the column existed (migration 0004): its frozen days were copied without it.
+    lost_usd = money()
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)
 
@@ -110,6 +113,7 @@ class RunDayRead(models.Model):
     categories_usd = models.JSONField(default=dict)
     waste_usd = money()
     recoverable_usd = money()
+    lost_usd = money()
     price_entry_ids = models.JSONField(default=list)
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)
@@ -134,6 +138,7 @@ class ProjectDayRead(models.Model):
     categories_usd = models.JSONField(default=dict)
     waste_usd = money()
     recoverable_usd = money()
+    lost_usd = money()
     mfu_gpu_seconds = models.FloatField(default=0)
     mfu_known_gpu_seconds = models.FloatField(default=0)
 

@@ -13,7 +13,9 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import DecimalField, Exists, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import invalid
@@ -21,10 +23,10 @@ from phantomhub.portal.models import RunDayRead
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.models import RunAnalysis, RunDay
 
-SORTS = {"recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"}
+SORTS = {"recoverable_usd", "lost_usd", "cost_usd", "waste_usd", "gpu_hours", "mfu", "waste_share", "started_at"}
 # The runs list's figures within its billed days (`from`/`to`), summed from the run-days finance
 # sums: sortable only when the list has such a period.
-PERIOD_SORTS = {"period_cost_usd", "period_recoverable_usd", "period_waste_usd", "period_gpu_hours"}
+PERIOD_SORTS = {"period_cost_usd", "period_recoverable_usd", "period_lost_usd", "period_waste_usd", "period_gpu_hours"}
 
 
 def _money(value: Decimal | float | None) -> float:
@@ -54,6 +56,12 @@ def run_billed_end(run: Run, analysis: RunAnalysis | None) -> datetime:
     return run.finished_at or run.last_seen_at
 
 
+def lost_usd(analysis: RunAnalysis) -> float:
+    """The run's lost work in dollars (a job's rework, restarts and checkpoints: RunAnalysis.lost,
+    docs/waste-model.md section 13); 0 for an analysis stored before it was priced."""
+    return _money((analysis.lost or {}).get("usd"))
+
+
 def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
     # One definition of a run's time everywhere (list, filters, leaderboards, finance): its billed
     # span, from allocation_start (GPUs allocated) to the billed end, and the UTC days it covers.
@@ -76,6 +84,7 @@ def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
         "cost_usd": _money(analysis.cost_usd) if analysis else None,
         "waste_usd": _money(analysis.waste_usd) if analysis else None,
         "recoverable_usd": _money(analysis.recoverable_usd) if analysis else None,
+        "lost_usd": lost_usd(analysis) if analysis else None,
         "waste_share": round(analysis.waste_share, 4) if analysis else None,
         "mfu": analysis.mfu if analysis else None,
         "analysed": bool(analysis and analysis.analysed_at),
@@ -113,6 +122,7 @@ PERIOD_COLUMNS = {
     "period_cost_usd": "cost_usd",
     "period_waste_usd": "waste_usd",
     "period_recoverable_usd": "recoverable_usd",
+    "period_lost_usd": "lost_usd",
 }
 Span = tuple[str | None, str | None]
 
@@ -144,6 +154,7 @@ def _period_figures(sums_row: dict[str, Any]) -> dict[str, Any]:
         "period_cost_usd": _money(sums_row.get("period_cost_usd")),
         "period_waste_usd": _money(sums_row.get("period_waste_usd")),
         "period_recoverable_usd": _money(sums_row.get("period_recoverable_usd")),
+        "period_lost_usd": _money(sums_row.get("period_lost_usd")),
     }
 
 
@@ -158,6 +169,13 @@ def _with_period(rows: list[dict[str, Any]], span: Span | None) -> list[dict[str
     by_run = {str(row["run_id"]): _period_figures(row) for row in summed}
     empty = dict.fromkeys(PERIOD_COLUMNS)
     return [row | by_run.get(row["id"], _period_figures({}) if row["analysed"] else empty) for row in rows]
+
+
+def _lost_of(analysis: str) -> Cast:
+    """The whole run's lost dollars (RunAnalysis.lost's `usd`, what run_row shows) as a number SQL
+    can sort and sum: `analysis` is the path to the analysis ("" from RunAnalysis itself). NULL for
+    an analysis stored before lost work was priced."""
+    return Cast(KeyTextTransform("usd", f"{analysis}lost"), DecimalField(max_digits=16, decimal_places=2))
 
 
 def _period_sort_key(column: str, span: Span) -> Subquery:
@@ -207,6 +225,9 @@ def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) ->
         assert span is not None
         runs = runs.annotate(period_key=_period_sort_key(PERIOD_COLUMNS[field], span))
         key = F("period_key")
+    elif field == "lost_usd":
+        runs = runs.annotate(lost_key=_lost_of("analysis__"))
+        key = F("lost_key")
     else:
         key = F("allocation_start") if field == "started_at" else F(f"analysis__{field}")
     return runs.order_by(key.desc(nulls_last=True) if desc else key.asc(nulls_last=True), "-allocation_start", "id")
@@ -217,8 +238,9 @@ def _runs_totals(runs: QuerySet[Run], count: int, span: Span | None) -> dict[str
     figures within the billed days, summed in the database from the same rows the list shows."""
     ids = runs.order_by().values("pk")
     whole = RunAnalysis.objects.filter(run__in=ids).aggregate(
-        gpu_hours=Sum("gpu_hours"), cost=Sum("cost_usd"), waste=Sum("waste_usd"), recoverable=Sum("recoverable_usd")
-    )
+        gpu_hours=Sum("gpu_hours"), cost=Sum("cost_usd"), waste=Sum("waste_usd"), recoverable=Sum("recoverable_usd"),
+        lost=Sum(_lost_of("")),
+    )  # fmt: skip
     cost, waste = float(whole["cost"] or 0), float(whole["waste"] or 0)
     totals: dict[str, Any] = {
         "runs": count,
@@ -227,6 +249,7 @@ def _runs_totals(runs: QuerySet[Run], count: int, span: Span | None) -> dict[str
         "whole_cost_usd": _money(cost),
         "waste_usd": _money(waste),
         "recoverable_usd": _money(whole["recoverable"]),
+        "lost_usd": _money(whole["lost"]),
         "waste_share": round(waste / cost, 4) if cost else None,
     }
     if span is None:

@@ -22,6 +22,7 @@ from phantomhub.portal.run_list import (  # noqa: F401 (the runs list lives ther
     SORTS,
     _money,
     billed_span,
+    lost_usd,
     run_billed_end,
     run_row,
     runs_all,
@@ -83,6 +84,8 @@ def figures_from_sums(row: dict[str, Any], runs: int) -> dict[str, Any]:
         "cost_usd": round(cost, 2),
         "waste_usd": round(waste, 2),
         "recoverable_usd": _money(row.get("recoverable")),
+        # A job's lost work (rework, restarts, checkpoints): part of idle, not beside it.
+        "lost_usd": _money(row.get("lost")),
         "waste_share": round(waste / cost, 4) if cost else None,
         "mfu": round((row.get("mfu_gs") or 0) / mfu_known, 4) if mfu_known else None,
     }
@@ -321,7 +324,7 @@ def _page_figures(visible: Visible, period: Period, team: Team | None, project: 
             {
                 "day": day.isoformat(),
                 "runs": runs_per_day.get(day, 0),
-                **pick(per_day.get(day, zero), "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd"),
+                **pick(per_day.get(day, zero), "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd"),
                 "categories_usd": categories.get(day, dict.fromkeys(CATEGORIES, 0.0)),
             }
             for day in period.each_day()
@@ -350,7 +353,7 @@ def overview(*, principal: Any, period: Period) -> dict[str, Any]:
     in_period = sums.Scope(visible.project_ids, since=period.start, until=period.end)
     by_gpu = [
         {"gpu": row["gpu_key"] or "unknown",
-         **pick(figures_from_sums(sums.unprefixed(row, ""), 0), "gpu_hours", "cost_usd", "recoverable_usd")}
+         **pick(figures_from_sums(sums.unprefixed(row, ""), 0), "gpu_hours", "cost_usd", "recoverable_usd", "lost_usd")}
         for row in sums.day_sums(model=RunDay, scope=in_period, group="gpu_key", windows={"": None})
     ]  # fmt: skip
     figures = _page_figures(visible, period, None, None)

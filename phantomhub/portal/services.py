@@ -49,7 +49,7 @@ def month_close(*, period: Period, actor: Any) -> ClosedMonth:
 
 
 _FIGURES = ("day", "project_id", "team_id", "gpu_seconds", "cost_usd", "categories_usd", "waste_usd", "recoverable_usd",
-            "mfu_gpu_seconds", "mfu_known_gpu_seconds")  # fmt: skip
+            "lost_usd", "mfu_gpu_seconds", "mfu_known_gpu_seconds")  # fmt: skip
 
 
 def _freeze_days(closed: ClosedMonth, in_month: dict[str, Any]) -> None:

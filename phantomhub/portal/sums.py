@@ -1,6 +1,6 @@
 """Sums over the derived tables (waste.models RunDay and ProjectDay) in hand-written SQL.
 
-The portal's pages ask a few shapes of question: the six summed columns of the daily rows, per
+The portal's pages ask a few shapes of question: the seven summed columns of the daily rows, per
 group, over a period and its previous one side by side, with the first billed day; and distinct
 runs the same way. Compiling such a statement with the ORM (a dozen filtered aggregates) cost more
 CPU than PostgreSQL's work on it (bench/portal.py --in-process --profile), so they are written out
@@ -27,6 +27,7 @@ SUMMED = {
     "cost": "cost_usd",
     "waste": "waste_usd",
     "recoverable": "recoverable_usd",
+    "lost": "lost_usd",
     "mfu_gs": "mfu_gpu_seconds",
     "mfu_known": "mfu_known_gpu_seconds",
 }
@@ -35,6 +36,7 @@ GROUPS = {"team_id": "team", "project_id": "project", "day": "day", "gpu_key": "
 # summed columns: a share is a ratio of sums, never a sum of ratios.
 RUN_ORDER = {
     "recoverable_usd": "SUM({recoverable_usd})",
+    "lost_usd": "SUM({lost_usd})",
     "cost_usd": "SUM({cost_usd})",
     "waste_usd": "SUM({waste_usd})",
     "gpu_hours": "SUM({gpu_seconds})",

@@ -199,7 +199,7 @@ def test_finance_foots_to_the_cent_and_members_see_only_their_prices(fleet: dict
     month = f"{fleet['midnight'] - timedelta(days=2):%Y-%m}"
     review = _client(fleet["users"]["fin"]).get(f"/api/v1/portal/finance/{month}").json()
     totals, rows = review["totals"], review["rows"]
-    for key in ("cost_usd", "waste_usd", "recoverable_usd"):
+    for key in ("cost_usd", "waste_usd", "recoverable_usd", "lost_usd"):
         assert round(sum(Decimal(str(r[key])) for r in rows), 2) == Decimal(str(totals[key]))
     assert round(sum(Decimal(str(r["gpu_hours"])) for r in rows), 3) == Decimal(str(totals["gpu_hours"]))
     for category, total in totals["categories_usd"].items():

@@ -62,6 +62,7 @@ def stored(db: None) -> dict[str, Any]:
                     gpu_key="H100-SXM", gpu_seconds=gpu_seconds, cost_usd=cost, categories_usd=cats,
                     waste_usd=cost - Decimal(str(cats["useful_compute"])),
                     recoverable_usd=Decimal(str(round(rng.uniform(0, float(cost)), 2))),
+                    lost_usd=(Decimal(str(cats["idle"])) * (i % 3) / 2).quantize(Decimal("0.01")),  # part of idle
                     mfu_gpu_seconds=mfu_known * rng.uniform(0.1, 0.6), mfu_known_gpu_seconds=mfu_known,
                 )
             )  # fmt: skip
@@ -84,6 +85,7 @@ def _expected(rows: list[Any], key: str | None, start: date, end: date, runs_fro
             group["cost"] += float(row.cost_usd)
             group["waste"] += float(row.waste_usd)
             group["recoverable"] += float(row.recoverable_usd)
+            group["lost"] += float(row.lost_usd)
             group["mfu_gs"] += row.mfu_gpu_seconds
             group["mfu_known"] += row.mfu_known_gpu_seconds
     runs: dict[Any, set[Any]] = defaultdict(set)
@@ -98,6 +100,7 @@ def _expected(rows: list[Any], key: str | None, start: date, end: date, runs_fro
             "cost_usd": round(s["cost"], 2),
             "waste_usd": round(s["waste"], 2),
             "recoverable_usd": round(s["recoverable"], 2),
+            "lost_usd": round(s["lost"], 2),
             "waste_share": round(s["waste"] / s["cost"], 4) if s["cost"] else None,
             "mfu": round(s["mfu_gs"] / s["mfu_known"], 4) if s["mfu_known"] else None,
         }
@@ -221,7 +224,7 @@ def test_overview_matches_a_python_sum_over_the_rollups(stored: dict[str, Any], 
     for drawn in page["by_day"]:
         day = date.fromisoformat(drawn["day"])
         want = _overall(rollups, day, day, run_days) or {"runs": 0, "cost_usd": 0.0, "gpu_hours": 0.0}
-        _close(drawn, {k: want[k] for k in ("runs", "cost_usd", "gpu_hours", "recoverable_usd") if k in want})
+        _close(drawn, {k: want[k] for k in ("runs", "cost_usd", "gpu_hours", "recoverable_usd", "lost_usd") if k in want})
         for name in CATEGORIES:
             cats = sum(float(d.categories_usd.get(name, 0)) for d in rollups if d.day == day)
             assert drawn["categories_usd"][name] == pytest.approx(cats, abs=0.0101)
@@ -251,7 +254,9 @@ def test_a_team_page_sums_only_its_team(stored: dict[str, Any]) -> None:
 
 @pytest.mark.django_db
 @pytest.mark.backends
-@pytest.mark.parametrize("field", ["recoverable_usd", "cost_usd", "waste_usd", "gpu_hours", "waste_share", "mfu", "started_at"])
+@pytest.mark.parametrize(
+    "field", ["recoverable_usd", "lost_usd", "cost_usd", "waste_usd", "gpu_hours", "waste_share", "mfu", "started_at"]
+)
 @pytest.mark.parametrize("desc", [True, False])
 def test_the_run_board_cut_is_the_top_of_a_python_sort(stored: dict[str, Any], field: str, desc: bool) -> None:
     period = period_parse("90d")
@@ -259,6 +264,7 @@ def test_the_run_board_cut_is_the_top_of_a_python_sort(stored: dict[str, Any], f
     for d in RunDay.objects.filter(day__gte=period.start, day__lte=period.end):
         s = sums[d.run_id]
         s["recoverable_usd"] += float(d.recoverable_usd)
+        s["lost_usd"] += float(d.lost_usd)
         s["cost_usd"] += float(d.cost_usd)
         s["waste_usd"] += float(d.waste_usd)
         s["gpu_hours"] += d.gpu_seconds

@@ -66,19 +66,20 @@ def _stored_runs(count: int, rng: random.Random) -> None:
             gpu_model=gpu, gpu_count=8, allocation_start=start, started_at=start, last_seen_at=start,
             finished_at=start + timedelta(hours=24 * len(spans)),
         )  # fmt: skip
-        whole = {"cost": Decimal(0), "waste": Decimal(0), "recoverable": Decimal(0), "seconds": 0.0}
+        whole = {"cost": Decimal(0), "waste": Decimal(0), "recoverable": Decimal(0), "lost": Decimal(0), "seconds": 0.0}
         for day in spans:
             cats = {name: Decimal(str(round(rng.uniform(0, 30), 2))) for name in CATEGORIES}
             cost = sum(cats.values(), Decimal(0))
             waste = cost - cats["useful_compute"]
             recoverable = (waste * Decimal(str(round(rng.uniform(0, 1), 2)))).quantize(Decimal("0.01"))
+            lost = (cats["idle"] * (i % 5) / 4).quantize(Decimal("0.01"))  # a job's lost work: part of idle
             seconds = rng.uniform(1_000, 100_000)
             days.append(
                 RunDay(run=run, day=day, project=project, team_id=project.team_id, gpu_key=gpu, gpu_seconds=seconds,
                        cost_usd=cost, categories_usd={k: float(v) for k, v in cats.items()}, waste_usd=waste,
-                       recoverable_usd=recoverable, mfu_gpu_seconds=seconds * 0.3, mfu_known_gpu_seconds=seconds)
+                       recoverable_usd=recoverable, lost_usd=lost, mfu_gpu_seconds=seconds * 0.3, mfu_known_gpu_seconds=seconds)
             )  # fmt: skip
-            for key, value in (("cost", cost), ("waste", waste), ("recoverable", recoverable)):
+            for key, value in (("cost", cost), ("waste", waste), ("recoverable", recoverable), ("lost", lost)):
                 whole[key] += value
             whole["seconds"] += seconds
         RunAnalysis.objects.create(
@@ -86,6 +87,7 @@ def _stored_runs(count: int, rng: random.Random) -> None:
             analysed_at=start, gpu_key=gpu, gpu_hours=whole["seconds"] / 3600, cost_usd=whole["cost"],
             waste_usd=whole["waste"], recoverable_usd=whole["recoverable"],
             waste_share=float(whole["waste"] / whole["cost"]) if whole["cost"] else 0.0, mfu=0.3,
+            lost={"usd": float(whole["lost"])},
         )  # fmt: skip
     RunDay.objects.bulk_create(days)
     rollups_rebuild(days={d.day for d in days})
@@ -173,11 +175,14 @@ def test_a_month_of_109_runs_says_109_on_the_runs_board_and_its_csv_has_109_rows
     assert [r["key"] for r in everything["rows"]] == [r["key"] for r in board["rows"] + rest["rows"]]
     # The board's totals are every row's, and finance's, to the cent.
     assert board["totals"]["runs"] == 109
-    assert board["totals"]["cost_usd"] == review["totals"]["cost_usd"]
-    assert _cents([r["cost_usd"] for r in everything["rows"]]) == Decimal(str(review["totals"]["cost_usd"]))
+    assert review["totals"]["lost_usd"] > 0
+    for key in ("cost_usd", "lost_usd"):
+        assert board["totals"][key] == review["totals"][key]
+        assert _cents([r[key] for r in everything["rows"]]) == Decimal(str(review["totals"][key]))
     lines = _csv(root.get("/api/v1/portal/leaderboards/runs.csv", {"period": "2026-10"}))
     assert len(lines) == 109
-    assert _cents([line["cost_usd"] for line in lines]) == Decimal(str(review["totals"]["cost_usd"]))
+    for key in ("cost_usd", "lost_usd"):
+        assert _cents([line[key] for line in lines]) == Decimal(str(review["totals"][key]))
     assert {line["run_id"] for line in lines} == {r["key"] for r in everything["rows"]}
     crossing = next(line for line in lines if line["run_id"] == october["crossing"])
     assert (Decimal(crossing["cost_usd"]), Decimal(crossing["whole_cost_usd"])) == (Decimal(6), Decimal(12))
@@ -189,6 +194,8 @@ def test_a_month_of_109_runs_says_109_on_the_runs_board_and_its_csv_has_109_rows
     teams = root.get("/api/v1/portal/leaderboards/teams", {"period": "2026-10"}).json()
     assert teams["count"] == len(teams["rows"]) == 3
     assert teams["totals"]["cost_usd"] == review["totals"]["cost_usd"] and teams["totals"]["runs"] == 109
+    assert teams["totals"]["lost_usd"] == review["totals"]["lost_usd"]
+    assert _cents([r["lost_usd"] for r in teams["rows"]]) == Decimal(str(review["totals"]["lost_usd"]))
 
 
 FILTERS = [
@@ -229,22 +236,29 @@ def test_the_runs_list_foots_to_finance_and_the_runs_board_to_the_cent_under_any
     assert _cents([r["period_cost_usd"] for r in rows]) == total
     assert _cents([r["whole_cost_usd"] for r in rows]) == Decimal(str(listed["totals"]["whole_cost_usd"]))
     assert _cents([r["period_recoverable_usd"] for r in rows]) == Decimal(str(listed["totals"]["period_recoverable_usd"]))
+    lost = Decimal(str(listed["totals"]["period_lost_usd"]))
+    assert _cents([r["period_lost_usd"] for r in rows]) == lost
+    assert _cents([r["lost_usd"] for r in rows]) == Decimal(str(listed["totals"]["lost_usd"]))
     lines = _csv(root.get("/api/v1/portal/runs.csv", {**OCTOBER, **filters}))
     assert len(lines) == listed["count"]
     assert _cents([line["period_cost_usd"] for line in lines]) == total
+    assert _cents([line["period_lost_usd"] for line in lines]) == lost
     # The runs board over the month, its rows narrowed by the same filter, adds up to the same.
     board = root.get("/api/v1/portal/leaderboards/runs", {"period": "2026-10", "page_size": 1000}).json()
     runs = {str(r.pk): r for r in Run.objects.filter(pk__in=[r["key"] for r in board["rows"]])}
     matching = [r for r in board["rows"] if _board_row_matches(r, filters, runs)]
     assert len(matching) == listed["count"]
     assert _cents([r["cost_usd"] for r in matching]) == total
+    assert _cents([r["lost_usd"] for r in matching]) == lost
     # Finance's rows of the team or project (or all of them) foot to it as well.
     if set(filters) <= {"team", "project"}:
         review = root.get("/api/v1/portal/finance/2026-10").json()
         chosen = [r for r in review["rows"] if all(r[k] == v for k, v in filters.items())]
         assert _cents([r["cost_usd"] for r in chosen]) == total
+        assert _cents([r["lost_usd"] for r in chosen]) == lost
         if not filters:
             assert listed["totals"]["period_cost_usd"] == review["totals"]["cost_usd"]
+            assert listed["totals"]["period_lost_usd"] == review["totals"]["lost_usd"]
 
 
 @pytest.mark.django_db
@@ -282,8 +296,10 @@ def test_a_closed_month_keeps_its_period_costs_in_the_list_as_finance_keeps_them
     listed = root.get("/api/v1/portal/runs", OCTOBER).json()
     assert listed["count"] == review["totals"]["runs"] == 109
     assert listed["totals"]["period_cost_usd"] == review["totals"]["cost_usd"]
+    assert listed["totals"]["period_lost_usd"] == review["totals"]["lost_usd"] == frozen["lost_usd"] > 0
     board = root.get("/api/v1/portal/leaderboards/runs", {"period": "2026-10"}).json()
     assert board["totals"]["cost_usd"] == review["totals"]["cost_usd"]
+    assert board["totals"]["lost_usd"] == review["totals"]["lost_usd"]
     (row,) = root.get("/api/v1/portal/runs", {**OCTOBER, "q": "crossing"}).json()["results"]
     assert row["period_cost_usd"] == 6.0  # October, as closed
     (line,) = _csv(root.get("/api/v1/portal/runs.csv", {**OCTOBER, "q": "crossing"}))
