@@ -25,6 +25,16 @@ describe("job timeline layout", () => {
     expect(restart.x + restart.width).toBeLessThanOrEqual(TIMELINE_WIDTH);
   });
 
+  it("draws every segment at its true width when widening them would make lost time look bigger", () => {
+    const iso = (s: number) => new Date(Date.UTC(2026, 10, 1) + s * 1000).toISOString();
+    const many = Array.from({ length: 300 }, (_, i) =>
+      jobAttempt({ index: i + 1, segments: [{ kind: "work", start: iso(i * 3600), end: iso(i * 3600 + 3000) }, { kind: "restart", start: iso(i * 3600), end: iso(i * 3600 + 10) }] }),
+    );
+    const restarts = timelineLayout(many).rects.filter((r) => r.kind === "restart");
+    expect(restarts).toHaveLength(300);
+    expect(restarts[0].width).toBeLessThan(0.01);
+  });
+
   it("closes a running attempt's open segment at now, and draws nothing for no attempts", () => {
     const running = jobAttempt({ index: 1, ended_at: null, status: "running", end_cause: "" }, [["work", "00:00", "01:00"]]);
     running.segments[0].end = null as unknown as string;

@@ -75,10 +75,16 @@ export function formatInterval(seconds: number | null | undefined): string {
 
 /** The timeline's drawing width (SVG user units); the SVG scales to its card's width. */
 export const TIMELINE_WIDTH = 1000;
-/** The narrowest a lost-time segment is drawn, so a 20-second restart in a week-long job shows. */
+/**
+ * The narrowest a lost-time segment is drawn, so a 20-second restart in a week-long job shows —
+ * while the widened segments take at most a tenth of the lane; past that (hundreds of attempts)
+ * every segment is drawn at its true width, so lost time never looks bigger than it was.
+ */
 export const MIN_LOST_WIDTH = 1.5;
 /** The least room between two attempt labels above the lane. */
 const LABEL_SPACING = 36;
+/** Past this many attempts a start is a tick above the lane, not a line across it (which would hide the lane). */
+export const FULL_BOUNDARIES_MAX = 100;
 
 export interface TimelineRect {
   key: string;
@@ -102,6 +108,8 @@ export interface TimelineLayout {
   end: number;
   rects: TimelineRect[];
   boundaries: TimelineBoundary[];
+  /** Whether attempt starts are ticks above the lane (many attempts) rather than lines across it. */
+  ticks: boolean;
   /** Seconds of each kind drawn (every attempt shown); work counts only time no lost segment covers. */
   seconds: Record<SegmentKind, number>;
 }
@@ -175,7 +183,7 @@ export function timelineLayout(attempts: readonly JobAttempt[], now: number = Da
     const e = ms(a.ended_at) ?? (a.segments.length ? null : now);
     if (e !== null) end = Math.max(end, e);
   }
-  if (!Number.isFinite(start) || !Number.isFinite(end)) return { start: 0, end: 0, rects: [], boundaries: [], seconds };
+  if (!Number.isFinite(start) || !Number.isFinite(end)) return { start: 0, end: 0, rects: [], boundaries: [], ticks: false, seconds };
   if (end <= start) end = start + 1000;
   const span = end - start;
   const x = (t: number) => ((t - start) / span) * TIMELINE_WIDTH;
@@ -183,6 +191,8 @@ export function timelineLayout(attempts: readonly JobAttempt[], now: number = Da
   const rects: TimelineRect[] = [];
   const boundaries: TimelineBoundary[] = [];
   let lastLabel = -Infinity;
+  const lostSegments = attempts.reduce((n, a) => n + a.segments.filter((s) => s.kind !== "work" && isSegmentKind(s.kind)).length, 0);
+  const minWidth = lostSegments * MIN_LOST_WIDTH <= TIMELINE_WIDTH / 10 ? MIN_LOST_WIDTH : 0;
   for (const a of attempts) {
     const s = attemptStart(a);
     if (s !== null) {
@@ -200,11 +210,11 @@ export function timelineLayout(attempts: readonly JobAttempt[], now: number = Da
       if (kind !== "work") seconds[kind] += (to - from) / 1000;
       const x0 = x(from);
       let width = Math.max(0, x(to) - x0);
-      if (kind !== "work") width = Math.max(width, MIN_LOST_WIDTH);
+      if (kind !== "work") width = Math.max(width, minWidth);
       rects.push({ key: `${a.index}-${i}`, attempt: a.index, kind, x: Math.min(x0, TIMELINE_WIDTH - width), width, title: segmentTitle(a, kind, from, to) });
     });
   }
   // Lost time drawn over work, so a short restart is never hidden under a neighbour's work.
   rects.sort((p, q) => (p.kind === "work" ? 0 : 1) - (q.kind === "work" ? 0 : 1));
-  return { start, end, rects, boundaries, seconds };
+  return { start, end, rects, boundaries, ticks: boundaries.length > FULL_BOUNDARIES_MAX, seconds };
 }

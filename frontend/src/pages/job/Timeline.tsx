@@ -46,7 +46,7 @@ export function JobTimeline({ attempts, lost, cost, now }: { attempts: readonly 
           </rect>
         ))}
         {layout.boundaries.map((b) => (
-          <line key={b.attempt} className="timeline-boundary" data-attempt={b.attempt} x1={b.x} x2={b.x} y1={0} y2={HEIGHT}>
+          <line key={b.attempt} className="timeline-boundary" data-attempt={b.attempt} x1={b.x} x2={b.x} y1={0} y2={layout.ticks ? LANE_Y + 5 : HEIGHT}>
             <title>{b.title}</title>
           </line>
         ))}
