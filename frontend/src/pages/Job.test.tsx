@@ -7,6 +7,7 @@ import { renderAt } from "../test/render";
 import { JobPage } from "./Job";
 import { JobsPage } from "./Jobs";
 import { LeaderboardsPage } from "./Leaderboards";
+import { OverviewPage } from "./Overview";
 import { ProjectPage } from "./Project";
 import { RunDetailPage } from "./RunDetail";
 import { RunsPage } from "./Runs";
@@ -280,6 +281,19 @@ describe("Lost to failures beside recoverable", () => {
     expect(screen.getByTestId("location")).toHaveTextContent("sort=-lost_usd");
     const order = within(table).getAllByRole("row").slice(1, -1).map((r) => r.getAttribute("data-row-key"));
     expect(order).toEqual(["speech", "vision", "nlp"]);
+  });
+});
+
+describe("Lost to failures on the overview", () => {
+  it("shows the period's lost dollars beside recoverable spend, with its change", async () => {
+    const totals = { runs: 9, gpu_hours: 30, cost_usd: 2400, waste_usd: 1200, recoverable_usd: 500, waste_share: 0.5, mfu: 0.3, lost_usd: 120 };
+    const overview = { period: { start: "2026-11-01", end: "2026-11-30" }, totals, previous_totals: { ...totals, lost_usd: 150 }, by_day: [], by_category: {}, by_gpu: [], worst_runs: [] };
+    vi.stubGlobal("fetch", mockFetch({ "/api/v1/portal/session": session, "/api/v1/portal/overview": overview }).fn);
+    renderAt("/", <OverviewPage />, "/");
+    const stat = await screen.findByTestId("stat-lost");
+    expect(stat).toHaveTextContent("$120.00");
+    expect(stat).toHaveTextContent("−$30.00");
+    expect(stat).toHaveTextContent("5.0% of spend");
   });
 });
 

@@ -35,6 +35,16 @@ export function FigureCards({ totals, previous, dataFrom, testPrefix = "" }: { t
     <div className="stats">
       <Stat label="Spend" testId={`${testPrefix}stat-spend`} value={formatUsd(totals.cost_usd)} change={delta("cost_usd", "usd", "down")} sub={formatGpuHours(totals.gpu_hours)} />
       <Stat label="Recoverable spend" tone="accent" testId={`${testPrefix}stat-recoverable`} value={formatUsd(totals.recoverable_usd)} change={delta("recoverable_usd", "usd", "down")} sub={totals.cost_usd ? `${formatPct(totals.recoverable_usd / totals.cost_usd)} of spend` : undefined} />
+      {totals.lost_usd !== undefined && (
+        <Stat
+          label="Lost to failures"
+          tone="warn"
+          testId={`${testPrefix}stat-lost`}
+          value={formatUsd(totals.lost_usd)}
+          change={delta("lost_usd", "usd", "down")}
+          sub={totals.cost_usd ? `${formatPct(totals.lost_usd / totals.cost_usd)} of spend · rework, restarts, checkpoints` : "rework, restarts, checkpoints"}
+        />
+      )}
       <Stat label="Waste" testId={`${testPrefix}stat-waste`} value={formatUsd(totals.waste_usd)} change={delta("waste_share", "pp", "down")} sub={`${formatPct(totals.waste_share)} of spend`} />
       <Stat label="MFU" testId={`${testPrefix}stat-mfu`} value={formatPct(totals.mfu)} change={delta("mfu", "pp", "up")} sub="GPU-hour weighted" />
       <Stat label="Runs" testId={`${testPrefix}stat-runs`} value={formatNumber(totals.runs)} sub={previous ? `${formatNumber(previous.runs)} in the previous period` : undefined} />
