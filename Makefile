@@ -101,6 +101,7 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/waste_model.py
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/savings.py
+	$(PY) bench/lost_work.py
 	$(PY) bench/portal.py --browser
 	$(PY) bench/storage.py
 	$(PY) bench/fleet.py

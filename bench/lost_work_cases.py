@@ -9,10 +9,10 @@ launched by this module as a launcher would:
   async_=True)``): the blocking part copies the model and optimizer state (and waits STAGE_S,
   standing for the device-to-host copy of a large model); a background thread writes the file and
   renames it into place, so a kill loses at most the save in flight.
-- Failures come at fixed moments of the job's wall clock (``failure_times``: on average every
-  MTBF_S seconds, jittered by the golden-ratio sequence, so their phase against any checkpoint
-  interval is evenly spread: the expectation of random failures without the variance of a handful
-  of draws). The attempt running at a failure dies of SIGKILL (after a flush: the test is of the
+- Failures come at fixed moments of the job's wall clock (``failure_times``: exponential gaps of
+  mean MTBF_S, as the advice's model assumes, their quantiles taken from the golden-ratio sequence
+  so that a run of them covers the distribution evenly: the expectation of random failures
+  without the variance of a handful of draws). The same moments for every job. The attempt running at a failure dies of SIGKILL (after a flush: the test is of the
   accounting, not of delivery under SIGKILL, which tests/agent covers), except the failures
   numbered in SIGTERM_AT, which send SIGTERM (the agent finishes the run as failed, cause sigterm,
   and dies of the signal).
@@ -48,13 +48,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-STEPS = 400
+STEPS = 500
 INTERVAL = 10  # steps between saves, the job's own setting (too often: the advice's case)
 STEP_S = 0.020  # each step's "kernel time" (a wait in forward, as bench/savings_cases.py does)
 STAGE_S = 0.25  # the blocking part of an asynchronous save
 RESTART_WAIT_S = 0.5  # the launcher's wait before the next attempt
-MTBF_S = 5.0
-FAILURES = 6  # at most this many failures (the job may finish before the last ones)
+MTBF_S = 4.0
+FAILURES = 24  # at most this many failures (the job may finish before the last ones)
 SIGTERM_AT = (2,)  # which failures (0-based) are a SIGTERM instead of a SIGKILL
 GPU_MODEL = "L4"
 ATTEMPT_TIMEOUT_S = 120
@@ -62,10 +62,13 @@ GOLDEN = (math.sqrt(5) - 1) / 2
 
 
 def failure_times(n: int = FAILURES, mtbf_s: float = MTBF_S) -> list[float]:
-    """Seconds of the job's wall clock (from its first allocation) at which something fails."""
+    """Seconds of the job's wall clock (from its first allocation) at which something fails: the
+    gaps are exponential with mean ``mtbf_s`` (failures as the advice's model assumes them, a
+    Poisson process), each gap the quantile of the next point of the golden-ratio sequence, so any
+    run of them covers the distribution evenly instead of by a handful of random draws."""
     out, t = [], 0.0
     for i in range(1, n + 1):
-        t += mtbf_s * (0.5 + ((i * GOLDEN) % 1.0))  # mean mtbf_s, spread by the golden ratio
+        t += -mtbf_s * math.log(1.0 - ((i * GOLDEN) % 1.0))
         out.append(round(t, 3))
     return out
 
