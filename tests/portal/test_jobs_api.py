@@ -123,3 +123,39 @@ def test_the_run_page_names_the_attempt_and_its_job(owner: Tenant, job: Job) -> 
     assert page["run"]["job"] == {"id": str(job.pk), "key": KEY, "index": 2, "attempts_total": 3}
     alone = make_run(owner, name="alone")
     assert _get(owner.client, f"/api/v1/portal/runs/{alone}")["run"]["job"] is None
+
+
+@pytest.mark.slow  # 10,000 runs
+def test_a_job_of_10000_attempts_answers_with_every_attempt_counted_and_the_list_capped(owner: Tenant) -> None:
+    import time
+
+    from django.utils import timezone
+
+    job = Job.objects.create(project=owner.project, key="flaky")
+    now = timezone.now()
+    Run.objects.bulk_create(
+        [
+            Run(
+                project=owner.project,
+                job=job,
+                attempt=i,
+                name=f"a{i}",
+                status="crashed",
+                allocation_start=now + timedelta(seconds=i),
+                started_at=now + timedelta(seconds=i),
+                last_seen_at=now + timedelta(seconds=i, milliseconds=500),
+            )
+            for i in range(10_000)
+        ],
+        batch_size=2000,
+    )
+    started = time.perf_counter()
+    page = _get(owner.client, f"/api/v1/portal/jobs/{job.pk}")
+    elapsed = time.perf_counter() - started
+    assert (page["attempts_total"], page["attempts_shown"]) == (10_000, 1_000)
+    assert [a["index"] for a in page["attempts"][:3]] == [1, 2, 3]
+    assert any("10,000 attempts" in w for w in page["warnings"])
+    assert any("not analysed" in w for w in page["warnings"])
+    [row] = _get(owner.client, "/api/v1/portal/jobs")["results"]
+    assert (row["attempts"], row["failures"]) == (10_000, 10_000)
+    assert elapsed < 30, f"the page of a 10,000-attempt job took {elapsed:.1f} s"
