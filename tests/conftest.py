@@ -100,22 +100,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-_SCOPE_RANK = {"session": 0, "package": 1, "module": 2, "class": 3}
-
-
 def xdist_group_of(item: pytest.Item) -> str:
-    """The unit of work `make test` hands one xdist worker (``--dist loadgroup``): the tests that
-    share a server started once for the session (the e2e server, the agent tests' PhantomHub)
-    together; else the test's module, so its module-scoped fixtures start once."""
-    info = getattr(item, "_fixtureinfo", None)
-    shared = []
-    for name in set(getattr(item, "fixturenames", ())) & set().union(*NEEDS_FIXTURE.values()):
-        defs = info.name2fixturedefs.get(name) if info is not None else None
-        if defs and defs[-1].scope in ("session", "package") and defs[-1].baseid:  # the suite's own, not a plugin's
-            shared.append((_SCOPE_RANK[defs[-1].scope], name, defs[-1].baseid))
-    if shared:
-        _, name, baseid = min(shared)
-        return f"{baseid}:{name}"  # no "@": xdist splits the group off the node id at the last one
+    """The unit of work `make test` hands one xdist worker (``--dist loadgroup``): the test's
+    module, so its module-scoped fixtures start once. Tests that share a session-scoped server
+    (the e2e server, the agent tests' PhantomHub) are grouped by module too: the server is the
+    worker's, started at most once per worker whatever modules it runs, and one group of every
+    such module made one worker's share the whole pass's longest path (docs/testing.md)."""
     return item.nodeid.split("::", 1)[0]
 
 
