@@ -13,6 +13,8 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 # the suite in one process. docs/testing.md has the measurements behind the defaults.
 TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
+# The share of each property test's examples the edit loop tries (tests/examples.py); CI tries all.
+CHECK_EXAMPLES ?= 0.25
 # The edit loop's tests: none that start a server, a Celery worker, a browser or a training loop, none slow.
 FAST_TESTS := not live_server and not celery and not browser and not training and not slow
 xdist = $(if $(filter-out 0 1,$(1)),-n $(1) --dist loadgroup --no-loadscope-reorder,)
@@ -72,7 +74,7 @@ test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, ev
 	PHANTOMHUB_TEST_BACKEND=sqlite $(PYTEST) -m backends -q $(call xdist,$(TEST_WORKERS))
 
 test-fast: venv-dev ## the fast tests only: no servers, Celery workers, browsers, training loops or slow tests
-	$(PYTEST) -m "$(FAST_TESTS)" -q $(call xdist,$(CHECK_WORKERS))
+	PHANTOMHUB_TEST_EXAMPLES=$(CHECK_EXAMPLES) $(PYTEST) -m "$(FAST_TESTS)" -q $(call xdist,$(CHECK_WORKERS))
 
 test-frontend: frontend ## the web UI's unit tests (vitest)
 	cd frontend && npm test

@@ -15,10 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Project
 from phantomhub.accounts.services import project_token_for_slugs
+from tests.examples import examples
+
+# Property tests that name no number of examples try hypothesis's 100, scaled as the rest
+# (tests/examples.py: fewer in `make check`).
+hypothesis_settings.register_profile("phantomhub", max_examples=examples(100))
+hypothesis_settings.load_profile("phantomhub")
 
 T0_NS = 1_790_000_000 * 10**9  # 2026-09-21, a plausible epoch-ns timestamp
 TESTS = Path(__file__).resolve().parent

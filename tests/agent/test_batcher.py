@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phantomhub_agent import _batcher as b
+from tests.examples import examples
 
 
 def raw_step(step: int, start: int, end: int, **fields: Any) -> tuple[Any, ...]:
@@ -117,7 +118,7 @@ def test_chunks_cover_every_row_once_in_order(n: int, max_rows: int) -> None:
     assert [s for c in chunks for s in c["step"]] == list(range(n))
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(n=st.integers(1, 300), max_bytes=st.integers(60, 3000))
 def test_fit_columns_halves_until_each_batch_fits(n: int, max_bytes: int) -> None:
     columns = {"step": list(range(n)), "t_start_ns": [1_700_000_000_000_000_000 + i for i in range(n)]}

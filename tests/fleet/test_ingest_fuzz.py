@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from phantomhub.fleet.models import GpuSample, ProcessSample
+from tests.examples import examples
 from tests.fleet.conftest import NS, T0, node_body, node_meta
 from tests.fleet.test_ground_truth import OWNERS, one_per_class
 
@@ -40,7 +41,7 @@ BASE = node_body(t_ns=[T0 + 15 * NS, T0 + 30 * NS], activity=one_per_class, owne
 PATHS = [p for p in leaves(BASE) if p]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(where=st.sampled_from(PATHS), value=JSON)
 def test_any_value_anywhere_is_stored_whole_or_refused_whole(node_client: APIClient, where: tuple[Any, ...], value: Any) -> None:
     body = copy.deepcopy(BASE)

@@ -22,6 +22,7 @@ from phantomhub.waste.core.checkpointing import (
     wall_per_work,
     young_daly,
 )
+from tests.examples import examples
 
 OWN = FailureRate(mtbf_s=None, source=None, failures=0, exposure=0.0, exposure_unit="s", reason="no failures")
 
@@ -75,7 +76,7 @@ def test_wall_per_work_without_failures_is_the_save_overhead():
     assert wall_per_work(1000.0, checkpoint_s=50.0, restart_s=100.0, mtbf_s=1e12) == pytest.approx(1.05, rel=1e-6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     c=st.floats(0.5, 600.0),
     ratio=st.floats(1e3, 1e6),  # M / C: saves are short next to the time between failures
@@ -94,7 +95,7 @@ def test_the_exact_optimum_is_the_minimum_and_near_young_daly_when_saves_are_sho
     assert w_best >= 1.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(c=st.floats(0.1, 1e4), ratio=st.floats(0.2, 1e6))
 def test_the_optimum_solves_the_stationarity_equation(c, ratio):
     m = c * ratio  # saves up to 5 times the time between failures
@@ -106,7 +107,7 @@ def test_the_optimum_solves_the_stationarity_equation(c, ratio):
     assert (x - 1) * math.expm1(x + c / m) + x == pytest.approx(0.0, abs=1e-12 * math.exp(x + c / m))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     c=st.floats(1.0, 900.0),
     tau0=st.floats(60.0, 5e4),
@@ -132,7 +133,7 @@ def test_savings_are_non_negative_add_up_and_never_exceed_the_lost_dollars(c, ta
         assert advice.saving_usd_per_month == pytest.approx(usd * SECONDS_PER_MONTH * (1 - w2 / w0), rel=1e-9, abs=1e-9)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(c=st.floats(1.0, 900.0), r=st.floats(0.0, 3600.0), m=st.floats(3600.0, 1e7))
 def test_no_saving_when_the_interval_is_already_the_best(c, r, m):
     best = optimum_interval(c, m)

@@ -37,6 +37,7 @@ from phantomhub.waste.core.state import INT_COLUMNS, StateParts, arrays_pack, ar
 from phantomhub.waste.models import RunAnalysisState
 from phantomhub.waste.selectors import rank_figures_of
 from tests.conftest import Tenant
+from tests.examples import examples
 from tests.waste import state_fixture
 from tests.waste.factories import MS, S
 from tests.waste.strategies import runs
@@ -72,7 +73,7 @@ def assert_same(full: Any, live: Any) -> None:
 
 
 @pytest.mark.slow  # seconds: make test runs it, make check does not
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3 * S), st.randoms(use_true_random=False), st.booleans())
 def test_any_batch_split_over_ranks_equals_one_full_analysis(run, extra_ns, rnd, roundtrip):
     run = _ending_after_every_row(run, extra_ns)
@@ -149,7 +150,7 @@ def lockstep_runs(draw: st.DrawFn) -> RunInputs:
 
 
 @pytest.mark.slow  # seconds: make test runs it, make check does not
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lockstep_runs(), st.randoms(use_true_random=False), st.booleans())
 def test_stragglers_found_live_over_many_ranks_are_those_of_a_full_analysis(run, rnd, roundtrip):
     live = analysis_from(feed_many(run, rnd, roundtrip), end_ns=run.end_ns)

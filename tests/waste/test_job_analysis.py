@@ -24,6 +24,7 @@ from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
 from phantomhub.waste.rollups import rollups_rebuild
 from phantomhub.waste.selectors import rank_figures_of
 from tests.conftest import Tenant
+from tests.examples import examples
 from tests.waste.test_analysis_service import T0, T0_NS, _iso, finish, known_steps, make_run, price_36  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -259,7 +260,7 @@ def test_job_figures_warn_about_odd_attempts_and_cap_the_list(
     assert figures["advice"]["notes"] == ["no checkpoint advice: the job reported no checkpoint saves"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 500), st.integers(1, 500)), min_size=1, max_size=8))
 def test_the_billing_clamp_never_bills_a_second_twice(attempts: list[tuple[int, int, int]]) -> None:
     """Attempts one after another (each starts after the one before ended), each given any

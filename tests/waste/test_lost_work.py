@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from phantomhub.waste.core.model import Phase, PriceSegment, RunConfig, RunInputs, StepColumns, analysis_from, analyze
 from phantomhub.waste.core.recommendations import claims_partition, recommend
+from tests.examples import examples
 from tests.waste.factories import S, exact_cost_usd, round_half_up_cents, steps
 from tests.waste.strategies import runs
 from tests.waste.test_waste_incremental import assert_same_analysis, feed_in_batches
@@ -144,7 +145,7 @@ def _without_flops_through(run: RunInputs, k: int) -> RunInputs:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(-1, 25), st.booleans(), st.booleans())
 def test_rework_and_restart_move_time_between_labels_and_nothing_else(run, k, before, after):
     base = analyze(run)
@@ -188,7 +189,7 @@ def test_rework_and_restart_move_time_between_labels_and_nothing_else(run, k, be
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 10), st.randoms(use_true_random=False), st.booleans())
 def test_a_live_attempt_with_rework_ends_where_a_from_scratch_analysis_does(run, k, rnd, roundtrip):
     config = dataclasses.replace(run.config, rework_through_step=k, restart_before_first_step=True)

@@ -18,9 +18,10 @@ from phantomhub.waste.core.model import DEFAULT_RECOVERABILITY, RunAccumulator, 
 from phantomhub.waste.core.recommendations import recommend
 from phantomhub.waste.core.result import Analysis, WindowSeries, json_bytes
 from phantomhub.waste.core.windows import FIELDS
+from tests.examples import examples
 from tests.waste.strategies import runs
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def finished(run: RunInputs) -> tuple[RunAccumulator, Analysis]:

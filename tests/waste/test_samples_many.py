@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phantomhub.waste.core.model import PriceSegment, RunAccumulator, RunConfig, SystemSamples
+from tests.examples import examples
 from tests.waste.factories import S
 
 START = 100 * S
@@ -58,7 +59,7 @@ def hist(values: list[float]) -> list[int]:
     return out
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_samples_appended_at_once_equal_the_counts_made_by_hand(samples):
     at_once = RunAccumulator(CONFIG)

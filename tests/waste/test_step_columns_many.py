@@ -14,6 +14,7 @@ from phantomhub.telemetry.hot import ANALYSIS_COLUMNS
 from phantomhub.waste.core.accumulator import _filled_many
 from phantomhub.waste.core.inputs import ALL_COLUMNS
 from phantomhub.waste.services import _step_columns, _step_columns_many
+from tests.examples import examples
 
 
 def concatenated(ranks: list[dict[str, Any]]) -> tuple[list[int], np.ndarray, dict[str, Any]]:
@@ -41,7 +42,7 @@ def stored_rank(draw: st.DrawFn, rising: bool = False) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # seconds: make test runs it, make check does not
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(stored_rank(), min_size=1, max_size=12))
 def test_many_ranks_read_like_one_rank_at_a_time(ranks):
     hosts = {r: f"node-{r}" for r in range(len(ranks))}
@@ -71,7 +72,7 @@ def test_many_ranks_read_like_one_rank_at_a_time(ranks):
             assert got.dtype == values.dtype and np.array_equal(got, values, equal_nan=True), name
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(stored_rank(rising=True), min_size=1, max_size=12))
 def test_rows_that_rise_are_handed_on_as_one_concatenation(ranks):
     hosts = {r: f"node-{r}" for r in range(len(ranks))}

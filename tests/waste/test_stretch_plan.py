@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phantomhub.waste.core.evidence import best_stretch, stretch_plan
+from tests.examples import examples
 
 # A window's denominator is none or at least a nanosecond's worth: below that a ratio of sums can
 # overflow to inf, and inf - inf makes the quartile NaN, which equals nothing (hypothesis found one).
@@ -31,7 +32,7 @@ def by_hand(rows, need, lower_is_better):
     return best
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(WINDOWS, st.sampled_from((1.0, 4.0, 10.0)), st.booleans())
 def test_a_planned_best_stretch_is_the_best_of_every_start_window(rows, need, lower_is_better):
     length, num, den = (np.array([r[k] for r in rows], dtype=np.float64) for k in range(3))

@@ -25,6 +25,7 @@ from phantomhub.waste.core.model import (
     analyze,
 )
 from phantomhub.waste.core.recommendations import recommend
+from tests.examples import examples
 from tests.waste.factories import MS, S, steps
 from tests.waste.strategies import runs
 from tests.waste.test_waste_explain import busy_run
@@ -182,7 +183,7 @@ def test_savings_of_a_contended_host_with_a_straggler_do_not_overlap():
     _assert_savings_partition(a)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run=runs(), k=st.sampled_from((0.0, 0.3, 0.9)), contended=st.booleans())
 def test_recommendations_never_claim_more_than_is_recoverable(run: RunInputs, k: float, contended: bool) -> None:
     if contended:  # node-0 busy with other processes over enough samples to be called contended

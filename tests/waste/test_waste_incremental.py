@@ -23,6 +23,7 @@ from phantomhub.waste.core.model import (
     analyze,
 )
 from phantomhub.waste.core.state import StateParts, state_pack, state_unpack
+from tests.examples import examples
 from tests.waste import state_fixture
 from tests.waste.factories import MS, S, steps
 from tests.waste.strategies import runs
@@ -68,7 +69,7 @@ def _ending_after_every_row(run: RunInputs, extra_ns: int) -> RunInputs:
 
 
 @pytest.mark.slow  # seconds: make test runs it, make check does not
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3 * S), st.randoms(use_true_random=False), st.booleans())
 def test_incremental_analysis_equals_from_scratch(run, extra_ns, rnd, roundtrip):
     run = _ending_after_every_row(run, extra_ns)

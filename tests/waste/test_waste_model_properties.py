@@ -18,10 +18,11 @@ from phantomhub.waste.core.model import (
     StepColumns,
     analyze,
 )
+from tests.examples import examples
 from tests.waste.factories import MS, S, exact_cost_usd, round_half_up_cents, steps
 from tests.waste.strategies import runs, scaled
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
