@@ -141,3 +141,32 @@ def test_a_server_unavailable_past_the_deadline_aborts_with_the_reason(flaky: st
     with pytest.raises(RuntimeError, match="503 for 10 s"):
         poster.post("/api/v1/runs", {})
     assert 2 <= _Flaky.seen <= 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demos_jobs_arrive_as_attempts_that_failed_and_resumed() -> None:
+    """The demo's jobs through the real ingest (what `make run` seeds): attempts in order, each
+    ending as generated (a silent one marked crashed when the next joined), restores after the last
+    save before the failure, lost work priced, and no warning on the job page."""
+    import uuid
+
+    from phantomhub.demo.fleet import JOBS, job_runs
+    from phantomhub.demo.post import post_all
+    from phantomhub.telemetry.models import Job
+    from phantomhub.waste.jobs import job_figures
+    from phantomhub.waste.services import run_analyze
+
+    tokens = Command()._tokens()
+    runs = list(job_runs())
+    with local_server() as address:
+        post_all(runs, lambda run: tokens[run.project], address, lambda _: None)
+    for run in runs:
+        run_analyze(run_id=uuid.UUID(run.body["id"]))
+    for _, _, key, save_every, _, attempts in JOBS:
+        figures = job_figures(Job.objects.get(key=f"slurm/{key}"))
+        causes = [a["end_cause"] for a in figures["attempts"]]
+        assert causes == [cause or "silent" for _, _, cause in attempts], key
+        assert figures["warnings"] == [], key
+        assert all(step % save_every == save_every - 1 for a in figures["attempts"] for step in a["restored_steps"])
+        assert figures["totals"]["lost"]["rework"]["usd"] > 0 and figures["totals"]["lost"]["checkpoint"]["usd"] > 0
+        assert figures["advice"]["interval"] is not None or figures["advice"]["async"] is not None, key

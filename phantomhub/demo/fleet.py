@@ -56,15 +56,29 @@ class DemoRun:
         return sum(len(b["steps"]["step"]) for b in self.steps)
 
 
+@dataclass
+class Attempt:
+    """What makes a run an attempt of a job (docs/api.md, "Jobs and attempts")."""
+
+    job: dict[str, Any]  # the registration's "job"
+    first_step: int  # the step after the one it restored
+    steps: int  # steps it does before it ends
+    save_every: int  # steps between checkpoints
+    save_s: float  # how long a save blocks
+    restore_s: float  # how long its restore took (0: the first attempt, nothing to restore)
+    status: str | None  # how it ends: "finished", "failed" or "crashed" (None: silent, a SIGKILL)
+    cause: str | None
+
+
 def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: str, provider: str, region: str,
-         tier: str, index: int, start: datetime, now: datetime) -> DemoRun:  # fmt: skip
+         tier: str, index: int, start: datetime, now: datetime, attempt: Attempt | None = None) -> DemoRun:  # fmt: skip
     # A project trains one recipe (its world size, step, batch: runs of it are peers of each
     # other); each run does it more or less well, so the project's better runs are evidence.
     recipe = np.random.default_rng(hash_text(f"{team}/{project}"))
     world = int(recipe.choice([1, 2, 4, 8], p=[0.2, 0.2, 0.25, 0.35]))
     step_s = float(recipe.uniform(4, 40))  # coarse steps keep the demo quick to post
     batch_size = int(recipe.choice([8, 16, 32, 64]))
-    n = int(rng.integers(150, 400))
+    n = int(rng.integers(150, 400)) if attempt is None else attempt.steps
     base_mfu = {"low_mfu": 0.12, "healthy": 0.42}.get(pattern, 0.33)
     peak = DENSE_BF16[gpu]
     flops_per_step = base_mfu * peak * step_s * 0.7
@@ -78,11 +92,18 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
     t0 = int(start.timestamp()) * NS
     name = f"{project}-{start:%m%d}-{index:02d}"
     run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"phantomhub-demo-fleet/{team}/{project}/{index}"))
+    if attempt is not None:
+        name = f"{attempt.job['key'].rsplit('/', 1)[-1]}-attempt-{attempt.job['attempt']}"
+        run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"phantomhub-demo-job/{team}/{project}/{name}"))
+        alloc = start - timedelta(seconds=float(rng.uniform(60, 150)) + attempt.restore_s)
     body: dict[str, Any] = {"id": run_id, "name": name, "tags": [pattern, "fleet"], "gpu_model": gpu, "gpu_count": world,
             "world_size": world, "nodes": max(1, world // 8), "provider": provider, "region": region,
             "pricing_tier": tier, "dtype": "bf16", "allocation_start": alloc.isoformat(), "started_at": start.isoformat(),
             "config": {"batch_size": batch_size, "lr": float(rng.choice([1e-4, 3e-4]))},
             "environment": {"torch": "2.13.0", "generator": "phantomhub demo fleet"}}  # fmt: skip
+    if attempt is not None:
+        body["job"] = attempt.job
+        body["tags"] = [pattern, "fleet", "job"]
     run = DemoRun(team, project, body)
     slow_rank = int(rng.integers(0, world)) if pattern == "comm" and world > 1 else -1
     eval_every = 100 if pattern == "idle" else 0
@@ -101,6 +122,11 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
     gaps = np.zeros(n)
     if eval_every:
         gaps[eval_every::eval_every] = step_s * 20
+    first = attempt.first_step if attempt is not None else 0
+    # Saves after every save_every-th step (counted on the job's step numbers): gaps the saves fill.
+    saves = [k for k in range(1, n) if attempt is not None and (first + k) % attempt.save_every == 0]
+    for k in saves:
+        gaps[k] += attempt.save_s if attempt is not None else 0.0
     starts = (t0 + np.concatenate([[0.0], np.cumsum(dur_common + gaps)[:-1]]) * NS).astype(np.int64)
     # A run still going at `now` has posted only the steps that have ended: it is live.
     done = starts + (dur_common * NS).astype(np.int64) < int(now.timestamp()) * NS
@@ -115,6 +141,20 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
         comm[:, :n],
         host[:, :n],
     )
+    if attempt is not None:
+        for k in saves:
+            if k >= n:
+                continue
+            end_prev = int(starts[k - 1] + dur_common[k - 1] * NS)
+            save_ns = int(attempt.save_s * NS)
+            run.events.append({"id": f"checkpoint-{first + k - 1}", "kind": "phase", "name": "checkpoint",
+                               "t_ns": end_prev + save_ns, "t_start_ns": end_prev, "dur_ns": save_ns,
+                               "data": {"step": first + k - 1, "bytes": 96 * 2**30, "async": False}})  # fmt: skip
+        if attempt.restore_s:
+            restore_ns = int(attempt.restore_s * NS)
+            run.events.append({"id": f"restore-{first - 1}", "kind": "phase", "name": "restore", "t_ns": t0,
+                               "t_start_ns": t0 - restore_ns, "dur_ns": restore_ns,
+                               "data": {"step": first - 1, "bytes": 96 * 2**30}})  # fmt: skip
     if eval_every:
         for k in range(eval_every, n, eval_every):
             end_prev = int(starts[k - 1] + dur_common[k - 1] * NS)
@@ -128,7 +168,7 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
         reserved = mem_cap * 0.85 * 2**30
         allocated = reserved * (0.55 if pattern == "memory" else 0.85)
         steps = {
-            "step": list(range(n)),
+            "step": list(range(first, first + n)),
             "t_start_ns": starts.tolist(),
             "dur_ns": d.tolist(),
             "data_ns": (data[rank] * NS).astype(np.int64).tolist(),
@@ -157,10 +197,51 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
         "t_ns": sample_t.tolist(), "cpu_other_pct": rng.normal(other, 3, len(sample_t)).clip(0, 100).round(1).tolist(),
         "cpu_steal_pct": rng.normal(2 if pattern == "host" else 0.2, 0.2, len(sample_t)).clip(0, 100).round(2).tolist(),
     }})  # fmt: skip
-    if not running:
+    if attempt is not None:
+        if attempt.status is not None:  # a silent attempt (SIGKILL) sends no finish: the next one's start ends it
+            finish: dict[str, Any] = {"id": "finish", "kind": "finish", "t_ns": end_ns + int(rng.uniform(20, 90) * NS),
+                                      "status": attempt.status}  # fmt: skip
+            if attempt.cause:
+                finish["data"] = {"cause": attempt.cause, "exception": _EXCEPTIONS.get(attempt.cause, "")}
+            run.events.append(finish)
+    elif not running:
         status = "crashed" if rng.random() < 0.04 else "finished"
         run.events.append({"id": "finish", "kind": "finish", "t_ns": end_ns + int(rng.uniform(20, 120) * NS), "status": status})
     return run
+
+
+_EXCEPTIONS = {"oom": "torch.OutOfMemoryError", "collective_timeout": "torch.distributed.DistBackendError"}
+# (team, project, job name, [(steps, how it ended, its cause)]): each attempt resumes from the
+# last checkpoint the one before it saved.
+JOBS: list[tuple[str, str, str, int, float, list[tuple[int, str | None, str | None]]]] = [
+    ("nlp", "llm-pretrain", "pretrain-7b", 50, 90.0,
+     [(180, "failed", "collective_timeout"), (140, None, None), (210, "failed", "oom"), (160, "finished", "finished")]),
+    ("research", "moe-scaling", "moe-64e", 25, 240.0,
+     [(90, "failed", "collective_timeout"), (120, "failed", "sigterm"), (150, "finished", "finished")]),
+]  # fmt: skip
+
+
+def job_runs(*, seed: int = 7, now: datetime | None = None, days_ago: float = 6.0) -> Iterator[DemoRun]:
+    """The demo's jobs: attempts of a few long trainings that failed (a collective timeout, a
+    silent SIGKILL, an OOM, a preemption) and resumed from their last checkpoint."""
+    rng = np.random.default_rng(seed)
+    now = (now or datetime.now(UTC)).replace(minute=0, second=0, microsecond=0)
+    patterns = {p[0]: p for _, ps in ORG for p in ps}
+    for i, (team, project, key, save_every, save_s, attempts) in enumerate(JOBS):
+        _, pattern, gpu, provider, region, tier = patterns[project]
+        start = now - timedelta(days=days_ago + 2 * i)
+        first = 0
+        for number, (steps, status, cause) in enumerate(attempts):
+            spec = Attempt(job={"key": f"slurm/{key}", "attempt": number, "source": "slurm"}, first_step=first, steps=steps,
+                           save_every=save_every, save_s=save_s, restore_s=0.0 if number == 0 else float(rng.uniform(40, 120)),
+                           status=status, cause=cause)  # fmt: skip
+            run = _run(rng, team, project, pattern, gpu, provider, region, tier, 0, start, now, attempt=spec)
+            yield run
+            last_step = run.steps[0]["steps"]["step"][-1]
+            ends = [e["t_ns"] for e in run.events if e["kind"] == "finish"]
+            end_ns = ends[0] if ends else max(b["steps"]["t_start_ns"][-1] + b["steps"]["dur_ns"][-1] for b in run.steps)
+            first = (last_step // save_every) * save_every  # resumes after the last save before the failure
+            start = datetime.fromtimestamp(end_ns / NS, tz=UTC) + timedelta(minutes=float(rng.uniform(4, 12)))
 
 
 def hash_text(text: str) -> int:

@@ -123,10 +123,11 @@ def _job_join(run: Run, project: Project, given: dict[str, Any]) -> None:
             job = Job.objects.get(project=project, key=key)
     Run.objects.filter(pk=run.pk).update(job=job, attempt=attempt)
     run.job, run.attempt = job, attempt
-    # An earlier attempt still running but silent since before this one started is over: its
-    # launcher restarted the job (a SIGKILL, a lost node). It is marked crashed now, not after the
-    # crash threshold, and like the sweep's mark this is provisional: telemetry reopens it.
-    Run.objects.filter(job=job, status=RunStatus.RUNNING, started_at__lt=run.started_at, last_seen_at__lte=run.started_at).update(
+    # An earlier attempt still running is over: its launcher started the next one (after a
+    # SIGKILL, a lost node). It is marked crashed now, not after the crash threshold, and like the
+    # sweep's mark this is provisional: its own telemetry, if it is alive after all, reopens it.
+    # (When it was last heard of says nothing here: a spool replayed late is heard of late.)
+    Run.objects.filter(job=job, status=RunStatus.RUNNING, started_at__lt=run.started_at).update(
         status=RunStatus.CRASHED, ingest_seq=F("ingest_seq") + 1
     )
     others = list(Run.objects.filter(job=job).exclude(pk=run.pk).values_list("pk", flat=True))

@@ -167,20 +167,19 @@ def test_a_checkpoint_for_an_unknown_run_is_404(owner: Tenant) -> None:
     assert events(owner, str(uuid.uuid4()), phase("checkpoint", step=1)).status_code == 404
 
 
-def test_a_silent_earlier_attempt_is_marked_crashed_when_the_next_one_joins(owner: Tenant) -> None:
+def test_an_earlier_attempt_still_running_is_marked_crashed_when_the_next_one_joins(owner: Tenant) -> None:
     from datetime import timedelta
 
     from django.utils import timezone
 
-    first, alive = str(uuid.uuid4()), str(uuid.uuid4())
+    first, later = str(uuid.uuid4()), str(uuid.uuid4())
     now = timezone.now()
     register(owner, first, job={"key": "j"}, started_at=(now - timedelta(minutes=10)).isoformat())
-    register(owner, alive, job={"key": "j"}, started_at=(now - timedelta(minutes=5)).isoformat())
-    Run.objects.filter(client_id=first).update(last_seen_at=now - timedelta(minutes=9))
-    Run.objects.filter(client_id=alive).update(last_seen_at=now + timedelta(seconds=5))  # heard from after the next start
     register(owner, str(uuid.uuid4()), job={"key": "j"}, started_at=now.isoformat())
+    # an attempt that started after the joining one (registered late) is not its predecessor
+    register(owner, later, job={"key": "j"}, started_at=(now + timedelta(minutes=1)).isoformat())
     statuses = dict(Run.objects.values_list("client_id", "status"))
-    assert statuses[uuid.UUID(first)] == "crashed" and statuses[uuid.UUID(alive)] == "running"
-    # provisional: the crashed attempt's telemetry reopens it
+    assert statuses[uuid.UUID(first)] == "crashed" and statuses[uuid.UUID(later)] == "running"
+    # provisional: the crashed attempt's own telemetry, if it is alive after all, reopens it
     assert events(owner, first, phase("eval")).status_code == 200
     assert Run.objects.get(client_id=first).status == "running"

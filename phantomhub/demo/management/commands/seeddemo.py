@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from phantomhub.accounts.models import ApiToken, Membership, Profile, Role
 from phantomhub.accounts.services import project_get_or_create, project_token_create, team_get_or_create, token_digest
-from phantomhub.demo.fleet import ORG, fleet_runs
+from phantomhub.demo.fleet import ORG, fleet_runs, job_runs
 from phantomhub.demo.post import local_server, post_all
 from phantomhub.telemetry.models import Run
 from phantomhub.waste.sweeps import analysis_sweep
@@ -50,7 +50,8 @@ class Command(BaseCommand):
             token_file.write_text(project_token_create(project=quickstart, name="demo").raw + "\n")
             token_file.chmod(0o600)
         self._people()
-        fleet = [run for run in fleet_runs(runs=options["runs"]) if not Run.objects.filter(pk=run.body["id"]).exists()]
+        generated = [*fleet_runs(runs=options["runs"]), *job_runs()]  # a job's attempts in the order they ran
+        fleet = [run for run in generated if not Run.objects.filter(pk=run.body["id"]).exists()]
         if fleet:
             say(f"demo: posting {len(fleet)} generated runs through the ingest API…")
             tokens = self._tokens()
