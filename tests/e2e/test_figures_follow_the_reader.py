@@ -118,11 +118,11 @@ def test_every_table_foots_to_the_cent(signed_in: Any, api: Api, server: Server)
     page.get_by_test_id("finance-total").wait_for()
     body = cells(page, '[data-testid="finance-table"] tbody tr')
     total = cells(page, '[data-testid="finance-total"]')[0]
-    for col in range(1, 10):  # spend, waste, recoverable, six categories
+    for col in range(1, 11):  # spend, waste, recoverable, lost to failures, six categories
         assert sum(money(r[col]) for r in body) == money(total[col]), (col, [r[col] for r in body], total[col])
-    gpu = [Decimal(re.sub(r"[^\d.]", "", r[11])) for r in body]
-    assert sum(gpu) == Decimal(re.sub(r"[^\d.]", "", total[11]))
-    assert sum(int(r[10].replace(",", "")) for r in body) == int(total[10].replace(",", ""))
+    gpu = [Decimal(re.sub(r"[^\d.]", "", r[12])) for r in body]
+    assert sum(gpu) == Decimal(re.sub(r"[^\d.]", "", total[12]))
+    assert sum(int(r[11].replace(",", "")) for r in body) == int(total[11].replace(",", ""))
 
 
 def test_a_team_chart_over_30_days_has_30_days_and_a_day_opens_its_runs(signed_in: Any, api: Api) -> None:

@@ -215,6 +215,9 @@ describe("one format per quantity, rounded once", () => {
 
   it("keeps percentages and percentage points apart, with a real minus and small shares legible", () => {
     expect(formatShare(0.00043)).toBe("0.043%");
+    expect(formatShare(0.000043)).toBe("0.0043%");
+    expect(formatShare(0.0000091)).toBe("< 0.001%");
+    expect(formatShare(-0.0000091)).toBe("> −0.001%");
     expect(formatShare(0.1234)).toBe("12.3%");
     expect(formatShare(0)).toBe("0.0%");
     expect(formatPct(-0.052)).toBe("−5.2%");

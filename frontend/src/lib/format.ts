@@ -96,13 +96,15 @@ export function formatPct(fraction: number | null | undefined, digits = 1): stri
 /**
  * A share (a fraction) with a precision that suits its size, the same in a sentence, a card and a
  * popover: 12.3%, 0.5%, and below a tenth of a percent two significant digits (0.043%), never a
- * bare "0.0%" for a share that is not zero.
+ * bare "0.0%" for a share that is not zero; below a thousandth of a percent "< 0.001%" (a CPU
+ * run's MFU against a GPU's peak), not five decimals.
  */
 export function formatShare(fraction: number | null | undefined): string {
   if (!isNum(fraction)) return DASH;
   const pct = Math.abs(fraction * 100);
   if (pct === 0 || pct >= 0.1) return formatPct(fraction, 1);
-  return formatPct(fraction, Math.min(6, 1 - Math.floor(Math.log10(pct))));
+  if (pct < 0.001) return `${fraction < 0 ? "> −" : "< "}0.001%`;
+  return formatPct(fraction, Math.min(4, 1 - Math.floor(Math.log10(pct))));
 }
 
 /** A change of a fraction, in percentage points: +2.1 pp. */
