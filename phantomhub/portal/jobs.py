@@ -286,7 +286,12 @@ JOB_LIST_PARAMS = [
 
 
 class JobListApi(APIView):
-    @extend_schema(parameters=JOB_LIST_PARAMS, responses=OpenApiTypes.OBJECT, summary="Jobs, by lost dollars")
+    @extend_schema(
+        parameters=JOB_LIST_PARAMS,
+        responses=OpenApiTypes.OBJECT,
+        summary="Jobs, by lost dollars",
+        operation_id="portal_jobs_list",
+    )
     def get(self, request: Request) -> Response:
         params = request.query_params
         sort = params.get("sort", "lost")
