@@ -67,11 +67,20 @@ run: frontend demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT 
 	@echo "PhantomHub on http://127.0.0.1:$(PHANTOMHUB_PORT)/  (API docs: /api/docs/)"
 	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --config deploy/gunicorn_embedded.py --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
 
+# make test: the UI's unit tests and the storage tests on SQLite run beside the parallel pass on
+# PostgreSQL (its workers wait on servers, workers and browsers a good part of the time), each
+# with Redis databases and a var/ of its own (docs/testing.md); then the timing tests, alone.
 test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, everything on PostgreSQL (in parallel, then the timing tests alone), storage tests again on SQLite
-	cd frontend && npm test
-	$(PYTEST) -m "not alone" $(call xdist,$(TEST_WORKERS))
+	@mkdir -p var/test-logs
+	@redis=$${PHANTOMHUB_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}; lite=$${redis%/*}/$$(( $${redis##*/} - $(TEST_WORKERS) )); \
+	(cd frontend && npm test > ../var/test-logs/frontend.log 2>&1; echo $$? > ../var/test-logs/frontend.rc) & \
+	(PHANTOMHUB_TEST_BACKEND=sqlite PHANTOMHUB_TEST_REDIS_URL=$$lite PHANTOMHUB_VAR_DIR=$(CURDIR)/var/test-sqlite \
+	  $(PYTEST) -m backends -q > var/test-logs/sqlite.log 2>&1; echo $$? > var/test-logs/sqlite.rc) & \
+	$(PYTEST) -m "not alone" $(call xdist,$(TEST_WORKERS)); main=$$?; wait; \
+	echo "== the web UI's unit tests (vitest)"; tail -n 15 var/test-logs/frontend.log; \
+	echo "== the storage tests on SQLite"; tail -n 15 var/test-logs/sqlite.log; \
+	test $$main = 0 && test "$$(cat var/test-logs/frontend.rc)" = 0 && test "$$(cat var/test-logs/sqlite.rc)" = 0
 	$(PYTEST) -m alone
-	PHANTOMHUB_TEST_BACKEND=sqlite $(PYTEST) -m backends -q $(call xdist,$(TEST_WORKERS))
 
 test-fast: venv-dev ## the fast tests only: no servers, Celery workers, browsers, training loops or slow tests
 	PHANTOMHUB_TEST_EXAMPLES=$(CHECK_EXAMPLES) $(PYTEST) -m "$(FAST_TESTS)" -q $(call xdist,$(CHECK_WORKERS))
