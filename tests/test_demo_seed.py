@@ -149,13 +149,19 @@ def test_the_demos_jobs_arrive_as_attempts_that_failed_and_resumed() -> None:
     ending as generated (a silent one marked crashed when the next joined), restores after the last
     save before the failure, lost work priced, and no warning on the job page."""
     import uuid
+    from datetime import UTC, datetime
+    from decimal import Decimal
 
     from phantomhub.demo.fleet import JOBS, job_runs
     from phantomhub.demo.post import post_all
+    from phantomhub.pricing.services import price_set
     from phantomhub.telemetry.models import Job
     from phantomhub.waste.jobs import job_figures
     from phantomhub.waste.services import run_analyze
 
+    # Its own price: a late test's database has lost the migrations' example prices to the
+    # transactional tests before it.
+    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("4"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
     tokens = Command()._tokens()
     runs = list(job_runs())
     with local_server() as address:
