@@ -12,10 +12,11 @@ launched by this module as a launcher would:
 - Failures come at fixed moments of the job's wall clock (``failure_times``: exponential gaps of
   mean MTBF_S, as the advice's model assumes, their quantiles taken from the golden-ratio sequence
   so that a run of them covers the distribution evenly: the expectation of random failures
-  without the variance of a handful of draws). The same moments for every job. The attempt running at a failure dies of SIGKILL (after a flush: the test is of the
-  accounting, not of delivery under SIGKILL, which tests/agent covers), except the failures
-  numbered in SIGTERM_AT, which send SIGTERM (the agent finishes the run as failed, cause sigterm,
-  and dies of the signal).
+  without the variance of a handful of draws). The same moments for every job. The attempt
+  running at a failure dies of SIGKILL (after a flush: the test is of the accounting, not of
+  delivery under SIGKILL, which tests/agent covers), except the failures numbered in SIGTERM_AT,
+  which send SIGTERM (the agent finishes the run as failed, cause sigterm, and dies of the
+  signal).
 - The launcher holds the allocation between attempts: it waits RESTART_WAIT_S (a node replaced, a
   rescheduling) and starts the next attempt with the job's allocation start as its
   ``allocation_start`` (as a scheduler's allocation, e.g. Slurm's job start, would be): PhantomHub
