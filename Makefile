@@ -67,6 +67,10 @@ run: frontend demo ## set up and serve PhantomHub on 127.0.0.1:$PHANTOMHUB_PORT 
 	@echo "PhantomHub on http://127.0.0.1:$(PHANTOMHUB_PORT)/  (API docs: /api/docs/)"
 	PHANTOMHUB_SECURE_COOKIES=0 $(VENV)/bin/gunicorn phantomhub.wsgi --config deploy/gunicorn_embedded.py --bind 127.0.0.1:$(PHANTOMHUB_PORT) --workers 2 --access-logfile -
 
+# The modules that hold `alone` tests: the alone pass collects only them, not the whole suite
+# (a minute of one process's CPU on the serial path).
+ALONE_FILES = $(shell grep -rl --include='test_*.py' 'mark.alone' tests | sort)
+
 # make test: the UI's unit tests and the storage tests on SQLite run beside the parallel pass on
 # PostgreSQL (its workers wait on servers, workers and browsers a good part of the time), each
 # with Redis databases and a var/ of its own (docs/testing.md); then the timing tests, alone.
@@ -80,7 +84,7 @@ test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, ev
 	echo "== the web UI's unit tests (vitest)"; tail -n 15 var/test-logs/frontend.log; \
 	echo "== the storage tests on SQLite"; tail -n 15 var/test-logs/sqlite.log; \
 	test $$main = 0 && test "$$(cat var/test-logs/frontend.rc)" = 0 && test "$$(cat var/test-logs/sqlite.rc)" = 0
-	$(PYTEST) -m alone
+	$(PYTEST) -m alone $(ALONE_FILES)
 
 test-fast: venv-dev ## the fast tests only: no servers, Celery workers, browsers, training loops or slow tests
 	PHANTOMHUB_TEST_EXAMPLES=$(CHECK_EXAMPLES) $(PYTEST) -m "$(FAST_TESTS)" -q $(call xdist,$(CHECK_WORKERS))
