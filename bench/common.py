@@ -23,6 +23,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def brokerless_django(database_url: str) -> dict[str, str]:
+    """This process set up as an embedded PhantomHub on a fresh database: the database dropped
+    and created, migrated, Django set up, no broker (analysis runs in the caller, as `make run`
+    does). Returns the environment, for the servers the bench starts."""
+    import os
+
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PHANTOMHUB_REDIS_URL"},  # no broker: analysis runs here
+        "PHANTOMHUB_DATABASE_URL": database_url,
+        "PHANTOMHUB_SECRET_KEY": "s" * 48,
+        "PHANTOMHUB_DEBUG": "0",
+        "PHANTOMHUB_LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
+    }
+    os.environ.pop("PHANTOMHUB_REDIS_URL", None)
+    os.environ.update(env)
+    database_recreate(database_url)
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=root, env=env, check=True)
+    import django
+
+    django.setup()
+    return env
+
+
 def database_recreate(url: str) -> None:
     """Drop and create the database named in `url` (a benchmark starts from nothing)."""
     base, name = url.rsplit("/", 1)

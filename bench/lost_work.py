@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -30,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import lost_work_cases as lw  # noqa: E402
-from bench.common import database_recreate, gunicorn  # noqa: E402
+from bench.common import brokerless_django, gunicorn  # noqa: E402
 
 USD_PER_GPU_HOUR = Decimal("36000")  # $10 a GPU-second
 CAUSES = ("rework", "restart", "checkpoint")
@@ -45,21 +44,7 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "lost_work.json"))
     args = parser.parse_args()
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "PHANTOMHUB_REDIS_URL"},  # no broker: analysis runs here
-        "PHANTOMHUB_DATABASE_URL": args.database_url,
-        "PHANTOMHUB_SECRET_KEY": "s" * 48,
-        "PHANTOMHUB_DEBUG": "0",
-        "PHANTOMHUB_LOG_LEVEL": "WARNING",
-        "DJANGO_SETTINGS_MODULE": "phantomhub.settings",
-    }
-    os.environ.pop("PHANTOMHUB_REDIS_URL", None)
-    os.environ.update(env)
-    database_recreate(args.database_url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
-    import django
-
-    django.setup()
+    env = brokerless_django(args.database_url)
     from phantomhub.accounts.services import project_token_for_slugs
     from phantomhub.pricing.models import PriceEntry
     from phantomhub.pricing.services import price_set

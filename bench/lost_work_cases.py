@@ -57,7 +57,7 @@ RESTART_WAIT_S = 0.5  # the launcher's wait before the next attempt
 MTBF_S = 4.0
 FAILURES = 24  # at most this many failures (the job may finish before the last ones)
 SIGTERM_AT = (2,)  # which failures (0-based) are a SIGTERM instead of a SIGKILL
-GPU_MODEL = "L4"
+GPU_MODEL = "L4"  # as bench/savings_cases.py: the tests share its $10-a-second L4 price
 ATTEMPT_TIMEOUT_S = 120
 GOLDEN = (math.sqrt(5) - 1) / 2
 

@@ -151,6 +151,9 @@ class _CudaResolver:
         self._torch.drop_marks(marks, self.pool)
 
 
+_PhaseT = TypeVar("_PhaseT", bound="_Phase")
+
+
 class _Phase:
     __slots__ = ("_name", "_run", "_t0")
 
@@ -159,7 +162,7 @@ class _Phase:
         self._name = name
         self._t0 = 0
 
-    def __enter__(self) -> _Phase:
+    def __enter__(self: _PhaseT) -> _PhaseT:
         self._t0 = time.perf_counter_ns()
         try:
             self._run._rec.mark(MARK_BOUNDARY, self._t0)
@@ -192,28 +195,18 @@ def _int_or_none(value: Any, what: str) -> int | None:
     return int(value)
 
 
-class _Checkpoint:
+class _Checkpoint(_Phase):
     """``run.checkpoint(step)`` and ``run.restoring(step)``: a "checkpoint" or "restore" phase
     around the block (its blocking time), with ``data`` {step, bytes, async}. Set ``.bytes``
     inside the block once the size is known. Nothing is recorded but one event at the end."""
 
-    __slots__ = ("_async", "_name", "_run", "_t0", "bytes", "step")
+    __slots__ = ("_async", "bytes", "step")
 
     def __init__(self, run: Run, name: str, step: int, size: int | None, async_: bool | None) -> None:
-        self._run = run
-        self._name = name
+        super().__init__(run, name)
         self.step = step
         self.bytes = size
         self._async = async_
-        self._t0 = 0
-
-    def __enter__(self) -> _Checkpoint:
-        self._t0 = time.perf_counter_ns()
-        try:
-            self._run._rec.mark(MARK_BOUNDARY, self._t0)
-        except Exception as exc:
-            self._run._error(exc)
-        return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         t1 = time.perf_counter_ns()

@@ -8,8 +8,7 @@ failures, and the realized change of its lost dollars must be the predicted savi
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,9 @@ pytest.importorskip("phantomhub_agent")
 
 from bench import lost_work_cases as lw
 from phantomhub.accounts.services import project_token_for_slugs
-from phantomhub.pricing.models import PriceEntry
-from phantomhub.pricing.services import price_set
+from tests.waste.test_savings_ground_truth import priced  # noqa: F401  # $10 a GPU-second for the L4 both use
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.alone]
-
-
-@pytest.fixture
-def priced(db: None) -> None:
-    PriceEntry.objects.all().delete()
-    # $10 a GPU-second: a second of lost work is 1,000 cents, so cents do not blur a 5% band.
-    price_set(gpu=lw.GPU_MODEL, usd_per_gpu_hour=Decimal("36000"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
 
 
 def _job(key: str, interval: int, live_server: Any, tmp_path: Path) -> lw.JobRun:
@@ -40,7 +31,9 @@ def _job(key: str, interval: int, live_server: Any, tmp_path: Path) -> lw.JobRun
 
 
 def test_lost_work_is_the_ground_truth_and_the_advised_interval_saves_what_it_predicts(
-    live_server: Any, priced: None, tmp_path: Path
+    live_server: Any,
+    priced: None,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     a = _job("every-10", lw.INTERVAL, live_server, tmp_path)
     truth, ours = lw.truth(a), lw.measured(a)
