@@ -23,8 +23,8 @@ from rest_framework.views import APIView
 from phantomhub.accounts.selectors import projects_visible
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import month_period
-from phantomhub.telemetry.models import EventKind, Job, Run, RunEvent, RunStatus
-from phantomhub.waste.jobs import CAUSES, is_failure, job_figures, project_failure_causes
+from phantomhub.telemetry.models import Job, Run, RunStatus
+from phantomhub.waste.jobs import CAUSES, checkpoint_phases, is_failure, job_figures, project_failure_causes
 from phantomhub.waste.models import RunDay
 
 JOB_SORTS = {"lost": "-lost", "cost": "-cost", "recent": "-last_started_at"}
@@ -136,19 +136,11 @@ def job_page(*, principal: Any, job_id: uuid.UUID) -> dict[str, Any]:
     figures = job_figures(job)
     listed = figures["attempts"]
     run_ids = [a["run_id"] for a in listed]
-    phases: dict[str, list[dict[str, Any]]] = {}
-    # One rank's saves and restores per attempt (the lowest that reported them), as waste counts them.
-    first_rank: dict[tuple[str, str], int] = {}
-    for row in (
-        RunEvent.objects.filter(run_id__in=run_ids, kind=EventKind.PHASE, name__in=("checkpoint", "restore"))
-        .exclude(t_start_ns=None)
-        .exclude(dur_ns=None)
-        .order_by("run_id", "rank", "t_start_ns")
-        .values("run_id", "rank", "name", "t_start_ns", "dur_ns")
-    ):
-        run_id = str(row["run_id"])
-        if first_rank.setdefault((run_id, row["name"]), row["rank"]) == row["rank"]:
-            phases.setdefault(run_id, []).append(dict(row))
+    # The saves and restores waste counted (one rank's per attempt), in time order, for the timeline.
+    phases = {
+        str(run_id): sorted(kinds["checkpoint"] + kinds["restore"], key=lambda p: p["t_start_ns"])
+        for run_id, kinds in checkpoint_phases([uuid.UUID(r) for r in run_ids]).items()
+    }
     totals = figures["totals"]
     rate = figures["failure_rate"]
     attempts = [

@@ -112,7 +112,7 @@ def _analyses(run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     return {r["run_id"]: dict(r) for r in rows}
 
 
-def _phases(run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, list[dict[str, Any]]]]:
+def checkpoint_phases(run_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, list[dict[str, Any]]]]:
     """Each attempt's checkpoint and restore phases, from one rank (its lowest reporting them:
     every rank of a synchronous save reports the same save), in time order."""
     rows = (
@@ -181,7 +181,7 @@ def job_figures(job: Job) -> dict[str, Any]:
     rows = _attempt_rows(runs=Run.objects.filter(job=job))
     ids = [r["id"] for r in rows]
     analyses = _analyses(ids)
-    phases = _phases(ids)
+    phases = checkpoint_phases(ids)
     billed_from = _billed_starts(rows)
     warnings: list[str] = []
     attempts: list[dict[str, Any]] = []
