@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -56,10 +58,18 @@ class Role(models.TextChoices):
     ADMIN = "admin"
 
 
+class Source(models.TextChoices):
+    """Where a membership or an organization role comes from (accounts/directory.py)."""
+
+    LOCAL = "local"  # given by hand (Settings, the admin, seeddemo); the directory leaves it alone
+    DIRECTORY = "directory"  # given by the group mapping from the identity provider's groups
+
+
 class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.LOCAL)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_user_team_unique")]
@@ -74,9 +84,93 @@ class Profile(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
     is_finance = models.BooleanField(default=False)
     is_org_admin = models.BooleanField(default=False)
+    # Which of the two flags the group mapping gave ("finance", "org_admin"): the directory takes
+    # back only what it gave; a flag set by hand (the break-glass admin) stays (accounts/directory.py).
+    directory_flags = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return f"profile of {self.user}"
+
+
+class DirectoryAccount(models.Model):
+    """A person known to the identity provider: by OIDC sign-in (issuer and subject) or by SCIM
+    provisioning (scim_id, external_id). Their directory groups decide their synced access."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="directory")
+    scim_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    external_id = models.CharField(max_length=255, blank=True, db_index=True)
+    oidc_issuer = models.CharField(max_length=500, blank=True)
+    oidc_subject = models.CharField(max_length=255, blank=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["oidc_issuer", "oidc_subject"],
+                condition=~models.Q(oidc_subject=""),
+                name="directoryaccount_oidc_identity_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"directory account of {self.user}"
+
+
+class DirectoryGroup(models.Model):
+    """A group of the identity provider, as its groups claim names it at sign-in or SCIM pushes it.
+    Members are replaced as a whole by each sign-in (that person's groups) or SCIM write."""
+
+    display_name = models.CharField(max_length=255, unique=True)
+    scim_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    external_id = models.CharField(max_length=255, blank=True, db_index=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="directory_groups", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["display_name"]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+
+class Grant(models.TextChoices):
+    """What a group mapping rule gives: an organization role, or a role in one team."""
+
+    ORG_ADMIN = "org_admin"
+    FINANCE = "finance"
+    TEAM_LEAD = "team_lead"  # Role.ADMIN of the team
+    TEAM_MEMBER = "team_member"  # Role.MEMBER
+    TEAM_VIEWER = "team_viewer"  # Role.VIEWER
+
+
+TEAM_GRANT_ROLES = {Grant.TEAM_LEAD: Role.ADMIN, Grant.TEAM_MEMBER: Role.MEMBER, Grant.TEAM_VIEWER: Role.VIEWER}
+
+
+class GroupMappingRule(models.Model):
+    """One rule of the group mapping: people in a group whose name matches `pattern` (an exact
+    name or a shell glob such as `ml-*-leads`, case-sensitive) get `grant` (in `team`, for the
+    team grants)."""
+
+    pattern = models.CharField(max_length=255)
+    grant = models.CharField(max_length=16, choices=Grant.choices)
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="group_rules")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pattern", "grant", "team__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["pattern", "grant", "team"], name="groupmappingrule_unique"),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(grant__in=["org_admin", "finance"], team__isnull=True)
+                    | models.Q(grant__in=["team_lead", "team_member", "team_viewer"], team__isnull=False)
+                ),
+                name="groupmappingrule_team_matches_grant",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pattern} -> {self.grant}{' in ' + self.team.slug if self.team_id else ''}"
 
 
 class TokenKind(models.TextChoices):
