@@ -2,7 +2,7 @@ import type { ReactNode } from "react";
 import { Link } from "react-router";
 
 import { CATEGORIES, CATEGORY_COLOR, CATEGORY_HELP, CATEGORY_LABEL, categoryColor, categoryLabel } from "../lib/categories";
-import { formatPct, formatPctPoints, formatUsd, formatUsdChange, isNum } from "../lib/format";
+import { formatNumber, formatPct, formatPctPoints, formatUsd, formatUsdChange, isNum } from "../lib/format";
 
 export function PageHeader({ title, subtitle, actions, crumbs }: { title: ReactNode; subtitle?: ReactNode; actions?: ReactNode; crumbs?: { to: string; label: string }[] }) {
   return (
@@ -171,5 +171,42 @@ export function Segmented<T extends string>({ label, options, value, onChange }:
         </button>
       ))}
     </div>
+  );
+}
+
+/** "1–50 of 1,234 · Previous · Page 1 of 25 · Next", for every paged table; `extra` goes after
+ * the buttons (e.g. "Show all"), and `hideButtons` keeps only the count (everything is shown). */
+export function Pager({ first, last, count, page, pages, onPage, testId, shownTestId, extra, hideButtons }: {
+  first: number;
+  last: number;
+  count: number;
+  page: number;
+  pages: number;
+  onPage: (page: number) => void;
+  testId?: string;
+  shownTestId?: string;
+  extra?: ReactNode;
+  hideButtons?: boolean;
+}) {
+  return (
+    <nav className="pager" aria-label="Pages" data-testid={testId}>
+      <span className="muted" data-testid={shownTestId}>
+        {formatNumber(first)}–{formatNumber(last)} of {formatNumber(count)}
+      </span>
+      {!hideButtons && (
+        <>
+          <button type="button" className="btn btn-small" disabled={page <= 1} onClick={() => onPage(page - 1)}>
+            Previous
+          </button>
+          <span className="muted">
+            Page {formatNumber(page)} of {formatNumber(pages)}
+          </span>
+          <button type="button" className="btn btn-small" disabled={page >= pages} onClick={() => onPage(page + 1)}>
+            Next
+          </button>
+        </>
+      )}
+      {extra}
+    </nav>
   );
 }

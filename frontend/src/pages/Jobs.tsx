@@ -4,7 +4,7 @@ import { useApi } from "../api/hooks";
 import type { JobList, JobRow } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
 import { Async, Empty } from "../components/States";
-import { Card, PageHeader, Segmented, StatusBadge } from "../components/ui";
+import { Card, PageHeader, Pager, Segmented, StatusBadge } from "../components/ui";
 import { formatDateTime, formatNumber, formatUsd } from "../lib/format";
 import { DEFAULT_JOB_SORT, JOB_SORTS, JOBS_API, JOBS_PAGE_SIZE, jobPath, type JobSort } from "../lib/jobs";
 import { usePeriodLink } from "../lib/links";
@@ -121,20 +121,7 @@ export function JobsPage() {
                 onOpen={(j) => navigate(link(jobPath(j.id)))}
               />
               {d.count > d.results.length && (
-                <nav className="pager" aria-label="Pages">
-                  <span className="muted" data-testid="jobs-shown">
-                    {formatNumber(first)}–{formatNumber(last)} of {formatNumber(d.count)}
-                  </span>
-                  <button type="button" className="btn btn-small" disabled={page <= 1} onClick={() => update({ page: String(page - 1) })}>
-                    Previous
-                  </button>
-                  <span className="muted">
-                    Page {formatNumber(page)} of {formatNumber(pages)}
-                  </span>
-                  <button type="button" className="btn btn-small" disabled={page >= pages} onClick={() => update({ page: String(page + 1) })}>
-                    Next
-                  </button>
-                </nav>
+                <Pager first={first} last={last} count={d.count} page={page} pages={pages} shownTestId="jobs-shown" onPage={(p) => update({ page: String(p) })} />
               )}
             </div>
           )}

@@ -9,7 +9,7 @@ import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
 import { gpuLabel } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
-import { Card, Change, PageHeader, Segmented, ShareBar } from "../components/ui";
+import { Card, Change, PageHeader, Pager, Segmented, ShareBar } from "../components/ui";
 import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
 import { usePeriodLink } from "../lib/links";
 import { DEFAULT_PERIOD, DEFAULT_SORT, isServerSort, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
@@ -179,34 +179,31 @@ export function LeaderboardsPage() {
               onOpen={(r) => navigate(link(entityPath(kind, r.key)))}
             />
             {(rows.length < count || showAll) && (
-              <nav className="pager" aria-label="Pages" data-testid="leaderboard-pager">
-                <span className="muted" data-testid="leaderboard-shown">
-                  {formatNumber(first)}–{formatNumber(last)} of {formatNumber(count)}
-                </span>
-                {!showAll && (
+              <Pager
+                first={first}
+                last={last}
+                count={count}
+                page={page}
+                pages={pages}
+                testId="leaderboard-pager"
+                shownTestId="leaderboard-shown"
+                hideButtons={showAll}
+                onPage={(p) => update({ page: String(p) })}
+                extra={
                   <>
-                    <button type="button" className="btn btn-small" disabled={page <= 1} onClick={() => update({ page: String(page - 1) })}>
-                      Previous
-                    </button>
-                    <span className="muted">
-                      Page {formatNumber(page)} of {formatNumber(pages)}
-                    </span>
-                    <button type="button" className="btn btn-small" disabled={page >= pages} onClick={() => update({ page: String(page + 1) })}>
-                      Next
-                    </button>
+                    {!showAll && count <= ALL_ROWS && (
+                      <button type="button" className="btn btn-small" onClick={() => update({ all: "1" })} data-testid="leaderboard-show-all">
+                        Show all {formatNumber(count)}
+                      </button>
+                    )}
+                    {showAll && (
+                      <button type="button" className="btn btn-small" onClick={() => update({ all: "" })}>
+                        Show {PAGE_ROWS} a page
+                      </button>
+                    )}
                   </>
-                )}
-                {!showAll && count <= ALL_ROWS && (
-                  <button type="button" className="btn btn-small" onClick={() => update({ all: "1" })} data-testid="leaderboard-show-all">
-                    Show all {formatNumber(count)}
-                  </button>
-                )}
-                {showAll && (
-                  <button type="button" className="btn btn-small" onClick={() => update({ all: "" })}>
-                    Show {PAGE_ROWS} a page
-                  </button>
-                )}
-              </nav>
+                }
+              />
             )}
             </>
           )}

@@ -7,7 +7,7 @@ import { useSession } from "../api/session";
 import type { GpuSpec, Page, RunRow } from "../api/types";
 import { RunTable } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
-import { Card, PageHeader } from "../components/ui";
+import { Card, PageHeader, Pager } from "../components/ui";
 import { COMPARE_MAX, COMPARE_MIN, comparePath } from "./Compare";
 import { formatDate, formatNumber } from "../lib/format";
 import { usePeriodLink } from "../lib/links";
@@ -204,20 +204,7 @@ export function RunsPage() {
                 period={!!d.period}
                 totals={d.totals}
               />
-              <nav className="pager" aria-label="Pages">
-                <span className="muted" data-testid="runs-shown">
-                  {formatNumber(first)}–{formatNumber(last)} of {formatNumber(d.count)}
-                </span>
-                <button type="button" className="btn btn-small" disabled={d.page <= 1} onClick={() => set({ page: d.page - 1 })}>
-                  Previous
-                </button>
-                <span className="muted">
-                  Page {d.page} of {pages}
-                </span>
-                <button type="button" className="btn btn-small" disabled={d.page >= pages} onClick={() => set({ page: d.page + 1 })}>
-                  Next
-                </button>
-              </nav>
+              <Pager first={first} last={last} count={d.count} page={d.page} pages={pages} shownTestId="runs-shown" onPage={(p) => set({ page: p })} />
             </div>
           )}
         </Async>
