@@ -1,0 +1,99 @@
+"""Saving the group mapping and saying what it changes (docs/identity.md, "Groups to teams and roles").
+
+`mapping_replace` swaps the stored rules for a new list and re-syncs everyone the directory knows
+in the same transaction, so nobody keeps a role the new mapping no longer gives (not even until
+their next sign-in). Rules are replaced by difference (unchanged rows stay, the others are deleted
+or created one by one), so each rule added or removed is one change in the audit trail.
+
+`changes_grouped` turns the per-person changes of `accounts.directory` into what the editor says:
+"14 people would join nlp as members".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Count, Q
+
+from phantomhub.accounts.directory import Change, Rule, user_sync
+from phantomhub.accounts.models import TEAM_GRANT_ROLES, DirectoryGroup, GroupMappingRule
+
+MAX_RULES = 500
+_ROLE_GRANTS = {role: grant for grant, role in TEAM_GRANT_ROLES.items()}  # Role -> Grant
+_ACTION_ORDER = {"join": 0, "role": 1, "leave": 2}
+
+
+@dataclass(frozen=True)
+class MappingSaved:
+    changes: list[Change]
+    synced: int  # people re-synced (everyone with a directory account, active or not)
+
+
+@transaction.atomic
+def mapping_replace(rules: Sequence[Rule]) -> MappingSaved:
+    """Make the stored mapping exactly `rules` (already validated) and re-sync every directory
+    person. Two saves at once: the second waits on the first's rows, or fails on the unique
+    constraint (IntegrityError; the API answers 409)."""
+    wanted = {(r.pattern, r.grant, r.team_id) for r in rules}
+    stored = {(r.pattern, r.grant, r.team_id): r for r in GroupMappingRule.objects.select_for_update().order_by("pk")}
+    for key, row in stored.items():
+        if key not in wanted:
+            row.delete()
+    for rule in rules:
+        key = (rule.pattern, rule.grant, rule.team_id)
+        if key not in stored:
+            GroupMappingRule.objects.create(pattern=rule.pattern, grant=rule.grant, team_id=rule.team_id)
+            stored[key] = GroupMappingRule()  # a duplicate in `rules` is created once
+    people = get_user_model().objects.filter(directory__isnull=False).order_by("pk")
+    changes: list[Change] = []
+    synced = 0
+    for user in list(people):
+        changes.extend(user_sync(user, rules=list(rules)))
+        synced += 1
+    return MappingSaved(sorted(changes, key=lambda c: c.username), synced)
+
+
+def directory_groups() -> list[dict[str, Any]]:
+    """The directory's groups with their active members, for the editor to show what matches what."""
+    groups = DirectoryGroup.objects.annotate(active=Count("members", filter=Q(members__is_active=True))).order_by("display_name")
+    return [{"name": g.display_name, "members": g.active} for g in groups]
+
+
+def rule_matches(rules: Sequence[Rule], groups: Sequence[str]) -> list[list[str]]:
+    """For each rule, the names of the known groups its pattern matches."""
+    return [[g for g in groups if rule.matches(g)] for rule in rules]
+
+
+def change_grant(change: Change) -> str:
+    """The grant a change is about: the organization flag, or the team grant of its role (the
+    new role for a join or a role change, the role held for a leave)."""
+    if change.grant != "team":
+        return change.grant
+    return str(_ROLE_GRANTS.get(change.role, change.role or ""))  # type: ignore[call-overload]
+
+
+def changes_grouped(changes: Sequence[Change]) -> list[dict[str, Any]]:
+    """{action, grant, team, people, count} per kind of change, organization flags first, then by
+    team, joins before role changes before leaves."""
+    groups: dict[tuple[str, str, str | None], list[str]] = defaultdict(list)
+    for change in changes:
+        groups[(change.action, change_grant(change), change.team)].append(change.username)
+    ordered = sorted(
+        groups.items(), key=lambda item: (item[0][2] is not None, item[0][2] or "", _ACTION_ORDER[item[0][0]], item[0][1])
+    )
+    return [
+        {"action": action, "grant": grant, "team": team, "people": sorted(set(people)), "count": len(set(people))}
+        for (action, grant, team), people in ordered
+    ]
+
+
+def changes_by_person(changes: Sequence[Change]) -> list[dict[str, Any]]:
+    people: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for change in changes:
+        people[change.username].append({"action": change.action, "grant": change_grant(change), "team": change.team})
+    return [{"username": name, "changes": items} for name, items in sorted(people.items())]
