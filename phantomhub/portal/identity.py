@@ -130,7 +130,11 @@ def _mapping_view(rules: list[Rule]) -> dict[str, Any]:
     slugs = dict(Team.objects.values_list("pk", "slug"))
     groups = directory_groups()
     matches = rule_matches(rules, [g["name"] for g in groups])
-    return {"rules": [_rule_out(r, slugs) | {"matches": m} for r, m in zip(rules, matches, strict=True)], "groups": groups}
+    return {
+        "rules": [_rule_out(r, slugs) | {"matches": m} for r, m in zip(rules, matches, strict=True)],
+        "groups": groups,
+        "teams": sorted(slugs.values()),  # for the team grants' choices
+    }
 
 
 def _stored() -> list[Rule]:
