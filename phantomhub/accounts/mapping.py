@@ -2,7 +2,9 @@
 
 `mapping_replace` swaps the stored rules for a new list and re-syncs everyone the directory knows
 in the same transaction, so nobody keeps a role the new mapping no longer gives (not even until
-their next sign-in). Rules are replaced by difference (unchanged rows stay, the others are deleted
+their next sign-in). Deactivated people are re-synced too, so their stored memberships say the
+truth, but their changes are reported apart: the preview, like the access itself, counts active
+people only. Rules are replaced by difference (unchanged rows stay, the others are deleted
 or created one by one), so each rule added or removed is one change in the audit trail.
 
 `changes_grouped` turns the per-person changes of `accounts.directory` into what the editor says:
@@ -30,7 +32,8 @@ _ACTION_ORDER = {"join": 0, "role": 1, "leave": 2}
 
 @dataclass(frozen=True)
 class MappingSaved:
-    changes: list[Change]
+    changes: list[Change]  # of active people: what the preview showed
+    deactivated: list[str]  # deactivated people whose stored access changed too (it gives them nothing)
     synced: int  # people re-synced (everyone with a directory account, active or not)
 
 
@@ -51,11 +54,16 @@ def mapping_replace(rules: Sequence[Rule]) -> MappingSaved:
             stored[key] = GroupMappingRule()  # a duplicate in `rules` is created once
     people = get_user_model().objects.filter(directory__isnull=False).order_by("pk")
     changes: list[Change] = []
+    deactivated: list[str] = []
     synced = 0
     for user in list(people):
-        changes.extend(user_sync(user, rules=list(rules)))
+        changed = user_sync(user, rules=list(rules))
+        if user.is_active:
+            changes.extend(changed)
+        elif changed:
+            deactivated.append(user.username)
         synced += 1
-    return MappingSaved(sorted(changes, key=lambda c: c.username), synced)
+    return MappingSaved(sorted(changes, key=lambda c: c.username), sorted(deactivated), synced)
 
 
 def directory_groups() -> list[dict[str, Any]]:

@@ -164,7 +164,13 @@ class GroupMappingApi(APIView):
                            status_code=status.HTTP_409_CONFLICT) from None  # fmt: skip
         body = _mapping_view(_stored())
         return Response(
-            body | {"changes": changes_grouped(saved.changes), "people": changes_by_person(saved.changes), "synced": saved.synced}
+            body
+            | {
+                "changes": changes_grouped(saved.changes),
+                "people": changes_by_person(saved.changes),
+                "deactivated": saved.deactivated,
+                "synced": saved.synced,
+            }
         )
 
 

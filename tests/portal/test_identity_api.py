@@ -158,8 +158,9 @@ def test_save_replaces_the_rules_and_resyncs_everyone_at_once(admin: APIClient, 
     response = admin.put(MAPPING, {"rules": rules}, format="json")
     assert response.status_code == 200, response.content
     body = response.json()
-    assert body["changes"] == [{"action": "join", "grant": "team_member", "team": "nlp", "people": ["ada", "gone"], "count": 2}]
-    assert body["synced"] == 2
+    # As the preview says it (active people); the deactivated person is re-synced and named apart.
+    assert body["changes"] == [{"action": "join", "grant": "team_member", "team": "nlp", "people": ["ada"], "count": 1}]
+    assert (body["deactivated"], body["synced"]) == (["gone"], 2)
     assert [(r["pattern"], r["grant"], r["team"]) for r in body["rules"]] == [
         ("fin", "finance", None),
         ("nlp-*", "team_member", "nlp"),
@@ -171,8 +172,9 @@ def test_save_replaces_the_rules_and_resyncs_everyone_at_once(admin: APIClient, 
     # The rule goes: nobody keeps the role, deactivated people included, without a sign-in.
     response = admin.put(MAPPING, {"rules": rules[:1]}, format="json")
     assert response.json()["changes"] == [
-        {"action": "leave", "grant": "team_member", "team": "nlp", "people": ["ada", "gone"], "count": 2}
+        {"action": "leave", "grant": "team_member", "team": "nlp", "people": ["ada"], "count": 1}
     ]
+    assert response.json()["deactivated"] == ["gone"]
     assert not Membership.objects.filter(user__in=[ada, gone]).exists()
 
 

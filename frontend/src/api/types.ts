@@ -970,6 +970,8 @@ export interface GroupMappingView {
   people?: MappingPersonChanges[];
   /** PUT: how many people were re-synced. */
   synced?: number;
+  /** PUT: deactivated people whose stored access changed too (not counted in `changes`, as in the preview). */
+  deactivated?: string[];
 }
 
 export type AccessSource = "local" | "directory";

@@ -179,7 +179,9 @@ function MappingCard({ onSaved }: { onSaved: () => void }) {
     const answer = await call("PUT", "group-mapping");
     if (answer) {
       setPreview(null);
-      setDone(changeSentences(answer.changes ?? [], true));
+      const gone = answer.deactivated ?? [];
+      const also = gone.length ? [`Deactivated people re-synced too: ${gone.join(", ")}.`] : [];
+      setDone([...changeSentences(answer.changes ?? [], true), ...also]);
       saved.reload();
       onSaved();
     }
