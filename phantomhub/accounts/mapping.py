@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q
 
 from phantomhub.accounts.directory import Change, Rule, user_sync
@@ -37,21 +37,34 @@ class MappingSaved:
     synced: int  # people re-synced (everyone with a directory account, active or not)
 
 
+def _saves_one_at_a_time() -> None:
+    """Two saves at once must not mix (each deletes what it does not want, and on PostgreSQL's
+    read committed the second would not see the first's new rows): the rules table is locked
+    against other writers until the commit; sign-ins still read it. SQLite needs nothing: a
+    writing transaction holds the whole database."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {GroupMappingRule._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+
+
 @transaction.atomic
 def mapping_replace(rules: Sequence[Rule]) -> MappingSaved:
-    """Make the stored mapping exactly `rules` (already validated) and re-sync every directory
-    person. Two saves at once: the second waits on the first's rows, or fails on the unique
-    constraint (IntegrityError; the API answers 409)."""
+    """Make the stored mapping exactly `rules` (already validated, no duplicates) and re-sync
+    every directory person."""
+    _saves_one_at_a_time()
     wanted = {(r.pattern, r.grant, r.team_id) for r in rules}
-    stored = {(r.pattern, r.grant, r.team_id): r for r in GroupMappingRule.objects.select_for_update().order_by("pk")}
-    for key, row in stored.items():
-        if key not in wanted:
+    kept: set[tuple[str, str, int | None]] = set()
+    for row in GroupMappingRule.objects.order_by("pk"):
+        key = (row.pattern, row.grant, row.team_id)
+        if key in wanted and key not in kept:
+            kept.add(key)
+        else:  # not wanted, or a duplicate (an organization rule's NULL team escapes the unique constraint)
             row.delete()
     for rule in rules:
         key = (rule.pattern, rule.grant, rule.team_id)
-        if key not in stored:
+        if key not in kept:
             GroupMappingRule.objects.create(pattern=rule.pattern, grant=rule.grant, team_id=rule.team_id)
-            stored[key] = GroupMappingRule()  # a duplicate in `rules` is created once
+            kept.add(key)
     people = get_user_model().objects.filter(directory__isnull=False).order_by("pk")
     changes: list[Change] = []
     deactivated: list[str] = []

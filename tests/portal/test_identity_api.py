@@ -320,3 +320,55 @@ def test_the_people_list_pages_and_filters(admin: APIClient) -> None:
     page = admin.get("/api/v1/portal/people?page=2&page_size=2").json()
     assert [p["username"] for p in page["people"]] == ["cal", "root"] and page["count"] == 4
     assert "page_size" in _error(admin.get("/api/v1/portal/people?page_size=501"), 400)["fields"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_saves_at_once_do_not_mix() -> None:
+    """A save waits for another writer of the rules and then sees what it committed: the mapping
+    ends as the later save's list, not a mix of the two (read committed alone would keep the
+    other's rule, inserted after the save's first read)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the lock is PostgreSQL's; SQLite holds the whole database for a writer")
+    import threading
+
+    import psycopg
+
+    root = get_user_model().objects.create_user("root")
+    Profile.objects.create(user=root, is_org_admin=True)
+    db = connection.settings_dict
+    other = psycopg.connect(
+        dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None, host=db["HOST"], port=db["PORT"] or None
+    )
+    other.execute("LOCK TABLE accounts_groupmappingrule IN SHARE ROW EXCLUSIVE MODE")  # as another save holds it
+    other.execute(
+        'INSERT INTO accounts_groupmappingrule (pattern, "grant", team_id, created_at) '
+        "VALUES ('theirs', 'finance', NULL, now())"
+    )
+    answers: list[Any] = []
+
+    def save() -> None:
+        try:
+            answers.append(_client(root).put(MAPPING, {"rules": [{"pattern": "mine", "grant": "finance"}]}, format="json"))
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=save)
+    thread.start()
+    thread.join(1.0)
+    assert thread.is_alive(), "the save must wait for the other writer"
+    other.commit()
+    other.close()
+    thread.join(30)
+    assert answers and answers[0].status_code == 200, answers
+    assert list(GroupMappingRule.objects.values_list("pattern", flat=True)) == ["mine"]
+
+
+def test_a_save_leaves_one_row_per_rule(admin: APIClient) -> None:
+    """Two equal organization rules can be stored (a NULL team escapes the unique constraint); a
+    save keeps one."""
+    for _ in range(2):
+        GroupMappingRule.objects.create(pattern="fin", grant="finance")
+    assert admin.put(MAPPING, {"rules": [{"pattern": "fin", "grant": "finance"}]}, format="json").status_code == 200
+    assert GroupMappingRule.objects.filter(pattern="fin").count() == 1
