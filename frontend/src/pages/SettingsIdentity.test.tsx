@@ -44,7 +44,8 @@ describe("the group mapping's changes in words", () => {
   });
 });
 
-const adminUser = { username: "root", is_finance: false, is_org_admin: true, teams: [] };
+const adminUser = { username: "root", is_finance: false, is_org_admin: true, teams: [] as { slug: string; name: string; role: string }[] };
+const leadUser = { username: "lee", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "admin" }] };
 const MAPPING: GroupMappingView = { rules: [{ pattern: "nlp-*", grant: "team_member", team: "nlp", matches: ["nlp-research"] }], groups: [{ name: "nlp-research", members: 14 }], teams: ["nlp", "vision"] };
 const REFUSAL = "ada's lead role in nlp comes from the identity provider's group nlp-leads (rule nlp-* → team lead); change the group or the mapping";
 const PEOPLE: PeoplePage = {
@@ -56,9 +57,9 @@ const PEOPLE: PeoplePage = {
   }],
 };
 
-function serve() {
+function serve(user: typeof adminUser | typeof leadUser = adminUser) {
   const api = mockFetch({
-    "/api/v1/portal/session": { authenticated: true, user: adminUser, csrf_token: "tok" },
+    "/api/v1/portal/session": { authenticated: true, user, csrf_token: "tok" },
     "/api/v1/portal/group-mapping/preview": { ...MAPPING, changes: [{ action: "join", grant: "team_member", team: "nlp", people: [], count: 14 }, { action: "leave", grant: "finance", team: null, people: ["a", "b"], count: 2 }], people: [] },
     "/api/v1/portal/group-mapping": MAPPING,
     "/api/v1/portal/people/ada/memberships/nlp": () => json(409, { error: { code: "synced", message: REFUSAL, fields: { role: REFUSAL } } }),
@@ -109,5 +110,17 @@ describe("Settings → People & groups", () => {
     const put = api.calls.find((c) => c.init?.method === "PUT");
     expect(put?.url).toBe("/api/v1/portal/people/ada/memberships/nlp");
     expect(JSON.parse(String(put?.init?.body))).toEqual({ role: "member" });
+  });
+
+  it("shows a team's lead the people list without the mapping, and someone else neither", async () => {
+    serve(leadUser);
+    const view = renderTab();
+    expect(await screen.findByTestId("people")).toBeInTheDocument();
+    expect(screen.queryByTestId("group-mapping")).not.toBeInTheDocument();
+    view.unmount();
+    serve({ ...leadUser, teams: [{ slug: "nlp", name: "nlp", role: "member" }] });
+    renderTab();
+    expect(await screen.findByText(/Ask one of them to change your access/)).toBeInTheDocument();
+    expect(screen.queryByTestId("people")).not.toBeInTheDocument();
   });
 });
