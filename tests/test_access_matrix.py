@@ -127,6 +127,16 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("alerts-states", "get"): ORG_READ,
     ("alerts-state", "patch"): "401 403 403 403 403 ok 403 ok",
     ("alerts-deliveries", "get"): ORG_READ,
+    # People & groups (portal/identity.py): the group mapping is the organization admins'; people
+    # are listed to org admins (everyone) and a team's leads (their team's people, PEOPLE_SEEN),
+    # who change local memberships of their own team (a lead of another team: 403, below).
+    ("portal-group-mapping", "get"): "401 403 403 ok 403 403 403 ok",  # the personal token is the admin's
+    ("portal-group-mapping", "put"): ADMIN_WRITE,
+    ("portal-group-mapping-preview", "post"): ADMIN_WRITE,
+    ("portal-people", "get"): "401 403 403 ok 403 ok 403 ok",
+    ("portal-person", "patch"): ADMIN_WRITE,  # organization flags
+    ("portal-person-membership", "put"): "401 403 403 403 403 ok 403 ok",
+    ("portal-person-membership", "delete"): "401 403 403 403 403 ok 403 ok",
 }
 NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): "ok",
@@ -265,6 +275,8 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-finance-reopen": {"month": "2026-09"},
         "fleet-csv": {"table": "nodes"},
         "fleet-rules-job": {"job_id": world.job_id},
+        "portal-person": {"username": "member"},
+        "portal-person-membership": {"username": "member", "slug": "nlp"},
     }.get(name, {})
 
 
@@ -298,6 +310,10 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("node-samples", "post"): lambda: NODE_BODY,
     ("fleet-rules", "put"): lambda: {"rules": []},
     ("fleet-rules-preview", "post"): lambda: {"rules": []},
+    ("portal-group-mapping", "put"): lambda: {"rules": [{"pattern": "matrix-*", "grant": "team_member", "team": "nlp"}]},
+    ("portal-group-mapping-preview", "post"): lambda: {"rules": [{"pattern": "matrix-*", "grant": "team_member", "team": "nlp"}]},
+    ("portal-person", "patch"): lambda: {"is_finance": True},
+    ("portal-person-membership", "put"): lambda: {"role": "viewer"},
 }
 
 
@@ -456,3 +472,48 @@ def test_alerts_and_rule_destinations_each_principal_sees(world: World, owner: T
         assert (r["webhook_secret"] is None, r["email_to"] is None) == (hidden, hidden), r
     assert len(deliveries) == len(listed)
     assert all((d["target"] is None) == (d["rule"] not in {rules[n].pk for n in destinations}) for d in deliveries), deliveries
+
+
+# --- what each principal sees of people (Settings → People & groups) ---------------------------------
+
+EVERYONE = {"member": ["nlp"], "lead": ["nlp"], "finance": [], "admin": []}
+# principal → {username: teams listed}, and whether flags and directory groups are shown; or the refusal.
+PEOPLE_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": (EVERYONE, True),  # the organization admin's personal token reads as the admin
+    "member": 403,
+    "lead": ({"member": ["nlp"], "lead": ["nlp"]}, False),  # the people of the team they lead
+    "finance": 403,
+    "admin": (EVERYONE, True),
+    "node": 403,
+}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_people_each_principal_sees(world: World, principal: str) -> None:
+    response = world.clients[principal].get("/api/v1/portal/people")
+    expected = PEOPLE_SEEN[principal]
+    if isinstance(expected, int):
+        assert response.status_code == expected
+        return
+    listed, org_fields = expected
+    people = response.json()["people"]
+    assert {p["username"]: [m["team"] for m in p["memberships"]] for p in people} == listed
+    assert all((p["flags"] is not None, p["groups"] is not None) == (org_fields, org_fields) for p in people)
+
+
+def test_a_lead_of_another_team_manages_none_of_this_teams_people(world: World, outsider: Tenant) -> None:
+    vision_lead = User.objects.create_user("vision-lead")
+    Membership.objects.create(user=vision_lead, team=outsider.project.team, role=Role.ADMIN)
+    client = APIClient()
+    client.force_authenticate(vision_lead)
+    path = reverse("portal-person-membership", kwargs={"username": "member", "slug": "nlp"})
+    assert client.put(path, {"role": "viewer"}, format="json").status_code == 403
+    assert client.delete(path).status_code == 403
+    assert Membership.objects.get(user__username="member").role == Role.MEMBER
+    people = client.get("/api/v1/portal/people").json()["people"]
+    assert [(p["username"], p["memberships"]) for p in people] == [
+        ("vision-lead", [{"team": "vision", "team_name": "vision", "role": "admin", "source": "local", "origin": None}])
+    ]

@@ -170,7 +170,7 @@ class GroupMappingRule(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.pattern} -> {self.grant}{' in ' + self.team.slug if self.team_id else ''}"
+        return f"{self.pattern} -> {self.grant}{' in ' + self.team.slug if self.team else ''}"
 
 
 class TokenKind(models.TextChoices):

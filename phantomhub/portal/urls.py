@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from phantomhub.portal import api, compare, jobs
+from phantomhub.portal import api, compare, identity, jobs
 
 urlpatterns = [
     path("session", api.SessionApi.as_view(), name="portal-session"),
@@ -24,4 +24,11 @@ urlpatterns = [
     path("settings", api.SettingsApi.as_view(), name="portal-settings"),
     path("tokens", api.TokenListApi.as_view(), name="portal-tokens"),
     path("tokens/<int:token_id>", api.TokenDetailApi.as_view(), name="portal-token"),
+    path("group-mapping", identity.GroupMappingApi.as_view(), name="portal-group-mapping"),
+    path("group-mapping/preview", identity.GroupMappingPreviewApi.as_view(), name="portal-group-mapping-preview"),
+    path("people", identity.PeopleApi.as_view(), name="portal-people"),
+    path("people/<str:username>", identity.PersonApi.as_view(), name="portal-person"),
+    path(
+        "people/<str:username>/memberships/<slug:slug>", identity.PersonMembershipApi.as_view(), name="portal-person-membership"
+    ),
 ]

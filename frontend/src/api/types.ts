@@ -932,3 +932,85 @@ export interface ProjectFailures {
   month: string;
   rows: ProjectFailureRow[];
 }
+
+// Settings → People & groups (/api/v1/portal/group-mapping, /api/v1/portal/people).
+
+export type MappingGrant = "org_admin" | "finance" | "team_lead" | "team_member" | "team_viewer";
+
+/** A group mapping rule: people in a group matching `pattern` (exact name or glob) get `grant`. */
+export interface GroupMappingRule {
+  pattern: string;
+  grant: MappingGrant;
+  /** The team's slug for team grants; null for org_admin and finance. */
+  team: string | null;
+}
+
+/** One kind of change a mapping makes: who would join, change role in, or leave a team, or gain or lose an organization role. */
+export interface MappingChange {
+  action: "join" | "role" | "leave";
+  grant: MappingGrant;
+  team: string | null;
+  people: string[];
+  count: number;
+}
+
+export interface MappingPersonChanges {
+  username: string;
+  changes: { action: MappingChange["action"]; grant: MappingGrant; team: string | null }[];
+}
+
+/** GET /group-mapping; POST /group-mapping/preview and PUT /group-mapping add the changes. */
+export interface GroupMappingView {
+  rules: (GroupMappingRule & { matches: string[] })[];
+  /** The directory's groups, with their active members. */
+  groups: { name: string; members: number }[];
+  /** Every team's slug, for the team grants. */
+  teams: string[];
+  changes?: MappingChange[];
+  people?: MappingPersonChanges[];
+  /** PUT: how many people were re-synced. */
+  synced?: number;
+  /** PUT: deactivated people whose stored access changed too (not counted in `changes`, as in the preview). */
+  deactivated?: string[];
+}
+
+export type AccessSource = "local" | "directory";
+
+export interface PersonMembership {
+  team: string;
+  team_name: string;
+  role: "viewer" | "member" | "admin";
+  source: AccessSource;
+  /** Where a synced membership comes from ("the identity provider's group nlp-leads (rule nlp-* → team lead)"). */
+  origin: string | null;
+}
+
+export interface PersonFlag {
+  flag: "is_org_admin" | "is_finance";
+  on: boolean;
+  source: AccessSource | null;
+  origin: string | null;
+}
+
+export interface PersonRow {
+  username: string;
+  name: string;
+  email: string;
+  is_active: boolean;
+  from_directory: boolean;
+  memberships: PersonMembership[];
+  /** Organization admins only (null for a team's lead). */
+  flags: PersonFlag[] | null;
+  groups: string[] | null;
+  synced_at: string | null;
+}
+
+export interface PeoplePage {
+  people: PersonRow[];
+  count: number;
+  page: number;
+  page_size: number;
+  /** The teams this viewer may manage memberships of. */
+  teams: { slug: string; name: string }[];
+  can_edit_flags: boolean;
+}

@@ -12,9 +12,10 @@ import { CATEGORIES, CATEGORY_LABEL, isCategory } from "../lib/categories";
 import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
 import { AttributionCard } from "./SettingsAttribution";
 import { AlertsSettings } from "./SettingsAlerts";
+import { IdentitySettings } from "./SettingsIdentity";
 import { PricesCard } from "./SettingsPrices";
 
-const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts"] as const;
+const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts", "people"] as const;
 type Tab = (typeof TABS)[number];
 
 export function SettingsPage() {
@@ -39,6 +40,7 @@ export function SettingsPage() {
               { value: "gpus", label: "GPU catalog" },
               { value: "alerts", label: "Alerts" },
               { value: "attribution", label: "Attribution" },
+              { value: "people", label: "People & groups" },
             ]}
           />
         }
@@ -50,6 +52,7 @@ export function SettingsPage() {
       {tab === "gpus" && <GpuCard />}
       {tab === "alerts" && <AlertsSettings />}
       {tab === "attribution" && <AttributionCard />}
+      {tab === "people" && <IdentitySettings />}
     </div>
   );
 }
