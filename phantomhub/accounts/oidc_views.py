@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth import login
+from django.contrib.auth import login, logout
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
@@ -35,7 +35,11 @@ PROVIDER_ERRORS = {"access_denied", "login_required", "consent_required", "inter
 
 
 def refused(request: HttpRequest, code: str, detail: str) -> HttpResponse:
+    """To the sign-in page with the code; a failed sign-in leaves nobody signed in in this browser
+    (not whoever was before: a replayed or planted callback must not leave the page ambiguous)."""
     log.warning("OIDC sign-in refused (%s) from %s: %s", code, client_address(request), detail)
+    if request.user.is_authenticated:
+        logout(request)
     return HttpResponseRedirect("/login?" + urlencode({"error": code}))
 
 
