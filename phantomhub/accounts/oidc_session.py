@@ -11,6 +11,7 @@ sign-in however active it is (its expiry is set at sign-in, not slid by refreshe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -106,8 +107,11 @@ class OidcSessionMiddleware:
         # One refresh per session at a time: a second request meanwhile goes on with the access
         # it had (a refresh token used twice may be refused, or revoke the grant).
         lock = f"phantomhub:oidc-refresh:{request.session.session_key}"
-        if not cache.add(lock, 1, timeout=_LOCK_S):
-            return None
+        try:
+            if not cache.add(lock, 1, timeout=_LOCK_S):
+                return None
+        except Exception:  # the cache (Redis) is away: refresh without the lock rather than not at all
+            log.warning("OIDC refresh without its lock: the cache is unreachable")
         try:
             session_refresh(request)
             return None
@@ -119,7 +123,8 @@ class OidcSessionMiddleware:
                 return JsonResponse(error_body("session_ended", ENDED_MESSAGE), status=401)
             return None
         finally:
-            cache.delete(lock)
+            with contextlib.suppress(Exception):
+                cache.delete(lock)
 
 
 def sign_in_methods() -> dict[str, Any]:

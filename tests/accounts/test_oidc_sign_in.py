@@ -321,3 +321,16 @@ def test_the_break_glass_link_expires() -> None:
         breakglass.link_use(token)
     with pytest.raises(breakglass.LinkRefused, match="not one this service made"):
         breakglass.link_use(token[:-2] + "xx")
+
+
+def test_oidccheck_says_what_the_provider_publishes_or_why_it_cannot(idp: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CommandError, match="no 'keys' list"):  # the stand-in serves discovery at every path
+        call_command("oidccheck")
+    _Discovery.document = {**_Discovery.document, "keys": [{"kid": "k1", "kty": "RSA"}]}
+    oidc_provider.forget()
+    call_command("oidccheck")
+    out = capsys.readouterr().out
+    assert f"token                 {idp}/token" in out and "signing keys          1 (k1)" in out
+    oidc_provider.forget()
+    with override_settings(OIDC_ISSUER="http://127.0.0.1:1"), pytest.raises(CommandError, match="could not connect"):
+        call_command("oidccheck")
