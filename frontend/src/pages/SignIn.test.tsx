@@ -57,6 +57,7 @@ describe("Sign-in page", () => {
   it("has a sentence for every code and a general one for a code it does not know", () => {
     for (const [code, sentence] of Object.entries(SIGN_IN_ERRORS)) expect(signInErrorText(code)).toBe(sentence);
     expect(signInErrorText("something_new")).toBe("Signing in failed. Try again; if it persists, tell your administrator.");
+    expect(signInErrorText("constructor")).toBe(signInErrorText("something_new")); // not Object.prototype's
   });
 
   it("explains a refused password sign-in when passwords are off", async () => {

@@ -32,7 +32,8 @@ export const SIGN_IN_ERRORS: Record<string, string> = {
 };
 
 export function signInErrorText(code: string): string {
-  return SIGN_IN_ERRORS[code] ?? "Signing in failed. Try again; if it persists, tell your administrator.";
+  // Own keys only: `?error=constructor` must not read Object.prototype.
+  return Object.hasOwn(SIGN_IN_ERRORS, code) ? SIGN_IN_ERRORS[code] : "Signing in failed. Try again; if it persists, tell your administrator.";
 }
 
 /** Only same-site paths are followed after signing in (no open redirect via ?next=). */
@@ -64,7 +65,7 @@ export function SignInPage() {
       await signIn(username, password);
     } catch (err) {
       if (err instanceof ApiError && err.code === "invalid_credentials") setError("That username and password do not match.");
-      else if (err instanceof ApiError && err.code in SIGN_IN_ERRORS) setError(signInErrorText(err.code));
+      else if (err instanceof ApiError && Object.hasOwn(SIGN_IN_ERRORS, err.code)) setError(signInErrorText(err.code));
       else setError((err as Error).message);
     } finally {
       setBusy(false);
