@@ -64,6 +64,9 @@ def redirect_uri() -> str:
 
 
 class OidcBackend(OIDCAuthenticationBackend):
+    """The library's backend with PhantomHub's endpoints, HTTP, checks and people (module docstring).
+    Listed in AUTHENTICATION_BACKENDS so that a single sign-on session's person is loaded by it."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # The library reads fixed endpoint settings here; ours come from discovery at sign-in.
         self.UserModel = get_user_model()

@@ -3,9 +3,10 @@ each fetched through the egress policy and kept for the life of the process
 (docs/identity.md, "Single sign-on (OIDC)").
 
 The issuer (PHANTOMHUB_OIDC_ISSUER) is configured by the operator, so its host may be internal;
-every other host the discovery document names is held to the ordinary egress policy (public, or
-in PHANTOMHUB_EGRESS_ALLOW_HOSTS / _NETWORKS). A failed fetch is not cached: the next sign-in
-tries again, and until one succeeds every sign-in is refused with a clear message.
+every endpoint the discovery document names must be on that host or one the operator listed in
+PHANTOMHUB_EGRESS_ALLOW_HOSTS (providers such as Google serve tokens and keys from other hosts).
+A failed fetch is not cached: the next sign-in tries again, and until one succeeds every sign-in
+is refused with a clear message.
 """
 
 from __future__ import annotations
@@ -79,33 +80,41 @@ def reply_json(reply: egress.Reply, *, what: str) -> Any:
     return data
 
 
-def _endpoint(doc: dict[str, Any], name: str, *, required: bool) -> str | None:
+def _endpoint(doc: dict[str, Any], name: str, *, required: bool, hosts: set[str]) -> str | None:
     value = doc.get(name)
     if value is None and not required:
         return None
     if not isinstance(value, str) or urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc:
         raise OidcError("provider_unavailable", f"discovery: {name} is missing or not an http(s) URL")
+    host = egress.url_host(value)
+    if host not in hosts:
+        why = f"discovery: {name} is on {host!r}, neither the issuer's host nor in PHANTOMHUB_EGRESS_ALLOW_HOSTS"
+        raise OidcError("provider_unavailable", why)
     return value
 
 
-def discovery_parse(doc: Any, *, issuer: str) -> Discovery:
+def discovery_parse(doc: Any, *, issuer: str, allowed_hosts: list[str]) -> Discovery:
     """The endpoints of a discovery document, checked: its issuer must be exactly the configured
-    one (OpenID Connect Discovery 1.0, section 4.3), or someone else's provider is answering."""
+    one (OpenID Connect Discovery 1.0, section 4.3), or someone else's provider is answering; and
+    every endpoint must be on the issuer's host or one of `allowed_hosts` (the operator's
+    PHANTOMHUB_EGRESS_ALLOW_HOSTS), so that a changed document cannot send the client secret, or
+    the browser, anywhere else."""
     if not isinstance(doc, dict):
         raise OidcError("provider_unavailable", "discovery: not a JSON object")
     if doc.get("issuer") != issuer:
         raise OidcError("provider_unavailable", f"discovery: its issuer {doc.get('issuer')!r} is not {issuer!r}")
-    authorization = _endpoint(doc, "authorization_endpoint", required=True)
-    token = _endpoint(doc, "token_endpoint", required=True)
-    jwks = _endpoint(doc, "jwks_uri", required=True)
+    hosts = {egress.url_host(issuer), *(h.lower().strip("[]") for h in allowed_hosts)}
+    authorization = _endpoint(doc, "authorization_endpoint", required=True, hosts=hosts)
+    token = _endpoint(doc, "token_endpoint", required=True, hosts=hosts)
+    jwks = _endpoint(doc, "jwks_uri", required=True, hosts=hosts)
     assert authorization and token and jwks  # required=True
     return Discovery(
         issuer=issuer,
         authorization_endpoint=authorization,
         token_endpoint=token,
         jwks_uri=jwks,
-        userinfo_endpoint=_endpoint(doc, "userinfo_endpoint", required=False),
-        end_session_endpoint=_endpoint(doc, "end_session_endpoint", required=False),
+        userinfo_endpoint=_endpoint(doc, "userinfo_endpoint", required=False, hosts=hosts),
+        end_session_endpoint=_endpoint(doc, "end_session_endpoint", required=False, hosts=hosts),
     )
 
 
@@ -118,7 +127,8 @@ def provider() -> Discovery:
     with _lock:
         if _discovery is not None and _discovery.issuer == issuer:
             return _discovery
-    found = discovery_parse(fetch_json(f"{issuer}/.well-known/openid-configuration", what="discovery"), issuer=issuer)
+    doc = fetch_json(f"{issuer}/.well-known/openid-configuration", what="discovery")
+    found = discovery_parse(doc, issuer=issuer, allowed_hosts=settings.EGRESS_ALLOW_HOSTS)
     with _lock:
         _discovery = found
     log.info("OIDC provider %s discovered", issuer)

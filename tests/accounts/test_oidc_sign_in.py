@@ -100,7 +100,16 @@ def test_an_endpoint_that_is_not_http_is_refused() -> None:
         "jwks_uri": f"{ISSUER}/k",
     }
     with pytest.raises(OidcError, match="authorization_endpoint"):
-        oidc_provider.discovery_parse(doc, issuer=ISSUER)
+        oidc_provider.discovery_parse(doc, issuer=ISSUER, allowed_hosts=[])
+
+
+def test_endpoints_must_be_on_the_issuers_host_or_allowed_by_the_operator() -> None:
+    doc = {"issuer": ISSUER, "authorization_endpoint": f"{ISSUER}/auth", "jwks_uri": "https://keys.example/jwks"}
+    doc["token_endpoint"] = "https://tokens.example/token"
+    with pytest.raises(OidcError, match=r"token_endpoint is on 'tokens\.example'.*PHANTOMHUB_EGRESS_ALLOW_HOSTS"):
+        oidc_provider.discovery_parse(doc, issuer=ISSUER, allowed_hosts=["keys.example"])
+    found = oidc_provider.discovery_parse(doc, issuer=ISSUER, allowed_hosts=["Keys.example", "tokens.example"])
+    assert (found.token_endpoint, found.jwks_uri) == ("https://tokens.example/token", "https://keys.example/jwks")
 
 
 def test_the_provider_down_sends_the_browser_to_the_sign_in_page_with_its_code() -> None:
