@@ -405,21 +405,19 @@ if OIDC_ISSUER is not None:
             f"PHANTOMHUB_OIDC_ISSUER={OIDC_ISSUER!r} must be an https URL "
             "(http only on a loopback address or with PHANTOMHUB_DEBUG=1)"
         )
-# mozilla-django-oidc's own settings (phantomhub/accounts/oidc.py reads the endpoints from discovery).
-OIDC_RP_CLIENT_ID = OIDC_CLIENT_ID
-OIDC_RP_CLIENT_SECRET = OIDC_CLIENT_SECRET
+# mozilla-django-oidc's own settings, read by its start view (phantomhub/accounts/oidc_views.py):
+# the endpoints, client and checks are PhantomHub's (phantomhub/accounts/oidc.py).
 OIDC_RP_SCOPES = OIDC_SCOPES
-OIDC_RP_SIGN_ALGO = "RS256"
 OIDC_USE_PKCE = True
 OIDC_USE_NONCE = True
 OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
-OIDC_REDIRECT_REQUIRE_HTTPS = False  # ?next= is a path on this site; the SPA keeps it same-site
 # Password sign-in (the portal's and the admin's). 0 leaves single sign-on and the break-glass
 # link (`manage.py breakglass`) as the only ways in.
 LOCAL_PASSWORDS = env_bool("PHANTOMHUB_LOCAL_PASSWORDS", True)
 if not LOCAL_PASSWORDS and OIDC_ISSUER is None:
     raise ConfigError("PHANTOMHUB_LOCAL_PASSWORDS=0 needs PHANTOMHUB_OIDC_ISSUER: nobody could sign in")
-# A session ends this long after its sign-in, however active (single sign-on or password).
+# A single sign-on session ends this long after its sign-in however often it is refreshed (its
+# expiry is set then); a password session this long after it last changed.
 SESSION_COOKIE_AGE = env_int("PHANTOMHUB_SESSION_AGE_S", 14 * 86_400, minimum=60, maximum=365 * 86_400)
 AUTHENTICATION_BACKENDS.append("phantomhub.accounts.oidc.OidcBackend")
 MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,

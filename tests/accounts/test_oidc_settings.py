@@ -33,7 +33,7 @@ def test_the_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch,
     conf = _settings(monkeypatch, **OIDC, PHANTOMHUB_OIDC_CLIENT_SECRET_FILE=str(secret), PHANTOMHUB_LOCAL_PASSWORDS="0",
                      PHANTOMHUB_SESSION_AGE_S="3600", PHANTOMHUB_OIDC_REFRESH_S="60")  # fmt: skip
     assert conf["OIDC_ISSUER"] == "https://login.example.com/realms/acme"  # no trailing slash
-    assert (conf["OIDC_CLIENT_SECRET"], conf["OIDC_RP_CLIENT_SECRET"]) == ("from-a-file", "from-a-file")
+    assert conf["OIDC_CLIENT_SECRET"] == "from-a-file"
     assert (conf["LOCAL_PASSWORDS"], conf["SESSION_COOKIE_AGE"], conf["OIDC_REFRESH_S"]) == (False, 3600, 60)
     assert conf["OIDC_USE_PKCE"] is True and conf["OIDC_USE_NONCE"] is True
     off = _settings(monkeypatch)
