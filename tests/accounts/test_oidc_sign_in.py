@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from unittest import mock
@@ -18,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.core import signing
 from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from phantomhub.accounts import breakglass, oidc_provider
 from phantomhub.accounts.models import DirectoryAccount, DirectoryGroup, GroupMappingRule, Membership, Profile, Role, Team
@@ -343,3 +345,24 @@ def test_oidccheck_says_what_the_provider_publishes_or_why_it_cannot(idp: str, c
     oidc_provider.forget()
     with override_settings(OIDC_ISSUER="http://127.0.0.1:1"), pytest.raises(CommandError, match="could not connect"):
         call_command("oidccheck")
+
+
+def test_a_single_sign_on_session_expires_counted_from_its_sign_in_not_its_refreshes() -> None:
+    from django.contrib.auth.models import AnonymousUser
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.test import RequestFactory
+
+    from phantomhub.accounts.oidc import SignedIn
+    from phantomhub.accounts.oidc_session import _keep, session_start
+
+    request = RequestFactory().get("/")
+    request.session, request.user = SessionStore(), AnonymousUser()
+    ann = User.objects.create_user("ann")
+    with override_settings(SESSION_COOKIE_AGE=3600):
+        session_start(request, SignedIn(ann, "sub-ann", "id-token", "rt-1"))
+        expiry = request.session.get_expiry_date()
+        assert abs((expiry - timezone.now()).total_seconds() - 3600) < 5
+        with mock.patch.object(timezone, "now", return_value=timezone.now() + timedelta(minutes=30)):
+            _keep(request, SignedIn(ann, "sub-ann", "id-token-2", "rt-2"))  # a refresh, half an hour later
+            assert request.session.get_expiry_date() == expiry
+    assert (request.session[REFRESH_TOKEN], request.session[SUBJECT]) == ("rt-2", "sub-ann")
