@@ -174,9 +174,10 @@ def page(sso_browser: Any, stack: Stack) -> Iterator[Any]:
     assert not server_errors, f"server errors: {server_errors}\n{stack.log.read_text()[-3000:]}"
 
 
-def _provider_sign_in(page: Any, username: str, password: str) -> None:
-    """From PhantomHub's sign-in page, through the provider's login page."""
-    page.goto("/login")
+def _provider_sign_in(page: Any, username: str, password: str, *, start: str = "/login") -> None:
+    """From PhantomHub's sign-in page (where `start` leads a signed-out visitor), through the
+    provider's login page."""
+    page.goto(start)
     page.get_by_role("link", name=LABEL).click()
     page.get_by_label("Provider username").fill(username)
     page.get_by_label("Provider password").fill(password)
@@ -207,8 +208,9 @@ def _refused_with(page: Any, code: str) -> None:
 
 
 def test_sign_in_through_the_provider_lands_with_the_mapped_access(page: Any) -> None:
-    _provider_sign_in(page, "ann", "ann-pass")
-    page.get_by_role("heading", name="Overview").wait_for()
+    _provider_sign_in(page, "ann", "ann-pass", start="/runs?status=failed")
+    page.get_by_role("heading", name="Runs").wait_for()  # back where the visitor was going
+    assert page.url.endswith("/runs?status=failed")
     session = _session(page).json()
     assert session["user"]["username"] == "ann"
     assert session["user"]["teams"] == [{"slug": "nlp", "name": "nlp", "role": "admin"}]  # ml-*-leads: team lead

@@ -77,7 +77,10 @@ const provider = new Provider(issuer, {
 
 async function readForm(req) {
   let body = "";
-  for await (const chunk of req) body += chunk;
+  for await (const chunk of req) {
+    body += chunk;
+    if (body.length > 4096) throw new Error("form too large");
+  }
   return new URLSearchParams(body);
 }
 
