@@ -19,7 +19,7 @@ CHECK_EXAMPLES ?= 0.25
 FAST_TESTS := not live_server and not celery and not browser and not training and not slow
 xdist = $(if $(filter-out 0 1,$(1)),-n $(1) --dist loadgroup --no-loadscope-reorder,)
 
-.PHONY: help venv venv-dev venv-demo frontend run migrate demo test test-fast test-frontend lint fmt typecheck check bench fleet-sim soak screenshots clean
+.PHONY: help venv venv-dev venv-demo frontend oidc-provider run migrate demo test test-fast test-frontend lint fmt typecheck check bench fleet-sim soak screenshots clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -59,6 +59,14 @@ frontend/dist/index.html: frontend/package-lock.json $(FRONTEND_SOURCES)
 
 frontend: frontend/dist/index.html ## build the web UI into frontend/dist
 
+# The real OpenID provider the single sign-on browser tests start (tests/e2e/oidc, oidc-provider).
+tests/e2e/oidc/node_modules/.package-lock.json: tests/e2e/oidc/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node 20+) is needed for the OpenID provider of the tests"; exit 1; }
+	cd tests/e2e/oidc && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+oidc-provider: tests/e2e/oidc/node_modules/.package-lock.json ## install the OpenID provider the browser tests start
+
 demo: migrate venv-demo ## seed the demo organization (idempotent)
 	$(PY) manage.py seeddemo
 
@@ -74,7 +82,7 @@ ALONE_FILES = $(shell grep -rl --include='test_*.py' 'mark.alone' tests | sort)
 # make test: the UI's unit tests and the storage tests on SQLite run beside the parallel pass on
 # PostgreSQL (its workers wait on servers, workers and browsers a good part of the time), each
 # with Redis databases and a var/ of its own (docs/testing.md); then the timing tests, alone.
-test: venv-dev frontend ## run the whole suite (what CI runs): UI unit tests, everything on PostgreSQL (in parallel, then the timing tests alone), storage tests again on SQLite
+test: venv-dev frontend oidc-provider ## run the whole suite (what CI runs): UI unit tests, everything on PostgreSQL (in parallel, then the timing tests alone), storage tests again on SQLite
 	@mkdir -p var/test-logs
 	@redis=$${PHANTOMHUB_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}; lite=$${redis%/*}/$$(( $${redis##*/} - $(TEST_WORKERS) )); \
 	(cd frontend && npm test > ../var/test-logs/frontend.log 2>&1; echo $$? > ../var/test-logs/frontend.rc) & \

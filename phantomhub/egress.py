@@ -16,6 +16,13 @@ call (connect, TLS, request, response) ends at its deadline, at most EGRESS_MAX_
 of the answer are read, and the reasons a call failed are short fixed phrases: a refused port,
 a reset, a closed connection and an answer that is not HTTP all read "could not connect", so the
 log cannot tell ports apart.
+
+`post` delivers and keeps nothing of the answer (webhooks). `get` and `post_form` are for the
+calls whose answer is read (single sign-on: discovery, keys, tokens, user info): they return the
+status, the headers and at most `max_bytes` of the body, and say when the body was longer. Their
+`trusted_hosts` names hosts the operator configured outright (the OIDC issuer,
+PHANTOMHUB_OIDC_ISSUER): such a host may resolve to an internal address, as an identity provider
+inside the company network does; every other rule still holds (docs/identity.md).
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ import re
 import socket
 import ssl
 import threading
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import idna
 from django.conf import settings
@@ -154,9 +162,10 @@ def _networks(entries: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddre
     return tuple(ipaddress.ip_network(e, strict=False) for e in entries)
 
 
-def _allowed(host: str, address: str) -> bool:
-    """The settings' allowlist: the only way to an internal address."""
-    if host in {h.lower().strip("[]") for h in settings.EGRESS_ALLOW_HOSTS}:
+def _allowed(host: str, address: str, trusted_hosts: Collection[str] = ()) -> bool:
+    """The settings' allowlist (and hosts the operator configured outright): the only way to an
+    internal address."""
+    if host in {h.lower().strip("[]") for h in (*settings.EGRESS_ALLOW_HOSTS, *trusted_hosts)}:
         return True
     addr = ipaddress.ip_address(address.split("%", 1)[0])
     candidates: list[IPAddress] = [addr]
@@ -216,7 +225,7 @@ def _parse(url: str) -> tuple[str, str, int, str]:
     return parts.scheme, host, port, target
 
 
-def destination(url: str) -> Destination:
+def destination(url: str, *, trusted_hosts: Collection[str] = ()) -> Destination:
     """The URL's destination with every address its host resolves to, each checked (Refused
     names the first one the policy refuses; Unresolved: the name did not resolve)."""
     scheme, host, port, target = _parse(url)
@@ -224,7 +233,7 @@ def destination(url: str) -> Destination:
     literal = host.split("%", 1)[0]
     for address in addresses:
         why = address_problem(address)
-        if why is None or _allowed(host, address):
+        if why is None or _allowed(host, address, trusted_hosts):
             continue
         if address.split("%", 1)[0] == literal:
             raise Refused(f"refused: {literal} is {why}")
@@ -375,3 +384,107 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout_s: float) ->
     finally:
         deadline.close()
     return outcome
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a `get` or `post_form` brought back. `reason` is "" when an answer came (whatever its
+    status), else a short fixed phrase as Outcome's; `body` holds at most the call's max_bytes and
+    `truncated` says the answer was longer (a caller parsing it must refuse it)."""
+
+    status_code: int | None
+    reason: str
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
+    body: bytes = b""
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300 and not self.truncated
+
+
+def _exchange(
+    method: str,
+    url: str,
+    *,
+    body: bytes | None,
+    headers: dict[str, str],
+    timeout_s: float,
+    max_bytes: int,
+    trusted_hosts: Collection[str],
+) -> Reply:
+    """One request under the policy, its answer read up to max_bytes; never raises."""
+    try:
+        dest = destination(url, trusted_hosts=trusted_hosts)
+    except Refused as exc:
+        return Reply(None, exc.reason)
+    except Unresolved:
+        return Reply(None, REASON_DNS)
+    deadline = _Deadline(timeout_s)
+    failed = Reply(None, REASON_CONNECT)
+    try:
+        for address in dest.addresses:
+            conn = _Connection(dest, address, timeout_s=timeout_s, deadline=deadline)
+            try:
+                try:
+                    conn.connect()
+                except Exception as exc:
+                    failed = Reply(None, _failure(exc, deadline).reason)
+                    if deadline.expired:
+                        break
+                    continue
+                try:
+                    sent = {**headers, "Host": dest.host_header, "Connection": "close"}
+                    conn.request(method, dest.target, body=body, headers=sent)
+                    response = conn.getresponse()
+                    data = response.read(max_bytes + 1)
+                except Exception as exc:
+                    log.info("egress to %s failed: %s", dest.host, type(exc).__name__)
+                    return Reply(None, _failure(exc, deadline).reason)
+                return Reply(
+                    response.status,
+                    "",
+                    {name.lower(): value for name, value in response.getheaders()},
+                    data[:max_bytes],
+                    len(data) > max_bytes,
+                )
+            finally:
+                conn.close()
+    finally:
+        deadline.close()
+    return failed
+
+
+def get(
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float,
+    max_bytes: int | None = None,
+    trusted_hosts: Collection[str] = (),
+) -> Reply:
+    """GET url under the policy; the answer's status, headers and at most max_bytes of its body
+    (EGRESS_MAX_RESPONSE_BYTES by default). Redirects are answers, not followed."""
+    limit = settings.EGRESS_MAX_RESPONSE_BYTES if max_bytes is None else max_bytes
+    return _exchange(
+        "GET", url, body=None, headers=headers or {}, timeout_s=timeout_s, max_bytes=limit, trusted_hosts=trusted_hosts
+    )
+
+
+def post_form(
+    url: str,
+    fields: dict[str, str],
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float,
+    max_bytes: int | None = None,
+    trusted_hosts: Collection[str] = (),
+) -> Reply:
+    """POST fields as application/x-www-form-urlencoded (an OAuth token request) under the
+    policy; the answer as `get` returns it."""
+    sent = {**(headers or {}), "Content-Type": "application/x-www-form-urlencoded"}
+    limit = settings.EGRESS_MAX_RESPONSE_BYTES if max_bytes is None else max_bytes
+    return _exchange(
+        "POST", url, body=urlencode(fields).encode(), headers=sent, timeout_s=timeout_s, max_bytes=limit,
+        trusted_hosts=trusted_hosts,
+    )  # fmt: skip

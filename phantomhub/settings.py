@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from phantomhub.env import (
     ConfigError,
@@ -370,3 +371,54 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("PHANTOMHUB_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Single sign-on (OIDC, authorization code with PKCE; docs/identity.md "Single sign-on (OIDC)"):
+# on when PHANTOMHUB_OIDC_ISSUER is set. The provider's endpoints come from its discovery document
+# (<issuer>/.well-known/openid-configuration), fetched once per process (phantomhub/accounts/oidc_provider.py).
+OIDC_ISSUER = (env_str("PHANTOMHUB_OIDC_ISSUER") or "").rstrip("/") or None
+OIDC_CLIENT_ID = env_str("PHANTOMHUB_OIDC_CLIENT_ID", "") or ""
+_oidc_secret_file = env_str("PHANTOMHUB_OIDC_CLIENT_SECRET_FILE")
+OIDC_CLIENT_SECRET = env_str("PHANTOMHUB_OIDC_CLIENT_SECRET", "") or ""
+if not OIDC_CLIENT_SECRET and _oidc_secret_file:
+    if not Path(_oidc_secret_file).is_file():
+        raise ConfigError(f"PHANTOMHUB_OIDC_CLIENT_SECRET_FILE={_oidc_secret_file!r} is not a file")
+    OIDC_CLIENT_SECRET = Path(_oidc_secret_file).read_text().strip()
+OIDC_SCOPES = env_str("PHANTOMHUB_OIDC_SCOPES", "openid email profile groups") or ""
+OIDC_USERNAME_CLAIM = env_str("PHANTOMHUB_OIDC_USERNAME_CLAIM", "preferred_username") or "preferred_username"
+OIDC_EMAIL_CLAIM = env_str("PHANTOMHUB_OIDC_EMAIL_CLAIM", "email") or "email"
+OIDC_GROUPS_CLAIM = env_str("PHANTOMHUB_OIDC_GROUPS_CLAIM", "groups") or "groups"
+OIDC_LABEL = env_str("PHANTOMHUB_OIDC_LABEL", "Sign in with single sign-on") or ""
+# How often a signed-in person's groups are read again (the refresh-token grant), and the whole
+# of one call to the provider.
+OIDC_REFRESH_S = env_int("PHANTOMHUB_OIDC_REFRESH_S", 900, minimum=1, maximum=86_400)
+OIDC_TIMEOUT_S = env_float("PHANTOMHUB_OIDC_TIMEOUT_S", 10.0, minimum=0.5, maximum=60)
+if OIDC_ISSUER is not None:
+    if not OIDC_CLIENT_ID or not OIDC_CLIENT_SECRET:
+        raise ConfigError("PHANTOMHUB_OIDC_ISSUER needs PHANTOMHUB_OIDC_CLIENT_ID and PHANTOMHUB_OIDC_CLIENT_SECRET (or _FILE)")
+    if "openid" not in OIDC_SCOPES.split():
+        raise ConfigError(f"PHANTOMHUB_OIDC_SCOPES={OIDC_SCOPES!r} must include openid")
+    _issuer = urlparse(OIDC_ISSUER)
+    if _issuer.scheme != "https" and not (
+        _issuer.scheme == "http" and (DEBUG or _issuer.hostname in ("127.0.0.1", "localhost", "::1"))
+    ):
+        raise ConfigError(
+            f"PHANTOMHUB_OIDC_ISSUER={OIDC_ISSUER!r} must be an https URL "
+            "(http only on a loopback address or with PHANTOMHUB_DEBUG=1)"
+        )
+# mozilla-django-oidc's own settings, read by its start view (phantomhub/accounts/oidc_views.py):
+# the endpoints, client and checks are PhantomHub's (phantomhub/accounts/oidc.py).
+OIDC_RP_SCOPES = OIDC_SCOPES
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
+# Password sign-in (the portal's and the admin's). 0 leaves single sign-on and the break-glass
+# link (`manage.py breakglass`) as the only ways in.
+LOCAL_PASSWORDS = env_bool("PHANTOMHUB_LOCAL_PASSWORDS", True)
+if not LOCAL_PASSWORDS and OIDC_ISSUER is None:
+    raise ConfigError("PHANTOMHUB_LOCAL_PASSWORDS=0 needs PHANTOMHUB_OIDC_ISSUER: nobody could sign in")
+# A single sign-on session ends this long after its sign-in however often it is refreshed (its
+# expiry is set then); a password session this long after it last changed.
+SESSION_COOKIE_AGE = env_int("PHANTOMHUB_SESSION_AGE_S", 14 * 86_400, minimum=60, maximum=365 * 86_400)
+AUTHENTICATION_BACKENDS.append("phantomhub.accounts.oidc.OidcBackend")
+MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+                  "phantomhub.accounts.oidc_session.OidcSessionMiddleware")  # fmt: skip

@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/portal/", include("phantomhub.portal.urls")),
+    path("api/v1/auth/", include("phantomhub.accounts.oidc_urls")),
     path("api/v1/alerts/", include("phantomhub.alerts.urls")),
     path("api/v1/", include("phantomhub.fleet.urls")),
     path("metrics", metrics, name="metrics"),

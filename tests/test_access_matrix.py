@@ -43,6 +43,9 @@ NOT_API = {
 }
 # Plain Django views (not DRF) and the methods they answer.
 PLAIN_VIEW_METHODS = {"metrics": ["get"]}
+# Single sign-on's browser redirects (accounts/oidc_views.py): open to anyone, they answer with a
+# redirect to the provider or to /login?error=..., and return no data.
+PLAIN_VIEW_METHODS.update({"oidc-start": ["get"], "oidc-callback": ["get"], "auth-breakglass": ["get"]})
 # Endpoints meant for everyone (AllowAny): liveness, the schema and its docs, signing in.
 PUBLIC = {"health", "schema", "api-docs", "portal-session"}
 
@@ -137,6 +140,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-person", "patch"): ADMIN_WRITE,  # organization flags
     ("portal-person-membership", "put"): "401 403 403 403 403 ok 403 ok",
     ("portal-person-membership", "delete"): "401 403 403 403 403 ok 403 ok",
+    ("oidc-start", "get"): ALL_OK,  # a redirect (to the provider, or /login?error=oidc_off here)
+    ("oidc-callback", "get"): ALL_OK,  # a redirect to /login?error=state_missing: no state
+    ("auth-breakglass", "get"): ALL_OK,  # a redirect to /login?error=breakglass_invalid: no token
 }
 NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): "ok",
@@ -147,6 +153,9 @@ NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("portal-session", "delete"): "ok",
     ("metrics", "get"): "401",
     ("node-samples", "post"): "ok",
+    ("oidc-start", "get"): "ok",
+    ("oidc-callback", "get"): "ok",
+    ("auth-breakglass", "get"): "ok",
 }
 
 

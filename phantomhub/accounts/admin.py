@@ -4,12 +4,16 @@ the people API (accounts/origins.py)."""
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from phantomhub.accounts.directory import ORG_FLAGS
 from phantomhub.accounts.models import ApiToken, Membership, Profile, Project, Team
 from phantomhub.accounts.origins import flag_refusal, membership_refusal
+from phantomhub.accounts.passwords import PASSWORDS_OFF_MESSAGE
 
 
 @admin.register(Team)
@@ -92,3 +96,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "kind", "project", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["kind"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
+
+
+class PasswordSignInForm(AdminAuthenticationForm):
+    """The admin's sign-in form, refused with a sentence when local passwords are off
+    (PHANTOMHUB_LOCAL_PASSWORDS=0; docs/identity.md)."""
+
+    def clean(self) -> dict[str, Any]:
+        if not settings.LOCAL_PASSWORDS:
+            raise ValidationError(PASSWORDS_OFF_MESSAGE, code="local_passwords_off")
+        return super().clean()
+
+
+admin.site.login_form = PasswordSignInForm

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth.models import User
 from django.http import HttpResponse, StreamingHttpResponse
@@ -21,6 +22,8 @@ from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
 from phantomhub.accounts.models import ApiToken, Membership, Profile, Project, Role, Team, TokenKind
+from phantomhub.accounts.oidc_session import logout_url, sign_in_methods
+from phantomhub.accounts.passwords import PASSWORDS_OFF_CODE, PASSWORDS_OFF_MESSAGE
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
@@ -86,7 +89,12 @@ class SessionApi(APIView):
 
     def _view(self, request: Request) -> dict[str, Any]:
         user = _user_view(request.user)
-        return {"authenticated": user is not None, "user": user, "csrf_token": get_token(request._request)}
+        return {
+            "authenticated": user is not None,
+            "user": user,
+            "csrf_token": get_token(request._request),
+            "sign_in": sign_in_methods(),  # what the sign-in page offers (docs/identity.md)
+        }
 
     @extend_schema(responses=OBJ, auth=[])
     def get(self, request: Request) -> Response:
@@ -94,8 +102,11 @@ class SessionApi(APIView):
 
     @method_decorator(csrf_protect)
     # 429: too many wrong passwords for this username from this address (accounts/signin.py).
-    @extend_schema(request=SignInInput, responses={200: OBJ, 429: ErrorSerializer}, auth=[])
+    # 403: password sign-in is switched off (PHANTOMHUB_LOCAL_PASSWORDS=0).
+    @extend_schema(request=SignInInput, responses={200: OBJ, 403: ErrorSerializer, 429: ErrorSerializer}, auth=[])
     def post(self, request: Request) -> Response:
+        if not settings.LOCAL_PASSWORDS:
+            raise ApiError(PASSWORDS_OFF_CODE, PASSWORDS_OFF_MESSAGE, status_code=status.HTTP_403_FORBIDDEN)
         data = self.SignInInput(data=request.data)
         data.is_valid(raise_exception=True)
         user = authenticate(request._request, **data.validated_data)
@@ -105,10 +116,14 @@ class SessionApi(APIView):
         request.user = user
         return Response(self._view(request))
 
-    @extend_schema(responses={204: None})
+    # 200 {"logout_url"}: a single sign-on session; the browser goes there to end the provider's too.
+    @extend_schema(responses={200: OBJ, 204: None})
     def delete(self, request: Request) -> Response:
         if request.auth is None:  # a session; a token has none to end (and is no user to sign out)
+            provider_logout = logout_url(request._request)
             logout(request._request)
+            if provider_logout:
+                return Response({"logout_url": provider_logout})
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -28,7 +28,8 @@ function cookie(name: string): string {
   return match ? decodeURIComponent(match.slice(name.length + 1)) : "";
 }
 
-type Listener = () => void;
+/** Told the error code: `session_ended` when single sign-on could not renew the session. */
+type Listener = (code: string) => void;
 const unauthenticatedListeners = new Set<Listener>();
 
 /** Called when a read answers 401/403 unauthenticated: the session expired or was signed out. */
@@ -85,7 +86,7 @@ export async function apiFetch<T>(path: string, opts: RequestOptions = {}): Prom
       err?.fields ?? {},
     );
     if (response.status === 401 || (response.status === 403 && apiError.code === "unauthenticated")) {
-      unauthenticatedListeners.forEach((l) => l());
+      unauthenticatedListeners.forEach((l) => l(apiError.code));
     }
     throw apiError;
   }

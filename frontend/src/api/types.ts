@@ -16,10 +16,17 @@ export interface SessionUser {
   teams: TeamRef[];
 }
 
+/** The ways in the sign-in page offers (docs/identity.md); absent from older servers. */
+export interface SignInMethods {
+  oidc: { label: string; url: string } | null;
+  local_passwords: boolean;
+}
+
 export interface Session {
   authenticated: boolean;
   user: SessionUser | null;
   csrf_token: string;
+  sign_in?: SignInMethods;
 }
 
 export interface RunRow {
