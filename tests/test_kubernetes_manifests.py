@@ -458,6 +458,9 @@ def test_pods_run_as_the_images_user_read_only_with_a_volume_for_every_path_the_
         if role in ("web", "worker", "beat"):
             var_dir = _process_env(objects, _main_container(workload))["PHANTOMHUB_VAR_DIR"]
             assert "emptyDir" in mounts[var_dir], role  # beat's schedule, the sweeper's lock
+        if role == "web":  # gunicorn's control socket goes in the user's home
+            assert re.search(r"useradd .*--create-home .*phantomhub$", DOCKERFILE, re.M)  # /home/phantomhub
+            assert "emptyDir" in mounts["/home/phantomhub"]
         if role in ("web", "worker"):  # the worker writes the archive, web streams from it
             assert "persistentVolumeClaim" in mounts[config["PHANTOMHUB_ARCHIVE_URL"]], role
             assert spec["securityContext"]["fsGroup"] == int(uid.group(1))
@@ -513,18 +516,37 @@ def test_the_docs_walk_through_files_and_commands_that_exist() -> None:
 # --- the containers' commands, run ---------------------------------------------------------------
 
 
+# A path nobody, root included, can create: what the pod's read-only root filesystem is to it.
+READ_ONLY = "/proc/phantomhub-read-only-root"
+
+
 def _run_env(tmp: Path, objects: list[dict[str, Any]], container: dict[str, Any]) -> dict[str, str]:
-    """The container's environment on this machine: the ConfigMap, its own env and a Secret's values;
-    this virtual environment's tools instead of the image's."""
+    """The container's environment on this machine, with its filesystem as in the pod: each path it
+    mounts (an emptyDir, the archive claim) is a directory under tmp, and the image's own paths
+    (its home, /tmp, /app/var) cannot be written unless mounted; the ConfigMap, its env and a
+    Secret's values; this virtual environment's tools and this checkout's code."""
+    mounts = {mount["mountPath"] for mount in container.get("volumeMounts", [])}
+
+    def place(path: str) -> str:
+        if path not in mounts:
+            return f"{READ_ONLY}{path}"
+        local = tmp / path.strip("/").replace("/", "-")
+        local.mkdir(parents=True, exist_ok=True)
+        return str(local)
+
+    process = _process_env(objects, container)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PHANTOMHUB_") and k != "DJANGO_SETTINGS_MODULE"}
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base["PYTHONPATH"] = str(ROOT)
+    base["HOME"] = place("/home/phantomhub")
+    base["TMPDIR"] = place("/tmp")
     secret = {"PHANTOMHUB_SECRET_KEY": secrets.token_urlsafe(48), "PHANTOMHUB_DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}"}
     return {
         **base,
-        **_process_env(objects, container),
+        **process,
         **secret,
-        "PHANTOMHUB_VAR_DIR": str(tmp),
-        "PHANTOMHUB_ARCHIVE_URL": str(tmp / "archive"),
+        "PHANTOMHUB_VAR_DIR": place(process["PHANTOMHUB_VAR_DIR"]),
+        "PHANTOMHUB_ARCHIVE_URL": place(process["PHANTOMHUB_ARCHIVE_URL"]),
     }
 
 
@@ -571,7 +593,7 @@ def _get(port: int, path: str, headers: dict[str, str], method: str = "GET") -> 
 
 
 @pytest.fixture(scope="module")
-def web_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dict[str, Any], list[dict[str, Any]]]]:
+def web_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dict[str, Any], list[dict[str, Any]], Path]]:
     """gunicorn as the example overlay's web container runs it (deploy/gunicorn.py, its ConfigMap and
     env), on 127.0.0.1 and a free port instead of the pod's 0.0.0.0:8000."""
     tmp = tmp_path_factory.mktemp("web-pod")
@@ -597,7 +619,7 @@ def web_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dic
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        yield port, container, objects
+        yield port, container, objects, tmp / "gunicorn.log"
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=20)
@@ -606,9 +628,9 @@ def web_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dic
 
 @pytest.mark.live_server
 def test_gunicorn_answers_the_kubelets_probes_and_the_node_collector(
-    web_pod: tuple[int, dict[str, Any], list[dict[str, Any]]],
+    web_pod: tuple[int, dict[str, Any], list[dict[str, Any]], Path],
 ) -> None:
-    port, container, objects = web_pod
+    port, container, objects, log = web_pod
     for probe in (container["readinessProbe"], container["livenessProbe"]):
         get = probe["httpGet"]
         headers = {h["name"]: h["value"] for h in get["httpHeaders"]}
@@ -624,3 +646,5 @@ def test_gunicorn_answers_the_kubelets_probes_and_the_node_collector(
     # the public host is answered too, as the Ingress forwards it
     public = urlparse(_config(objects)["PHANTOMHUB_PUBLIC_URL"]).netloc
     assert _get(port, "/api/v1/health", {"Host": public}).status == 200
+    # and it started clean: nothing it needed to write was missing (its home, /tmp, its var/)
+    assert "[ERROR]" not in log.read_text(), log.read_text()
