@@ -583,6 +583,69 @@ def test_the_gate_waits_for_the_migration_job_and_then_lets_the_role_start(tmp_p
     assert passed.returncode == 0 and "waiting" not in passed.stdout, passed.stdout + passed.stderr
 
 
+def _probe_command(command: list[str]) -> list[str]:
+    """An exec probe's command as this machine runs it: the image's /app/deploy is deploy/ here."""
+    return [
+        sys.executable if command[0] == "python" else command[0],
+        *(a.replace("/app/deploy/", f"{ROOT}/deploy/") for a in command[1:]),
+    ]
+
+
+@pytest.mark.celery
+def test_worker_and_beat_start_with_the_pods_filesystem_and_pass_their_liveness_probes(tmp_path: Path) -> None:
+    objects = _objects(OVERLAYS[0])
+    workloads = _app_workloads(objects)
+    entrypoint = str(ROOT / "deploy" / "entrypoint.sh")
+    job = _main_container(workloads["migrate"])
+    database = _run_env(tmp_path, objects, job)["PHANTOMHUB_DATABASE_URL"]
+    migrated = subprocess.run(
+        [entrypoint, *job["args"]],
+        cwd=tmp_path,
+        env=_run_env(tmp_path, objects, job),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    broker = os.environ.get("PHANTOMHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for role in ("worker", "beat"):
+            container = _main_container(workloads[role])
+            env = _run_env(tmp_path / role, objects, container) | {
+                "PHANTOMHUB_DATABASE_URL": database,
+                "PHANTOMHUB_REDIS_URL": broker,
+                "HOSTNAME": f"k8s-test-{role}-{os.getpid()}",  # Kubernetes sets the pod's name; no other worker answers for it
+                "PHANTOMHUB_SWEEP_INTERVAL_S": "3600",  # beat sends little into the suite's broker meanwhile
+                "PHANTOMHUB_ALERT_INTERVAL_S": "3600",
+            }
+            probe = _probe_command(container["livenessProbe"]["exec"]["command"])
+            assert subprocess.run(probe, env=env, capture_output=True, timeout=60).returncode == 1  # not running yet
+            with (tmp_path / f"{role}.log").open("wb") as log:
+                started.append(
+                    subprocess.Popen(
+                        [entrypoint, *container["args"]], cwd=tmp_path, env=env, stdout=log, stderr=log, start_new_session=True
+                    )
+                )
+            deadline = time.monotonic() + 90
+            while subprocess.run(probe, env=env, capture_output=True, timeout=60).returncode != 0:
+                assert started[-1].poll() is None, (tmp_path / f"{role}.log").read_text()
+                assert time.monotonic() < deadline, (
+                    f"{role}'s liveness probe never passed: {(tmp_path / f'{role}.log').read_text()}"
+                )
+                time.sleep(1)
+        for role in ("worker", "beat"):
+            text = (tmp_path / f"{role}.log").read_text()
+            assert "Traceback" not in text and "Read-only" not in text and "ERROR" not in text, text
+    finally:
+        for process in started:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+        import redis
+
+        redis.Redis.from_url(broker).flushdb()  # what beat sent is for no other test
+
+
 def _get(port: int, path: str, headers: dict[str, str], method: str = "GET") -> http.client.HTTPResponse:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     connection.request(method, path, body=b"{}" if method == "POST" else None, headers=headers)
