@@ -5,8 +5,9 @@ would (tests/kustomize_subset.py), every object is validated strictly (unknown f
 with kubernetes-validate against each Kubernetes version docs/deployment.md names, and the objects
 are held to the Dockerfile, deploy/entrypoint.sh, deploy/gunicorn.py, the URL conf and the
 settings: the commands, ports, probes and environment they use must be the ones the code has.
-The last tests run the containers' commands themselves: the migration gate and the Job on a
-fresh database, and gunicorn answering the probes as the kubelet sends them.
+The last tests run the containers' commands themselves, with only the paths the pods mount
+writable: the migration gate and the Job on a fresh database, worker and beat passing their
+liveness probes, and gunicorn answering the probes as the kubelet sends them.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ OVERLAYS = sorted(path.parent for path in (KUBERNETES / "overlays").glob("*/kust
 DOCS = (ROOT / "docs" / "deployment.md").read_text()
 # The Kubernetes versions docs/deployment.md says the manifests are validated against.
 VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
-ROLES = ("web", "worker", "beat", "migrate")
 # Kept in the Secret `phantomhub`, never in the ConfigMap: passwords, keys and tokens.
 SECRET_SETTINGS = {
     "PHANTOMHUB_SECRET_KEY",
@@ -61,10 +61,6 @@ REQUIRED_SECRETS = {"PHANTOMHUB_SECRET_KEY", "PHANTOMHUB_DATABASE_URL", "PHANTOM
 
 def _kustomizations() -> list[Path]:
     return [BASE, *OVERLAYS]
-
-
-def _objects(directory: Path) -> list[dict[str, Any]]:
-    return render(directory)
 
 
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -99,8 +95,8 @@ def _container_env(container: dict[str, Any]) -> dict[str, str]:
 
 
 def _process_env(objects: list[dict[str, Any]], container: dict[str, Any]) -> dict[str, str]:
-    """The variables the container's process sees, less the Secret's: the image's
-    ENV, then the ConfigMap (envFrom), then the container's own `env` (Kubernetes' precedence)."""
+    """The variables the container's process sees, less the Secret's: the image's ENV, then the
+    ConfigMap (envFrom), then the container's own `env` (Kubernetes' precedence)."""
     return {**_image_env(), **_config(objects), **_container_env(container)}
 
 
@@ -133,6 +129,7 @@ def _settings_reads() -> set[str]:
                     names.add(str(node.args[0].value))
             elif (
                 isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Load)
                 and ast.unparse(node.value) == "os.environ"
                 and isinstance(node.slice, ast.Constant)
             ):
@@ -208,7 +205,7 @@ def test_every_patch_image_and_replica_count_of_the_overlays_lands_somewhere(tmp
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("directory", _kustomizations(), ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_every_object_is_valid_for_the_kubernetes_versions_the_docs_name(directory: Path, version: str) -> None:
-    objects = _objects(directory)
+    objects = render(directory)
     assert objects
     for obj in objects:
         try:
@@ -220,7 +217,7 @@ def test_every_object_is_valid_for_the_kubernetes_versions_the_docs_name(directo
 
 
 def test_strict_validation_refuses_an_unknown_field() -> None:
-    web = _one(_objects(BASE), "Deployment", "phantomhub-web")
+    web = _one(render(BASE), "Deployment", "phantomhub-web")
     _main_container(web)  # the shape the next line relies on
     web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["hots"] = "typo"
     with pytest.raises(kubernetes_validate.ValidationError, match="hots"):
@@ -241,12 +238,22 @@ def test_the_docs_name_the_versions_validated_and_the_package_has_their_schemas(
 
 @pytest.mark.parametrize("directory", _kustomizations(), ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_selectors_services_and_autoscaling_point_at_what_exists(directory: Path) -> None:
-    objects = _objects(directory)
+    objects = render(directory)
     for obj in objects:
         spec = pod_spec(obj)
         if spec is not None and obj["kind"] != "Job":
             labels = obj["spec"]["template"]["metadata"]["labels"]
             assert obj["spec"]["selector"]["matchLabels"].items() <= labels.items(), obj["metadata"]["name"]
+    # no workload's selector takes another's pods (it would count them, or scale them away)
+    workloads = [obj for obj in objects if obj["kind"] in ("Deployment", "DaemonSet")]
+    for owner in workloads:
+        for other in objects:
+            if other is not owner and pod_spec(other) is not None:
+                other_labels = other["spec"]["template"]["metadata"]["labels"].items()
+                assert not owner["spec"]["selector"]["matchLabels"].items() <= other_labels, (
+                    owner["metadata"]["name"],
+                    other["metadata"]["name"],
+                )
     web = _one(objects, "Deployment", "phantomhub-web")
     web_labels = web["spec"]["template"]["metadata"]["labels"].items()
     service = _one(objects, "Service", "phantomhub")
@@ -276,7 +283,7 @@ def test_selectors_services_and_autoscaling_point_at_what_exists(directory: Path
 
 
 def test_the_base_carries_the_node_collector_of_docs_node_collector_md_sending_to_the_service() -> None:
-    objects = _objects(BASE)
+    objects = render(BASE)
     ds = _one(objects, "DaemonSet", "phantomhub-node-collector")
     standalone = yaml.safe_load((ROOT / "deploy" / "node-collector" / "daemonset.yaml").read_text())
     collector = _main_container(ds)
@@ -302,7 +309,7 @@ def test_the_base_carries_the_node_collector_of_docs_node_collector_md_sending_t
 
 
 def test_each_role_runs_the_images_entrypoint_with_the_role_compose_gives_it() -> None:
-    objects = _objects(BASE)
+    objects = render(BASE)
     runtime = _stages()["runtime"]
     assert 'ENTRYPOINT ["/app/deploy/entrypoint.sh"]' in runtime
     services = COMPOSE["services"]
@@ -325,7 +332,7 @@ def test_each_role_runs_the_images_entrypoint_with_the_role_compose_gives_it() -
 
 
 def test_only_the_migration_job_migrates_and_every_other_role_waits_for_it() -> None:
-    workloads = _app_workloads(_objects(BASE))
+    workloads = _app_workloads(render(BASE))
     job = workloads.pop("migrate")
     job_pod = pod_spec(job)
     assert job_pod is not None and job_pod["restartPolicy"] == "Never" and "initContainers" not in job_pod
@@ -350,7 +357,7 @@ def test_only_the_migration_job_migrates_and_every_other_role_waits_for_it() -> 
 def test_the_web_port_and_probes_are_the_ones_gunicorn_binds_and_django_answers(
     directory: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    objects = _objects(directory)
+    objects = render(directory)
     web = _main_container(_one(objects, "Deployment", "phantomhub-web"))
     env = _process_env(objects, web)
     for name in list(os.environ):
@@ -381,7 +388,7 @@ def test_the_web_port_and_probes_are_the_ones_gunicorn_binds_and_django_answers(
 
 @pytest.mark.parametrize("directory", _kustomizations(), ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_the_environment_names_only_settings_the_code_reads_and_secrets_stay_in_the_secret(directory: Path) -> None:
-    objects = _objects(directory)
+    objects = render(directory)
     reads = _settings_reads()
     assert {
         "PHANTOMHUB_SECRET_KEY",
@@ -410,7 +417,7 @@ def test_the_environment_names_only_settings_the_code_reads_and_secrets_stay_in_
 
 @pytest.mark.parametrize("directory", _kustomizations(), ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_the_public_host_is_one_django_answers_with_https_origins_and_links(directory: Path) -> None:
-    objects = _objects(directory)
+    objects = render(directory)
     config = _config(objects)
     ingress = _one(objects, "Ingress", "phantomhub")
     hosts = [rule["host"] for rule in ingress["spec"]["rules"]]
@@ -436,7 +443,7 @@ def test_the_public_host_is_one_django_answers_with_https_origins_and_links(dire
 
 @pytest.mark.parametrize("directory", _kustomizations(), ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_pods_run_as_the_images_user_read_only_with_a_volume_for_every_path_the_service_writes(directory: Path) -> None:
-    objects = _objects(directory)
+    objects = render(directory)
     uid = re.search(r"useradd .*--uid (\d+) phantomhub", DOCKERFILE)
     assert uid is not None
     config = _config(objects)
@@ -467,7 +474,7 @@ def test_pods_run_as_the_images_user_read_only_with_a_volume_for_every_path_the_
 
 
 def test_resources_follow_the_sizing_table() -> None:
-    workloads = _app_workloads(_objects(BASE))
+    workloads = _app_workloads(render(BASE))
     scaling = " ".join((ROOT / "docs" / "scaling.md").read_text().split())
     # docs/scaling.md, "Sizing": web workers and Celery concurrency at about 2 per core, and 1,000
     # live 8-rank runs cost about 0.45 of a core of each, which one pod's request carries
@@ -491,7 +498,7 @@ def _mib(quantity: str) -> int:
 
 
 def test_worker_and_beat_are_checked_as_compose_checks_them() -> None:
-    workloads = _app_workloads(_objects(BASE))
+    workloads = _app_workloads(render(BASE))
     for role in ("worker", "beat"):
         probe = _main_container(workloads[role])["livenessProbe"]
         assert probe["exec"]["command"] == COMPOSE["services"][role]["healthcheck"]["test"][1:], role
@@ -552,7 +559,7 @@ def _run_env(tmp: Path, objects: list[dict[str, Any]], container: dict[str, Any]
 
 @pytest.mark.slow
 def test_the_gate_waits_for_the_migration_job_and_then_lets_the_role_start(tmp_path: Path) -> None:
-    objects = _objects(OVERLAYS[0])
+    objects = render(OVERLAYS[0])
     workloads = _app_workloads(objects)
     web = pod_spec(workloads["web"])
     assert web is not None
@@ -593,7 +600,7 @@ def _probe_command(command: list[str]) -> list[str]:
 
 @pytest.mark.celery
 def test_worker_and_beat_start_with_the_pods_filesystem_and_pass_their_liveness_probes(tmp_path: Path) -> None:
-    objects = _objects(OVERLAYS[0])
+    objects = render(OVERLAYS[0])
     workloads = _app_workloads(objects)
     entrypoint = str(ROOT / "deploy" / "entrypoint.sh")
     job = _main_container(workloads["migrate"])
@@ -660,7 +667,7 @@ def web_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dic
     """gunicorn as the example overlay's web container runs it (deploy/gunicorn.py, its ConfigMap and
     env), on 127.0.0.1 and a free port instead of the pod's 0.0.0.0:8000."""
     tmp = tmp_path_factory.mktemp("web-pod")
-    objects = _objects(OVERLAYS[0])
+    objects = render(OVERLAYS[0])
     container = _main_container(_one(objects, "Deployment", "phantomhub-web"))
     port = free_port()
     redis = os.environ.get("PHANTOMHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")  # a broker: no in-process sweeper
