@@ -268,6 +268,8 @@ def test_selectors_services_and_autoscaling_point_at_what_exists(directory: Path
     assert "cpu" in _main_container(web)["resources"]["requests"]  # utilization is of the request
     pdb = _one(objects, "PodDisruptionBudget", "phantomhub-web")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= web_labels
+    (spread,) = pod_spec(web)["topologySpreadConstraints"]  # type: ignore[index]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["labelSelector"]["matchLabels"].items() <= web_labels
     assert pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]  # a drain can proceed
     ingress = _one(objects, "Ingress", "phantomhub")
     backends = [path["backend"]["service"] for rule in ingress["spec"]["rules"] for path in rule["http"]["paths"]]
