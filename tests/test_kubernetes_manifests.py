@@ -559,6 +559,22 @@ def _run_env(tmp: Path, objects: list[dict[str, Any]], container: dict[str, Any]
     }
 
 
+def test_check_deploy_finds_only_what_the_docs_say_the_kubernetes_settings_leave_on_purpose(tmp_path: Path) -> None:
+    objects = render(OVERLAYS[0])
+    env = _run_env(tmp_path, objects, _main_container(_one(objects, "Deployment", "phantomhub-web")))
+    env |= {"PHANTOMHUB_DATABASE_URL": "postgres://u@127.0.0.1:5432/db", "PHANTOMHUB_METRICS_TOKEN": secrets.token_urlsafe(32)}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    found = set(re.findall(r"\((security\.\w+)\)", done.stdout + done.stderr))
+    # no https redirect (the Ingress redirects; in-cluster clients speak http), and HSTS for the
+    # host alone: its subdomains and the browsers' preload list are each site's to decide
+    assert found == {"security.W008", "security.W005", "security.W021"}, done.stdout + done.stderr
+    for code in found:
+        assert code.removeprefix("security.") in _docs_section(), code
+
+
 @pytest.mark.slow
 def test_the_gate_waits_for_the_migration_job_and_then_lets_the_role_start(tmp_path: Path) -> None:
     objects = render(OVERLAYS[0])
