@@ -42,6 +42,7 @@ from tests.test_deploy_files import COMPOSE, DOCKERFILE, _entrypoint_role, _heal
 ROOT = Path(__file__).resolve().parent.parent
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
+COLLECTOR = BASE / "node-collector"  # beside the base: an overlay lists both
 OVERLAYS = sorted(path.parent for path in (KUBERNETES / "overlays").glob("*/kustomization.yaml"))
 DOCS = (ROOT / "docs" / "deployment.md").read_text()
 # The Kubernetes versions docs/deployment.md says the manifests are validated against.
@@ -61,6 +62,12 @@ REQUIRED_SECRETS = {"PHANTOMHUB_SECRET_KEY", "PHANTOMHUB_DATABASE_URL", "PHANTOM
 
 def _kustomizations() -> list[Path]:
     return [BASE, *OVERLAYS]
+
+
+def _collector(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node collector's DaemonSet: the overlay's, or for the base the one beside it."""
+    found = [obj for obj in objects if obj["kind"] == "DaemonSet"] or render(COLLECTOR)
+    return _one(found, "DaemonSet", "phantomhub-node-collector")
 
 
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -186,7 +193,7 @@ def test_the_renderer_merges_as_kubernetes_does_and_refuses_what_it_does_not_kno
 def test_every_patch_image_and_replica_count_of_the_overlays_lands_somewhere(tmp_path: Path) -> None:
     for overlay in OVERLAYS:
         spec = yaml.safe_load((overlay / "kustomization.yaml").read_text())
-        assert spec["resources"] == ["../../base"]
+        assert spec["resources"][0] == "../../base" and set(spec["resources"]) <= {"../../base", "../../base/node-collector"}
         objects = render(overlay)  # raises on a patch, image or count that matches nothing
         for image in spec.get("images", []):
             assert any(image["newName"] in c["image"] for o in objects for c in (pod_spec(o) or {}).get("containers", [])), image
@@ -203,7 +210,7 @@ def test_every_patch_image_and_replica_count_of_the_overlays_lands_somewhere(tmp
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("directory", _kustomizations(), ids=lambda path: str(path.relative_to(KUBERNETES)))
+@pytest.mark.parametrize("directory", [*_kustomizations(), COLLECTOR], ids=lambda path: str(path.relative_to(KUBERNETES)))
 def test_every_object_is_valid_for_the_kubernetes_versions_the_docs_name(directory: Path, version: str) -> None:
     objects = render(directory)
     assert objects
@@ -284,9 +291,9 @@ def test_selectors_services_and_autoscaling_point_at_what_exists(directory: Path
         assert namespaces == {yaml.safe_load((directory / "kustomization.yaml").read_text())["namespace"]}
 
 
-def test_the_base_carries_the_node_collector_of_docs_node_collector_md_sending_to_the_service() -> None:
+def test_the_node_collector_beside_the_base_is_the_one_of_docs_node_collector_md_sending_to_the_service() -> None:
     objects = render(BASE)
-    ds = _one(objects, "DaemonSet", "phantomhub-node-collector")
+    ds = _collector(objects)
     standalone = yaml.safe_load((ROOT / "deploy" / "node-collector" / "daemonset.yaml").read_text())
     collector = _main_container(ds)
     env = {entry["name"]: entry for entry in collector["env"]}
@@ -305,6 +312,9 @@ def test_the_base_carries_the_node_collector_of_docs_node_collector_md_sending_t
     pods = [{k: v for k, v in (pod_spec(obj) or {}).items() if k != "containers"} for obj in (ds, standalone)]
     assert pods[0] == pods[1] and pods[0]["hostPID"] is True
     assert "nvidia.com/gpu" not in collector["resources"].get("limits", {})  # it takes no GPU from the jobs
+    for overlay in OVERLAYS:  # the example runs it (docs/deployment.md, step 8)
+        namespace = yaml.safe_load((overlay / "kustomization.yaml").read_text())["namespace"]
+        assert _one(render(overlay), "DaemonSet", "phantomhub-node-collector")["metadata"]["namespace"] == namespace
 
 
 # --- the objects against the code ----------------------------------------------------------------
@@ -435,7 +445,7 @@ def test_the_public_host_is_one_django_answers_with_https_origins_and_links(dire
     assert int(body.removesuffix("m")) * 2**20 >= settings.MAX_BODY_BYTES
     # in-cluster clients (the probes, the node collector) speak http to the Service: no redirect
     assert config["PHANTOMHUB_SSL_REDIRECT"] == "0"
-    collector = _main_container(_one(objects, "DaemonSet", "phantomhub-node-collector"))
+    collector = _main_container(_collector(objects))
     server = next(entry["value"] for entry in collector["env"] if entry["name"] == "PHANTOMHUB_SERVER")
     assert validate_host(urlparse(server).hostname or "", allowed)
     for entry in config.get("PHANTOMHUB_TRUSTED_PROXIES", "").split(","):
@@ -454,6 +464,10 @@ def test_pods_run_as_the_images_user_read_only_with_a_volume_for_every_path_the_
         assert spec is not None
         assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == int(uid.group(1))
         assert spec["automountServiceAccountToken"] is False
+        # the rest of the "restricted" Pod Security Standard: nothing of the host, the runtime's seccomp
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not {"hostPID", "hostIPC", "hostNetwork"} & set(spec)
+        assert all(set(volume) & {"emptyDir", "persistentVolumeClaim"} for volume in spec["volumes"])
         volumes = {volume["name"]: volume for volume in spec["volumes"]}
         for container in spec["containers"] + spec.get("initContainers", []):
             security = container["securityContext"]
