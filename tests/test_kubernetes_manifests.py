@@ -382,6 +382,12 @@ def test_the_web_port_and_probes_are_the_ones_gunicorn_binds_and_django_answers(
     assert gunicorn["bind"] == f"0.0.0.0:{port['containerPort']}"
     assert f"EXPOSE {port['containerPort']}" in _stages()["runtime"]
     assert gunicorn["workers"] == int(env["PHANTOMHUB_WEB_WORKERS"])
+    # a pod stopping gets preStop's pause and then gunicorn's whole graceful shutdown
+    from gunicorn.config import GracefulTimeout
+
+    graceful = gunicorn.get("graceful_timeout", GracefulTimeout.default)
+    (pause,) = (int(arg) for arg in web["lifecycle"]["preStop"]["exec"]["command"][1:])
+    assert pod_spec(_one(objects, "Deployment", "phantomhub-web"))["terminationGracePeriodSeconds"] > pause + graceful  # type: ignore[index]
     allowed_hosts = env["PHANTOMHUB_ALLOWED_HOSTS"].split(",")
     for probe in (web["readinessProbe"], web["livenessProbe"]):
         get = probe["httpGet"]
