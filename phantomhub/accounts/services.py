@@ -6,6 +6,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -82,8 +83,8 @@ def token_issue(
     kind: str,
     name: str | None,
     project: Project | None = None,
-    user: AbstractBaseUser | None = None,
-    created_by: AbstractBaseUser | None = None,
+    user: Any = None,
+    created_by: Any = None,
     hostnames: list[str] | None = None,
     expires_at: datetime | None = None,
 ) -> IssuedToken:
