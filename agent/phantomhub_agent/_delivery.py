@@ -101,10 +101,11 @@ class Delivery:
         logger.info("phantomhub: using the new token in %s", source.path)
         return True
 
-    def resume_on_new_token(self) -> None:
+    def resume_on_new_token(self, *, throttled: bool = True) -> None:
         """Ends a halt for a refused token once the token file holds a new one: the spooled
-        requests then go out in order (the replay), and new ones follow them."""
-        if self.halted and self.awaiting_token and self.token_renewed(throttled=True):
+        requests then go out in order (the replay), and new ones follow them. The file is read
+        at most once a second, but at once at finish (the last chance to send)."""
+        if self.halted and self.awaiting_token and self.token_renewed(throttled=throttled):
             self.halted = self.awaiting_token = False
             self.w.once.forget("halt")
             logger.info("phantomhub: the server may take the new token; sending what was kept in %s", self.w.spool.root)

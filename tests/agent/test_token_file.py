@@ -6,6 +6,9 @@ a real rotation: tests/agent/test_token_rotation_live.py."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -132,3 +135,36 @@ def test_an_empty_token_file_at_start_waits_for_a_token(
     run.finish()
     assert sorted(gate.taken) == list(range(10))
     assert fake_server.of("/runs")[-1].headers["authorization"] == "Bearer phk_late"
+
+
+def test_the_node_collector_takes_its_token_from_a_file_and_a_rotated_one_without_a_restart(
+    fake_server: FakeServer, tmp_path: Path
+) -> None:
+    from .conftest import REPO
+    from .test_node_collector import node_cmd, node_env, state_file
+
+    path = tmp_path / "node-token"
+    path.write_text("phk_node_old\n")
+    gate = Gate("phk_node_old")
+    fake_server.script = gate
+    env = node_env(tmp_path, state_file(tmp_path, []))
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "agent")  # this checkout's agent
+    args = ("--server", fake_server.url, "--token-file", str(path), "--interval", "1", "--spool", str(tmp_path / "spool"))
+    proc = subprocess.Popen(node_cmd(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        wait_for(lambda: len(fake_server.requests) >= 2)
+        gate.valid = {"phk_node_new"}  # rotated, the overlap over: refused ...
+        wait_for(lambda: gate.refused >= 1)
+        path.write_text("phk_node_new\n")  # ... until the Secret's file holds the successor
+        wait_for(lambda: fake_server.requests[-1].headers.get("authorization") == "Bearer phk_node_new")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    taken = [
+        r.body["gpus"]["t_ns"][0] for r in fake_server.requests if r.headers.get("authorization") in ("Bearer phk_node_new",)
+    ]
+    refused = [r.body["gpus"]["t_ns"][0] for r in fake_server.requests if r.headers.get("authorization") == "Bearer phk_node_old"]
+    assert set(refused[-gate.refused :]) <= set(taken)  # what was refused was sent again with the new token
