@@ -163,8 +163,9 @@ def test_the_node_collector_takes_its_token_from_a_file_and_a_rotated_one_withou
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    taken = [
-        r.body["gpus"]["t_ns"][0] for r in fake_server.requests if r.headers.get("authorization") in ("Bearer phk_node_new",)
-    ]
-    refused = [r.body["gpus"]["t_ns"][0] for r in fake_server.requests if r.headers.get("authorization") == "Bearer phk_node_old"]
-    assert set(refused[-gate.refused :]) <= set(taken)  # what was refused was sent again with the new token
+
+    def sampled(token: str) -> list[int]:
+        return [r.body["gpus"]["t_ns"][0] for r in fake_server.requests if r.headers.get("authorization") == f"Bearer {token}"]
+
+    refused = sampled("phk_node_old")[-gate.refused :]
+    assert refused and set(refused) <= set(sampled("phk_node_new"))  # what was refused was sent again with the new token
