@@ -22,7 +22,7 @@ from phantomhub.accounts.services import personal_token_create, project_token_cr
 from phantomhub.accounts.token_life import stamp
 from tests.conftest import Tenant
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]
 
 TOKENS = "/api/v1/portal/tokens"
 
