@@ -169,3 +169,19 @@ def test_the_node_collector_takes_its_token_from_a_file_and_a_rotated_one_withou
 
     refused = sampled("phk_node_old")[-gate.refused :]
     assert refused and set(refused) <= set(sampled("phk_node_new"))  # what was refused was sent again with the new token
+
+
+def test_sync_takes_the_token_from_the_file_too(
+    fake_server: FakeServer, agent_kwargs: dict[str, Any], spool_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phantomhub_agent import cli
+
+    from .test_cli import spool_a_run
+
+    spool_a_run(spool_dir, agent_kwargs)
+    path = tmp_path / "token"
+    path.write_text("phk_synced\n")
+    monkeypatch.setenv("PHANTOMHUB_TOKEN_FILE", str(path))
+    monkeypatch.setenv("PHANTOMHUB_SERVER", fake_server.url)
+    assert cli.main(["sync", str(spool_dir)]) == 0
+    assert fake_server.requests and all(r.headers["authorization"] == "Bearer phk_synced" for r in fake_server.requests)
