@@ -333,3 +333,30 @@ def test_personal_tokens_are_read_afresh_each_request(admin: User) -> None:
 def test_existing_tokens_keep_their_name_and_new_ones_without_get_unnamed(owner: Tenant) -> None:
     assert project_token_create(project=owner.project).token.name == "unnamed"
     assert project_token_create(project=owner.project, name=" ci ").token.name == "ci"
+
+
+@pytest.mark.slow  # seconds: make test runs it, make check does not
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_names_the_unnamed_and_keeps_every_other_name() -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("accounts", "0005_directory")], [("accounts", "0006_token_lifecycle")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    project = old.get_model("accounts", "Project").objects.create(
+        team=old.get_model("accounts", "Team").objects.create(slug="t", name="t"), slug="p", name="p"
+    )
+    for prefix, name in (("phk_nameless", ""), ("phk_namedone", "ci")):
+        old.get_model("accounts", "ApiToken").objects.create(
+            kind="project", project=project, prefix=prefix, digest=prefix * 5, name=name
+        )
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    names = dict(new.get_model("accounts", "ApiToken").objects.values_list("prefix", "name"))
+    assert names == {"phk_nameless": "unnamed", "phk_namedone": "ci"}
+    assert new.get_model("accounts", "ApiToken").objects.filter(expires_at=None, created_by=None, replaced_by=None).count() == 2
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
