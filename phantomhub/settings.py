@@ -255,6 +255,11 @@ MAX_ANONYMOUS_BODY_BYTES = env_int("PHANTOMHUB_MAX_ANONYMOUS_BODY_BYTES", 4096, 
 
 # A token's last_used_at is written at most this often, so ingest is not one extra write a batch.
 TOKEN_TOUCH_INTERVAL_S = env_int("PHANTOMHUB_TOKEN_TOUCH_INTERVAL_S", 60, minimum=0)
+# Token lifecycle (docs/identity.md, "Tokens"): the expiry a new token gets when its creator names
+# none (days; 0: none), and how long a rotated token keeps working beside its successor (0: it
+# stops at once). A request may ask for up to TOKEN_MAX_* (accounts/services.py).
+TOKEN_DEFAULT_EXPIRY_DAYS = env_int("PHANTOMHUB_TOKEN_DEFAULT_EXPIRY_DAYS", 0, minimum=0, maximum=730)
+TOKEN_ROTATION_OVERLAP_S = env_int("PHANTOMHUB_TOKEN_ROTATION_OVERLAP_S", 86400, minimum=0, maximum=30 * 86400)
 
 # Ingest requests (run registration, steps, samples, events) per token: (requests, window in
 # seconds), or None for no limit. The agent posts about one batch a second per rank, so the

@@ -109,6 +109,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-tokens", "get"): PEOPLE_ONLY,
     ("portal-tokens", "post"): PEOPLE_ONLY,
     ("portal-token", "delete"): "401 403 403 403 404 ok 404 ok",  # team admins and org admins
+    ("portal-token-rotate", "post"): "401 403 403 403 404 ok 404 ok",  # as revoking: team admins and org admins
     ("metrics", "get"): "401 401 401 401 401 401 401 401",  # its own token (PHANTOMHUB_METRICS_TOKEN)
     ("node-samples", "post"): "401 403 403 403 403 403 403 403",  # a node token only (NODE_EXPECTED)
     ("fleet-summary", "get"): ORG_READ,
@@ -272,6 +273,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-run": {"run_id": world.run_id},
         "price-detail": {"price_id": world.price_id},
         "portal-token": {"token_id": world.token_id},
+        "portal-token-rotate": {"token_id": world.token_id},
         "portal-leaderboard": {"kind": "teams"},
         "portal-leaderboard-csv": {"kind": "teams"},
         "portal-team": {"slug": "nlp"},
@@ -311,6 +313,7 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-session", "post"): lambda: {"username": "nobody", "password": "wrong"},
     ("portal-settings", "put"): lambda: {"target_mfu": 0.4},
     ("portal-tokens", "post"): lambda: {"kind": "personal", "name": "matrix"},
+    ("portal-token-rotate", "post"): lambda: {"overlap_s": 60},
     ("portal-team", "patch"): lambda: {"display_name": "NLP"},
     ("portal-project", "patch"): lambda: {"display_name": "LLM pre-training"},
     ("alerts-rules", "post"): lambda: dict(MATRIX_RULE),
@@ -425,6 +428,47 @@ def test_node_tokens_each_principal_sees(world: World, principal: str) -> None:
     listed = [(t["name"], t["hostnames"]) for t in response.json() if t["kind"] == "node"]
     assert listed == expected
     assert all(t["hostnames"] == [] for t in response.json() if t["kind"] != "node")
+
+
+# --- what each principal sees of tokens (Settings' list): which rows, each with every field --------
+
+# principal → the tokens listed as (kind, project, owner), or the refusal. The rows' fields (owner,
+# last use and its address, state, ...) are seen by whoever manages the token, no one else: a
+# person their personal tokens; a team's admins its projects' tokens; organization admins every
+# project and node token, never another person's personal token.
+TOKENS_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": 403,  # tokens are managed by signed-in people
+    "member": [],
+    "lead": [("project", "llm-pretrain", None), ("project", "llm-pretrain", None)],  # the tenant's and the spare
+    "finance": [],
+    "admin": [
+        ("node", None, None),
+        ("personal", None, "admin"),
+        ("project", "detector", None),
+        ("project", "llm-pretrain", None),
+        ("project", "llm-pretrain", None),
+    ],
+    "node": 403,
+}
+TOKEN_ROW_FIELDS = {
+    "id", "prefix", "kind", "name", "project", "user", "owner", "created_at", "expires_at", "last_used_at",
+    "last_used_address", "revoked_at", "state", "replaced_by", "overlap_ends_at", "ends_at", "hostnames",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_tokens_each_principal_sees(world: World, principal: str) -> None:
+    response = world.clients[principal].get("/api/v1/portal/tokens")
+    expected = TOKENS_SEEN[principal]
+    if isinstance(expected, int):
+        assert response.status_code == expected
+        return
+    rows = response.json()
+    assert sorted(((t["kind"], t["project"], t["owner"]) for t in rows), key=str) == sorted(expected, key=str)
+    assert all(set(t) == TOKEN_ROW_FIELDS for t in rows)
 
 
 # --- what each principal sees of alerts: subjects and rule destinations ----------------------------

@@ -84,7 +84,7 @@ def test_closing_a_closed_month_is_a_documented_409(admin: APIClient, schema: di
 
 
 def test_a_token_for_a_project_you_do_not_administer_is_a_documented_404(admin: APIClient, schema: dict[str, Any]) -> None:
-    response = admin.post("/api/v1/portal/tokens", {"project": "nowhere"}, format="json")
+    response = admin.post("/api/v1/portal/tokens", {"project": "nowhere", "name": "ci"}, format="json")
     assert response.status_code == 404
     assert "404" in schema["paths"]["/api/v1/portal/tokens"]["post"]["responses"]
 

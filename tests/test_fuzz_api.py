@@ -337,12 +337,17 @@ def stack(
 
 @pytest.fixture(scope="module")
 def unrevoke(stack: Stack) -> Iterator[Any]:
-    """The signed-in admin may revoke any token it finds (DELETE /portal/tokens/{id}); the project
-    token must keep working, so it is restored before each request (its own connection: committed)."""
+    """The signed-in admin may revoke or rotate any token it finds (DELETE /portal/tokens/{id},
+    POST .../rotate); the project token must keep working, so it is restored before each request
+    (its own connection: committed)."""
     with psycopg.connect(stack.database_url, autocommit=True) as conn:
 
         def restore() -> None:
-            conn.execute("UPDATE accounts_apitoken SET revoked_at = NULL WHERE id = %s", (stack.project_token_id,))
+            conn.execute(
+                "UPDATE accounts_apitoken SET revoked_at = NULL, replaced_by_id = NULL, overlap_ends_at = NULL,"
+                " expires_at = NULL WHERE id = %s",
+                (stack.project_token_id,),
+            )
 
         yield restore
 

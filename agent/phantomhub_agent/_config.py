@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ._log import logger
+from ._tokenfile import token_read
 
 MODES = ("online", "offline", "disabled")
 PRICING_TIERS = ("on_demand", "reserved", "spot")
@@ -34,6 +35,9 @@ def default_spool_dir() -> Path:
 class Settings:
     server: str = DEFAULT_SERVER
     token: str | None = None
+    # A file holding the token (a mounted Kubernetes Secret): read at start instead of ``token``,
+    # and again when the server answers 401, so a rotated token is picked up without a restart.
+    token_file: Path | None = None
     mode: str = "online"
     debug: bool = False
     spool_dir: Path = dataclasses.field(default_factory=default_spool_dir)
@@ -79,6 +83,7 @@ class Settings:
 _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "server": ("PHANTOMHUB_SERVER", str),
     "token": ("PHANTOMHUB_TOKEN", str),
+    "token_file": ("PHANTOMHUB_TOKEN_FILE", lambda v: Path(v).expanduser()),
     "mode": ("PHANTOMHUB_MODE", str),
     "debug": ("PHANTOMHUB_DEBUG", lambda v: _parse_bool(v)),
     "spool_dir": ("PHANTOMHUB_SPOOL_DIR", lambda v: Path(v).expanduser()),
@@ -125,11 +130,17 @@ def settings_from(overrides: dict[str, Any], environ: dict[str, str] | None = No
             continue
         if not hasattr(settings, name):
             raise TypeError(f"unknown setting {name!r}")
-        if name == "spool_dir":
+        if name in ("spool_dir", "token_file"):
             value = Path(value).expanduser()
         setattr(settings, name, value)
     settings.debug = debug
     settings.server = settings.server.rstrip("/")
+    if settings.token_file is not None:
+        if settings.token:
+            logger.info("phantomhub: the token is read from %s (PHANTOMHUB_TOKEN_FILE), not the one given", settings.token_file)
+        settings.token = token_read(settings.token_file)
+        if settings.token is None:
+            logger.warning("phantomhub: no token in %s yet; telemetry waits in the spool until one is there", settings.token_file)
     _check(settings)
     return settings
 

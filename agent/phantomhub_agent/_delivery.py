@@ -13,6 +13,9 @@ lock. A request is POSTed (``_transport``) and classified by its answer:
 - 401, 403, 404: halted. The request and everything after it is spooled, for
   ``phantomhub-agent sync``. A batch's 404 that is not "run not found" (a server without the batch
   endpoint) switches to the separate endpoints instead, the batch in hand split (``unbatch``).
+  A 401 with a token file (PHANTOMHUB_TOKEN_FILE, ``_tokenfile``): a new token in the file is
+  taken and the request sent again at once; with none yet, delivery halts until the file holds
+  one (read every second), then resumes and the spool goes out in order, without a restart.
 - any other 4xx: rejected, dropped and counted, not retried. Except a registration's 400 naming
   its ``job`` field (a server older than jobs): it is sent again at once without the field.
 
@@ -76,6 +79,8 @@ class Delivery:
         self.w = worker
         self.healthy = True
         self.halted = False
+        # Halted by a 401 with a token file: a new token in the file resumes delivery.
+        self.awaiting_token = False
         self.fail_streak = 0
         self.next_probe = 0.0
         # This process has spooled requests of its run: new ones queue behind them in the spool.
@@ -84,10 +89,32 @@ class Delivery:
     def after_fork(self) -> None:
         self.own_backlog = False
 
+    def token_renewed(self, *, throttled: bool = False) -> bool:
+        """Takes a new token from the token file, if it holds one; True when it did."""
+        source = self.w.token_file
+        if source is None:
+            return False
+        token = source.newer(self.w.transport.token, throttled=throttled)
+        if token is None:
+            return False
+        self.w.transport.token = token
+        logger.info("phantomhub: using the new token in %s", source.path)
+        return True
+
+    def resume_on_new_token(self, *, throttled: bool = True) -> None:
+        """Ends a halt for a refused token once the token file holds a new one: the spooled
+        requests then go out in order (the replay), and new ones follow them. The file is read
+        at most once a second, but at once at finish (the last chance to send)."""
+        if self.halted and self.awaiting_token and self.token_renewed(throttled=throttled):
+            self.halted = self.awaiting_token = False
+            self.w.once.forget("halt")
+            logger.info("phantomhub: the server may take the new token; sending what was kept in %s", self.w.spool.root)
+
     def deliver_outbox(self) -> None:
         w = self.w
         outbox = w.outbox
         with w.io_lock:
+            self.resume_on_new_token()
             taken = w.drain.marks_taken()  # every row taken so far is in the outbox, or left it
             while outbox and not w.is_abandoned():
                 request = outbox[0]
@@ -201,6 +228,8 @@ class Delivery:
                     w.settings.server,
                 )
                 return self.send(stripped, timeout)
+        if response.status == 401 and self.token_renewed():  # rotated: the file has the new token
+            return self.send(request, timeout)
         outcome = classify(response.status)
         if outcome == RETRY:
             w.counters.send_failures += 1
@@ -259,6 +288,16 @@ class Delivery:
         self.halted = True
         status = response.status if response is not None else 0
         text = response.error_text() if response is not None else ""
+        if status == 401 and w.token_file is not None:
+            self.awaiting_token = True
+            w.once.error(
+                "halt",
+                "phantomhub: server refused the token (%s); keeping telemetry in %s until %s holds a new one",
+                text,
+                w.spool.root,
+                w.token_file.path,
+            )
+            return
         w.once.error(
             "halt",
             "phantomhub: server refused %s with %d (%s); keeping telemetry in %s — fix the token or run and "

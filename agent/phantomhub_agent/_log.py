@@ -36,6 +36,11 @@ class OnceLogger:
             self._seen.add(key)
         logger.log(level if first else logging.DEBUG, message, *args)
 
+    def forget(self, key: str) -> None:
+        """The next message of this key is logged at its level again (a new episode)."""
+        with self._lock:
+            self._seen.discard(key)
+
     def reset(self) -> None:
         self._seen = set()
         self._lock = threading.Lock()

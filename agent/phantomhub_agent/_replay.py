@@ -41,6 +41,9 @@ class Replay:
 
     def replay(self, *, final: bool) -> None:
         w, d = self.w, self.w.delivery
+        if d.halted:
+            with w.io_lock:
+                d.resume_on_new_token(throttled=not final)
         if w.settings.mode == "offline" or d.halted:
             return
         if not d.healthy and time.monotonic() < d.next_probe and not final:

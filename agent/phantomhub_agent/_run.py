@@ -915,7 +915,7 @@ def init(
     merged = dict(settings)
     merged.update(server=server, token=token, mode=mode, debug=debug)
     resolved = settings_from(merged)
-    if resolved.mode == "online" and not resolved.token:
+    if resolved.mode == "online" and not resolved.token and resolved.token_file is None:
         logger.warning("phantomhub: no token (PHANTOMHUB_TOKEN); telemetry goes to the spool at %s", resolved.spool_dir)
         resolved.mode = "offline"
     try:

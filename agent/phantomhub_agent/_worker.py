@@ -56,6 +56,7 @@ from ._handoff import Handoff
 from ._log import OnceLogger
 from ._replay import Replay
 from ._spool import Spool, SpooledRequest
+from ._tokenfile import TokenFile
 from ._transport import Response, Transport
 
 Marks = tuple[int, int, int]  # positions in the step, sample and event buffers (rows ever appended)
@@ -150,6 +151,8 @@ class Worker:
         self.items: collections.deque[Any] = collections.deque()
         self.counters = Counters()
         self.transport = transport or Transport(settings.server, settings.token, settings.request_timeout_s)
+        # Where a new token is read when the server answers 401 (PHANTOMHUB_TOKEN_FILE), if set.
+        self.token_file = TokenFile(settings.token_file) if settings.token_file is not None else None
         self.spool = spool or Spool(settings.spool_dir, settings.spool_max_bytes, rank=ctx.rank)
         self.cuda = cuda_resolver
         self.extra_counters = extra_counters

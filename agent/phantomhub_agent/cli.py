@@ -44,6 +44,7 @@ from ._spool import (
     token_fingerprint,
     writer_of,
 )
+from ._tokenfile import token_read
 from ._transport import HALT, OK, RETRY, TOO_LARGE, NetworkError, Transport, backoff_delay, classify, parse_retry_after
 from ._version import __version__
 
@@ -221,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync_p = sub.add_parser("sync", help="upload a spool directory to the server")
     sync_p.add_argument("dir", nargs="?", default=None, help="spool root or a run's directory")
     sync_p.add_argument("--server", default=None, help="server URL (default: PHANTOMHUB_SERVER)")
-    sync_p.add_argument("--token", default=None, help="project token (default: PHANTOMHUB_TOKEN)")
+    sync_p.add_argument("--token", default=None, help="project token (default: PHANTOMHUB_TOKEN, or PHANTOMHUB_TOKEN_FILE's)")
     ls_p = sub.add_parser("ls", help="list what is spooled")
     ls_p.add_argument("dir", nargs="?", default=None)
     from .node import _cli as node_cli
@@ -239,11 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "ls":
         return ls(root)
     server = args.server or os.environ.get("PHANTOMHUB_SERVER") or _server_from_files(root)
-    token = args.token or os.environ.get("PHANTOMHUB_TOKEN")
+    token_file = os.environ.get("PHANTOMHUB_TOKEN_FILE")
+    token = args.token or os.environ.get("PHANTOMHUB_TOKEN") or (token_read(Path(token_file)) if token_file else None)
     if not server:
         parser.error("no server: pass --server or set PHANTOMHUB_SERVER")
     if not token:
-        parser.error("no token: pass --token or set PHANTOMHUB_TOKEN")
+        parser.error("no token: pass --token or set PHANTOMHUB_TOKEN or PHANTOMHUB_TOKEN_FILE")
     return sync(root, server.rstrip("/"), token)
 
 

@@ -93,9 +93,20 @@ class ProfileAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "kind", "project", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "prefix",
+        "kind",
+        "project",
+        "user",
+        "name",
+        "created_by",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     list_filter = ["kind"]
-    readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
+    readonly_fields = ["prefix", "digest", "created_at", "last_used_at", "last_used_address", "replaced_by", "overlap_ends_at"]
 
 
 class PasswordSignInForm(AdminAuthenticationForm):

@@ -1,8 +1,14 @@
-"""Bearer-token authentication for the API (`Authorization: Bearer phk_...`); the token
-lookup is cached per process (accounts/token_cache.py)."""
+"""Bearer-token authentication for the API (`Authorization: Bearer phk_...`); the lookup of
+project and node tokens is cached per process (accounts/token_cache.py), personal tokens are
+read afresh each request.
+
+A token that no longer works is refused with a 401 that names it and says why and when
+(accounts/token_life.py: revoked, replaced by rotation past its overlap, expired; or a personal
+token whose owner is inactive), so whoever holds it knows what to do (docs/identity.md, "Tokens")."""
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +20,18 @@ from rest_framework.request import Request
 
 from phantomhub.accounts.models import ApiToken, TokenKind
 from phantomhub.accounts.services import TOKEN_PREFIX, token_digest
+from phantomhub.accounts.signin import client_address
 from phantomhub.accounts.token_cache import token_lookup
+from phantomhub.accounts.token_life import token_refusal
+
+
+def _address(request: Request) -> str | None:
+    """The client's address as an IP (a Unix socket's peer has none: None)."""
+    address = client_address(request._request)
+    try:
+        return str(ipaddress.ip_address(address)) if address else None
+    except ValueError:
+        return None
 
 
 class ProjectPrincipal:
@@ -44,28 +61,34 @@ class ProjectTokenAuthentication(authentication.BaseAuthentication):
         if len(parts) != 2 or parts[0] != self.keyword or not parts[1].startswith(TOKEN_PREFIX):
             raise exceptions.AuthenticationFailed("Authorization must be 'Bearer phk_...'")
         token = token_lookup(token_digest(parts[1]))
-        if token is None or token.revoked_at is not None:
-            raise exceptions.AuthenticationFailed("unknown or revoked token")
-        self._touch(token)
+        if token is None:
+            raise exceptions.AuthenticationFailed("unknown token")
+        refusal = token_refusal(token, timezone.now())
+        if refusal is not None:
+            raise exceptions.AuthenticationFailed(refusal)
         if token.kind == TokenKind.PERSONAL:
             assert token.user is not None
             if not token.user.is_active:
-                raise exceptions.AuthenticationFailed("the token's owner is inactive")
+                raise exceptions.AuthenticationFailed(f"token {token.prefix}… belongs to an inactive person")
+            self._touch(token, request)
             return token.user, token
+        self._touch(token, request)
         return ProjectPrincipal(token), token
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
 
     @staticmethod
-    def _touch(token: ApiToken) -> None:
-        # Ingest is many requests a second; write last_used_at at most once per interval (the
-        # cached token remembers the last write, so a cache hit costs no query either).
+    def _touch(token: ApiToken, request: Request) -> None:
+        # Ingest is many requests a second; write last_used_at and the address at most once per
+        # interval (the cached token remembers the last write, so a cache hit costs no query
+        # either). The address is the client's behind a trusted proxy (signin.client_address).
         now = timezone.now()
         interval = timedelta(seconds=settings.TOKEN_TOUCH_INTERVAL_S)
         if token.last_used_at is None or now - token.last_used_at >= interval:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now
+            address = _address(request)
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now, last_used_address=address)
+            token.last_used_at, token.last_used_address = now, address
 
 
 class ProjectTokenScheme(OpenApiAuthenticationExtension):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -180,17 +181,34 @@ class TokenKind(models.TextChoices):
 
 
 class ApiToken(models.Model):
-    """A bearer token. Only its SHA-256 digest is stored; the prefix lets people recognise it."""
+    """A bearer token. Only its SHA-256 digest is stored; the prefix lets people recognise it.
+
+    Its life (docs/identity.md, "Tokens"): it works from creation until the first of its expiry
+    (`expires_at`), its revocation (`revoked_at`) or, once rotated, the end of the overlap
+    (`overlap_ends_at`, the token that replaced it in `replaced_by`). `accounts/auth.py` refuses it
+    after that with a 401 naming which and when."""
 
     kind = models.CharField(max_length=16, choices=TokenKind.choices, default=TokenKind.PROJECT)
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="tokens")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens")
-    name = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=200, default="unnamed")
+    # Who made it: a project or node token's owner (a personal token's is `user`). None for
+    # tokens made before owners were kept, by `manage.py createtoken`, or whose maker was deleted.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_tokens_created"
+    )
     prefix = models.CharField(max_length=16, db_index=True)
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # The client address of that use (accounts.signin.client_address: behind a trusted proxy,
+    # the address the proxy was reached from), written with last_used_at.
+    last_used_address = models.GenericIPAddressField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Rotation: the token issued in its place, and when this one stops working (the overlap).
+    replaced_by = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaces")
+    overlap_ends_at = models.DateTimeField(null=True, blank=True)
     # A node token's hostnames (exact, or shell globs like `gpu-a-*`): the nodes it may report
     # for. Empty for other kinds; a node token naming none reports for no node.
     hostnames = models.JSONField(default=list, blank=True)
@@ -204,7 +222,11 @@ class ApiToken(models.Model):
                     | models.Q(kind="node", user__isnull=True, project__isnull=True)
                 ),
                 name="apitoken_owner_matches_kind",
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(replaced_by__isnull=True) | models.Q(overlap_ends_at__isnull=False),
+                name="apitoken_rotation_has_an_end",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -213,3 +235,8 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+    @property
+    def owner(self) -> Any:
+        """The person it belongs to: a personal token's user, else its maker (None if unknown)."""
+        return self.user if self.kind == TokenKind.PERSONAL else self.created_by

@@ -7,7 +7,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.accounts.models import Profile, Project
+from phantomhub.accounts.models import ApiToken, Profile, Project, Role, TokenKind
+from phantomhub.accounts.permissions import is_org_admin
 
 
 def user_sees_everything(user: Any) -> bool:
@@ -31,3 +32,22 @@ def projects_visible(principal: Any) -> QuerySet[Project]:
     if user_sees_everything(principal):
         return Project.objects.all()
     return Project.objects.filter(team__memberships__user=principal)
+
+
+def tokens_manageable(user: Any) -> QuerySet[ApiToken]:
+    """The tokens a signed-in person may list, rotate and revoke: their own personal tokens, the
+    project tokens of the projects they administer (organization admins: every project; a team's
+    admins: its projects), and, for organization admins, the node tokens (the organization's).
+    Nobody manages another person's personal token; an admin deactivates the person instead."""
+    tokens = ApiToken.objects.filter(kind=TokenKind.PERSONAL, user=user)
+    if is_org_admin(user):
+        return tokens | ApiToken.objects.filter(kind__in=[TokenKind.PROJECT, TokenKind.NODE])
+    return tokens | ApiToken.objects.filter(kind=TokenKind.PROJECT, project__in=projects_administered(user))
+
+
+def projects_administered(user: Any) -> QuerySet[Project]:
+    """The projects whose project tokens the person may create: all for organization admins, else
+    those of the teams they are an admin of."""
+    if is_org_admin(user):
+        return Project.objects.all()
+    return Project.objects.filter(team__memberships__user=user, team__memberships__role=Role.ADMIN)

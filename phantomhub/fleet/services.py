@@ -12,7 +12,6 @@ path). A refusal raises inside the transaction, so nothing of a refused request 
 from __future__ import annotations
 
 import logging
-import secrets
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
@@ -22,8 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from phantomhub.accounts.models import ApiToken, Project, Team, TokenKind
-from phantomhub.accounts.services import TOKEN_PREFIX, IssuedToken, token_digest
+from phantomhub.accounts.models import Project, Team, TokenKind
+from phantomhub.accounts.services import IssuedToken, token_issue
 from phantomhub.errors import ApiError, invalid
 from phantomhub.fleet.attribution import Rule, owner_attribute
 from phantomhub.fleet.classify import gpu_classify
@@ -51,12 +50,12 @@ log = logging.getLogger(__name__)
 REATTRIBUTE = "phantomhub.fleet.tasks.fleet_reattribute"  # the task (fleet/tasks.py), sent by name
 
 
-def node_token_create(*, name: str = "", hostnames: Any) -> IssuedToken:
+def node_token_create(
+    *, name: str = "", hostnames: Any, created_by: Any = None, expires_at: datetime | None = None
+) -> IssuedToken:
     """A node token for these hostnames (exact or globs); ValueError when they are not valid."""
     patterns = hostnames_clean(hostnames)
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(30)
-    token = ApiToken.objects.create(kind=TokenKind.NODE, prefix=raw[:12], digest=token_digest(raw), name=name, hostnames=patterns)
-    return IssuedToken(token=token, raw=raw)
+    return token_issue(kind=TokenKind.NODE, name=name, hostnames=patterns, created_by=created_by, expires_at=expires_at)
 
 
 def node_token_check(*, token: Any, hostname: str) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import authenticate, login, logout
-from django.contrib.auth.models import User
 from django.http import HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
 from django.utils.decorators import method_decorator
@@ -21,12 +20,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.accounts.models import ApiToken, Membership, Profile, Project, Role, Team, TokenKind
+from phantomhub.accounts.models import Membership, Profile, Project, Team
 from phantomhub.accounts.oidc_session import logout_url, sign_in_methods
 from phantomhub.accounts.passwords import PASSWORDS_OFF_CODE, PASSWORDS_OFF_MESSAGE
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
-from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import Period, month_period, period_parse
 from phantomhub.portal import exports, finance, run_page, selectors, services
@@ -457,115 +455,3 @@ class SettingsApi(APIView):
         data.is_valid(raise_exception=True)
         services.org_settings_update(changes=dict(data.validated_data), actor=request.user)
         return Response(self._view())
-
-
-def _token_row_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-    return {
-        "id": serializers.IntegerField(),
-        "prefix": serializers.CharField(),
-        "kind": serializers.CharField(help_text="project, personal or node"),
-        "name": serializers.CharField(),
-        "project": serializers.CharField(allow_null=True),
-        "user": serializers.CharField(allow_null=True),
-        "created_at": serializers.DateTimeField(),
-        "last_used_at": serializers.DateTimeField(allow_null=True),
-        "revoked_at": serializers.DateTimeField(allow_null=True),
-        "hostnames": serializers.ListField(
-            child=serializers.CharField(), help_text="a node token's nodes (exact or globs); empty for other kinds"
-        ),
-    }
-
-
-def _token_row(token: ApiToken) -> dict[str, Any]:
-    return {
-        "id": token.pk, "prefix": token.prefix, "kind": token.kind, "name": token.name,
-        "project": token.project.slug if token.project else None, "user": token.user.get_username() if token.user else None,
-        "created_at": token.created_at.isoformat(),
-        "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
-        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
-        "hostnames": list(token.hostnames or []) if token.kind == TokenKind.NODE else [],
-    }  # fmt: skip
-
-
-def _administered_projects(user: Any) -> Any:
-    if is_org_admin(user):
-        return Project.objects.all()
-    return Project.objects.filter(team__memberships__user=user, team__memberships__role=Role.ADMIN)
-
-
-class TokenListApi(APIView):
-    class TokenInput(serializers.Serializer[Any]):
-        kind = serializers.ChoiceField(choices=TokenKind.choices, default=TokenKind.PROJECT)
-        project = serializers.SlugField(required=False)
-        name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-        hostnames = serializers.JSONField(required=False, default=None, help_text="a node token's nodes: exact or globs")
-
-    def _people_only(self, request: Request) -> None:
-        if isinstance(request.user, ProjectPrincipal) or getattr(request.auth, "kind", None) == TokenKind.PERSONAL:
-            raise ApiError("forbidden", "tokens are managed by signed-in people", status_code=403)
-
-    @extend_schema(responses=inline_serializer("TokenRow", _token_row_fields(), many=True))
-    def get(self, request: Request) -> Response:
-        self._people_only(request)
-        user = cast(User, request.user)
-        tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
-        if is_org_admin(user):  # node tokens (the node collectors') belong to the organization
-            tokens = tokens | ApiToken.objects.filter(kind=TokenKind.NODE)
-        return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
-
-    @extend_schema(
-        request=TokenInput,
-        responses={
-            201: inline_serializer(
-                "TokenIssued", {**_token_row_fields(), "token": serializers.CharField(help_text="the token, shown only once")}
-            ),
-            404: ErrorSerializer,  # the project is not one you administer
-        },
-    )
-    def post(self, request: Request) -> Response:
-        self._people_only(request)
-        data = self.TokenInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        if data.validated_data["kind"] == TokenKind.PERSONAL:
-            issued = personal_token_create(user=cast(User, request.user), name=data.validated_data["name"])
-        elif data.validated_data["kind"] == TokenKind.NODE:
-            if not is_org_admin(request.user):
-                raise ApiError(
-                    "forbidden", "node tokens are created by organization admins", fields={"kind": "admins only"}, status_code=403
-                )
-            from phantomhub.fleet.services import node_token_create
-
-            try:
-                issued = node_token_create(name=data.validated_data["name"], hostnames=data.validated_data["hostnames"])
-            except ValueError as exc:
-                raise invalid("hostnames", str(exc)) from None
-        else:
-            slug = data.validated_data.get("project")
-            if not slug:
-                raise invalid("project", "required for a project token")
-            project = _administered_projects(request.user).filter(slug=slug).first()
-            if project is None:
-                raise ApiError(
-                    "not_found",
-                    "project not found, or you do not administer it",
-                    fields={"project": "not found"},
-                    status_code=404,
-                )
-            issued = project_token_create(project=project, name=data.validated_data["name"])
-        return Response({**_token_row(issued.token), "token": issued.raw}, status=status.HTTP_201_CREATED)
-
-
-class TokenDetailApi(APIView):
-    @extend_schema(responses={204: None})
-    def delete(self, request: Request, token_id: int) -> Response:
-        if isinstance(request.user, ProjectPrincipal):
-            raise ApiError("forbidden", "tokens are managed by signed-in people", status_code=403)
-        token = (
-            ApiToken.objects.filter(pk=token_id, project__in=_administered_projects(request.user)).first()
-            or ApiToken.objects.filter(pk=token_id, user=cast(User, request.user)).first()
-            or (ApiToken.objects.filter(pk=token_id, kind=TokenKind.NODE).first() if is_org_admin(request.user) else None)
-        )
-        if token is None:
-            raise ApiError("not_found", "token not found", status_code=404)
-        token_revoke(token=token)
-        return Response(status=status.HTTP_204_NO_CONTENT)

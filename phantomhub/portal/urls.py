@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from phantomhub.portal import api, compare, identity, jobs
+from phantomhub.portal import api, compare, identity, jobs, tokens
 
 urlpatterns = [
     path("session", api.SessionApi.as_view(), name="portal-session"),
@@ -22,8 +22,9 @@ urlpatterns = [
     re_path(r"^finance/(?P<month>\d{4}-\d{2})/close$", api.FinanceCloseApi.as_view(), name="portal-finance-close"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})/reopen$", api.FinanceReopenApi.as_view(), name="portal-finance-reopen"),
     path("settings", api.SettingsApi.as_view(), name="portal-settings"),
-    path("tokens", api.TokenListApi.as_view(), name="portal-tokens"),
-    path("tokens/<int:token_id>", api.TokenDetailApi.as_view(), name="portal-token"),
+    path("tokens", tokens.TokenListApi.as_view(), name="portal-tokens"),
+    path("tokens/<int:token_id>", tokens.TokenDetailApi.as_view(), name="portal-token"),
+    path("tokens/<int:token_id>/rotate", tokens.TokenRotateApi.as_view(), name="portal-token-rotate"),
     path("group-mapping", identity.GroupMappingApi.as_view(), name="portal-group-mapping"),
     path("group-mapping/preview", identity.GroupMappingPreviewApi.as_view(), name="portal-group-mapping-preview"),
     path("people", identity.PeopleApi.as_view(), name="portal-people"),

@@ -104,7 +104,7 @@ def test_settings_lists_each_tokens_hostnames_and_refuses_a_node_token_without_t
     client = APIClient()
     client.force_authenticate(admin)
     for hostnames in (None, [], ["gpu a"], "x" * 300):
-        refused = client.post("/api/v1/portal/tokens", {"kind": "node", "hostnames": hostnames}, format="json")
+        refused = client.post("/api/v1/portal/tokens", {"kind": "node", "name": "rack", "hostnames": hostnames}, format="json")
         assert refused.status_code == 400 and "hostnames" in refused.json()["error"]["fields"], hostnames
     made = client.post("/api/v1/portal/tokens", {"kind": "node", "name": "rack", "hostnames": "gpu-a-17 gpu-a-18"}, format="json")
     assert made.status_code == 201 and made.json()["hostnames"] == ["gpu-a-17", "gpu-a-18"]

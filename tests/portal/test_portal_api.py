@@ -190,8 +190,8 @@ def test_tokens_are_managed_by_team_admins_and_personal_tokens_read_as_their_own
     lead, member = _client(org["users"]["lead"]), _client(org["users"]["member"])
     created = lead.post("/api/v1/portal/tokens", {"project": "llm-pretrain", "name": "ci"}, format="json")
     assert created.status_code == 201 and created.json()["token"].startswith("phk_")
-    assert member.post("/api/v1/portal/tokens", {"project": "llm-pretrain"}, format="json").status_code == 404
-    assert lead.post("/api/v1/portal/tokens", {"project": "detector"}, format="json").status_code == 404
+    assert member.post("/api/v1/portal/tokens", {"project": "llm-pretrain", "name": "ci"}, format="json").status_code == 404
+    assert lead.post("/api/v1/portal/tokens", {"project": "detector", "name": "ci"}, format="json").status_code == 404
     personal = member.post("/api/v1/portal/tokens", {"kind": "personal", "name": "portal"}, format="json").json()
     reader = APIClient()
     reader.credentials(HTTP_AUTHORIZATION=f"Bearer {personal['token']}")

@@ -30,6 +30,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--server", default=None, help="server URL (default: PHANTOMHUB_SERVER)")
     p.add_argument("--token", default=None, help="a node token (default: PHANTOMHUB_TOKEN)")
+    p.add_argument(
+        "--token-file",
+        default=None,
+        help="a file holding the node token, re-read when the server refuses it (default: PHANTOMHUB_TOKEN_FILE)",
+    )
     p.add_argument("--interval", type=int, default=15, help="whole seconds between samples (default 15)")
     p.add_argument("--source", choices=SOURCES, default="nvml", help="where readings come from (default nvml)")
     p.add_argument("--dcgm-url", default=None, help="dcgm-exporter page, e.g. http://127.0.0.1:9400/metrics")
@@ -70,12 +75,13 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--source dcgm needs --dcgm-url (e.g. http://127.0.0.1:9400/metrics)")
     server = args.server or os.environ.get("PHANTOMHUB_SERVER")
     token = args.token or os.environ.get("PHANTOMHUB_TOKEN")
+    token_file = args.token_file or os.environ.get("PHANTOMHUB_TOKEN_FILE") or None
     if not args.print_payload and not server:
         parser.error("no server: pass --server or set PHANTOMHUB_SERVER (or --print to only print)")
     if server and not server.startswith(("http://", "https://")):
         parser.error(f"--server: must be an http(s) URL, not {server!r}")
-    if server and not token:
-        parser.error("no token: pass --token or set PHANTOMHUB_TOKEN (a node token)")
+    if server and not token and not token_file:
+        parser.error("no token: pass --token or --token-file, or set PHANTOMHUB_TOKEN or PHANTOMHUB_TOKEN_FILE (a node token)")
     labels = _labels(parser, args.label)
     try:
         source = DcgmSource(args.dcgm_url) if args.source == "dcgm" else NvmlSource()
@@ -115,6 +121,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             {
                 "server": server,
                 "token": token,
+                "token_file": Path(token_file) if token_file else None,
                 "spool_dir": Path(args.spool) if args.spool else default_spool_dir(),
                 "flush_interval_s": args.interval,
                 "system_interval_s": 0.0,

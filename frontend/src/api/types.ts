@@ -628,6 +628,26 @@ export interface ApiTokenRow {
   /** A node token's nodes (exact hostnames or globs like gpu-a-*); empty for other kinds. */
   hostnames: string[];
   token?: string;
+  /** A personal token's person. */
+  user: string | null;
+  /** Whom it belongs to: a personal token's person, else whoever made it (null if unknown). */
+  owner: string | null;
+  expires_at: string | null;
+  /** The client address of the last use (behind a trusted proxy, the forwarded one). */
+  last_used_address: string | null;
+  state: "active" | "expiring" | "rotated" | "expired" | "revoked";
+  /** The id of the token that replaced it by rotation. */
+  replaced_by: number | null;
+  /** A rotated token works until then. */
+  overlap_ends_at: string | null;
+  /** When it stops (or stopped) working: the first of revocation, the overlap's end, expiry. */
+  ends_at: string | null;
+}
+
+/** POST /portal/tokens/{id}/rotate: the new token (shown once) and the old one, now rotated. */
+export interface TokenRotated {
+  token: ApiTokenRow;
+  old: ApiTokenRow;
 }
 
 export interface GpuSpec {

@@ -4,16 +4,17 @@ import { useSearchParams } from "react-router";
 import { apiFetch, ApiError } from "../api/client";
 import { useApi } from "../api/hooks";
 import { isAdmin, useSession } from "../api/session";
-import type { ApiTokenRow, GpuSpec, OrgSettings, SessionUser } from "../api/types";
+import type { GpuSpec, OrgSettings } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, CategoryName, PageHeader, Segmented } from "../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, isCategory } from "../lib/categories";
-import { formatBytes, formatDate, formatDateTime, formatPct, isNum } from "../lib/format";
+import { formatBytes, formatPct, isNum } from "../lib/format";
 import { AttributionCard } from "./SettingsAttribution";
 import { AlertsSettings } from "./SettingsAlerts";
 import { IdentitySettings } from "./SettingsIdentity";
 import { PricesCard } from "./SettingsPrices";
+import { TokensCard } from "./SettingsTokens";
 
 const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts", "people"] as const;
 type Tab = (typeof TABS)[number];
@@ -193,136 +194,6 @@ function OrgSettingsCard() {
         )}
       </Async>
     </Card>
-  );
-}
-
-type TokenKindChoice = "project" | "personal" | "node";
-
-/** The token kinds this person may create: personal always; project tokens for the projects they
- * administer (organization admins, team admins); node tokens for organization admins only. */
-export function tokenKindsFor(user: SessionUser | null | undefined): TokenKindChoice[] {
-  const kinds: TokenKindChoice[] = ["personal"];
-  if (isAdmin(user) || !!user?.teams.some((t) => t.role === "admin")) kinds.push("project");
-  if (isAdmin(user)) kinds.push("node");
-  return kinds;
-}
-
-const TOKEN_KIND_LABEL: Record<TokenKindChoice, string> = {
-  personal: "Personal (read)",
-  project: "Project (ingest)",
-  node: "Node (collector)",
-};
-
-function TokensCard() {
-  const { user } = useSession();
-  const kinds = tokenKindsFor(user);
-  const state = useApi<ApiTokenRow[]>("tokens");
-  const [chosen, setKind] = useState<TokenKindChoice>("personal");
-  const kind: TokenKindChoice = kinds.includes(chosen) ? chosen : "personal";
-  const [project, setProject] = useState("");
-  const [name, setName] = useState("");
-  const [hostnames, setHostnames] = useState("");
-  const [created, setCreated] = useState<ApiTokenRow | null>(null);
-  const [error, setError] = useState<ApiError | null>(null);
-  const [busy, setBusy] = useState(false);
-
-  async function create(e: FormEvent) {
-    e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
-      const nodes = hostnames.split(/[\s,]+/).filter(Boolean);
-      const body = kind === "project" ? { project, name } : kind === "node" ? { kind, name, hostnames: nodes } : { kind, name };
-      setCreated(await apiFetch<ApiTokenRow>("tokens", { method: "POST", body }));
-      setName("");
-      state.reload();
-    } catch (err) {
-      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
-    } finally {
-      setBusy(false);
-    }
-  }
-
-  async function revoke(id: number) {
-    try {
-      await apiFetch(`tokens/${id}`, { method: "DELETE" });
-      state.reload();
-    } catch (err) {
-      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
-    }
-  }
-
-  return (
-    <>
-      <Card title="New token">
-        <form className="inline-form" onSubmit={create}>
-          {kinds.length > 1 && <Segmented label="Token kind" value={kind} onChange={setKind} options={kinds.map((k) => ({ value: k, label: TOKEN_KIND_LABEL[k] }))} />}
-          {kind === "project" && (
-            <label className="field" htmlFor="token-project">
-              <span>Project slug</span>
-              <input id="token-project" className="input" value={project} onChange={(e) => setProject(e.target.value)} required />
-            </label>
-          )}
-          {kind === "node" && (
-            <label className="field" htmlFor="token-hostnames">
-              <span>Hostnames it reports for</span>
-              <input id="token-hostnames" className="input" value={hostnames} placeholder="gpu-a-17, gpu-b-*" onChange={(e) => setHostnames(e.target.value)} required />
-            </label>
-          )}
-          <label className="field" htmlFor="token-name">
-            <span>Name</span>
-            <input id="token-name" className="input" value={name} placeholder={kind === "personal" ? "grafana" : "training cluster"} onChange={(e) => setName(e.target.value)} />
-          </label>
-          <button className="btn btn-primary" type="submit" disabled={busy}>
-            Create token
-          </button>
-        </form>
-        <FieldErrors error={error} />
-        {created?.token && (
-          <div className="callout callout-ok" role="status">
-            <div>
-              <strong>Copy this token now</strong>: it is shown once.
-            </div>
-            <code className="token-value">{created.token}</code>
-            <button type="button" className="btn btn-small" onClick={() => navigator.clipboard?.writeText(created.token!)}>
-              Copy
-            </button>
-          </div>
-        )}
-      </Card>
-      <Card title="Tokens">
-        <Async state={state} isEmpty={(d) => d.length === 0} empty={<Empty title="No tokens yet" />}>
-          {(d) => (
-            <DataTable
-              caption="API tokens"
-              rows={d}
-              rowKey={(t) => String(t.id)}
-              columns={[
-                { key: "prefix", header: "Token", render: (t) => <code>{t.prefix}…</code> },
-                { key: "kind", header: "Kind", render: (t) => t.kind },
-                { key: "project", header: "Project or nodes", render: (t) => t.project ?? (t.hostnames?.length ? <code>{t.hostnames.join(", ")}</code> : <span className="muted">–</span>) },
-                { key: "name", header: "Name", render: (t) => t.name || <span className="muted">–</span> },
-                { key: "created", header: "Created", render: (t) => formatDate(t.created_at) },
-                { key: "used", header: "Last used", render: (t) => (t.last_used_at ? formatDateTime(t.last_used_at) : <span className="muted">never</span>) },
-                {
-                  key: "state",
-                  header: "",
-                  align: "right",
-                  render: (t) =>
-                    t.revoked_at ? (
-                      <span className="badge">revoked {formatDate(t.revoked_at)}</span>
-                    ) : (
-                      <button type="button" className="btn btn-small btn-danger" onClick={() => revoke(t.id)}>
-                        Revoke
-                      </button>
-                    ),
-                },
-              ]}
-            />
-          )}
-        </Async>
-      </Card>
-    </>
   );
 }
 

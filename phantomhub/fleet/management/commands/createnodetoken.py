@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from phantomhub.accounts.services import token_expiry
 from phantomhub.fleet.services import node_token_create
 
 
@@ -25,7 +26,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            node = node_token_create(name=options["name"], hostnames=options["hostname"])
+            node = node_token_create(name=options["name"], hostnames=options["hostname"], expires_at=token_expiry())
         except ValueError as exc:
             raise CommandError(f"--hostname: {exc}") from None
         self.stderr.write(f"node token {node.token.prefix}… for {', '.join(node.token.hostnames)}; it is shown only once")
