@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/v1/portal/", include("phantomhub.portal.urls")),
     path("api/v1/alerts/", include("phantomhub.alerts.urls")),
     path("api/v1/", include("phantomhub.fleet.urls")),
+    path("api/v1/", include("phantomhub.audit.urls")),
     path("metrics", metrics, name="metrics"),
     # Everything else is a client-side route of the web UI.
     re_path(r"^(?!api/|admin/|static/|assets/|metrics$).*$", spa, name="spa"),

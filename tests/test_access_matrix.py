@@ -127,6 +127,10 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("alerts-states", "get"): ORG_READ,
     ("alerts-state", "patch"): "401 403 403 403 403 ok 403 ok",
     ("alerts-deliveries", "get"): ORG_READ,
+    # The audit log: org admins read it all, finance its price and month entries (tests/audit);
+    # no team's people (it spans every team); the personal token is the admin's.
+    ("audit", "get"): "401 403 403 ok 403 403 ok ok",
+    ("audit-csv", "get"): "401 403 403 ok 403 403 ok ok",
 }
 NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): "ok",

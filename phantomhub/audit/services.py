@@ -1,0 +1,32 @@
+"""The one write the service makes to entries besides inserting them: the retention purge."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from phantomhub.audit.models import AuditEntry
+
+PURGE_CHUNK = 5000
+
+# The append-only guard (migration 0002) lets a DELETE through only in a transaction that set this.
+PURGE_FLAG_SQL = "SET LOCAL phantomhub.audit_purge = 'on'"
+
+
+def audit_purge(*, now: datetime | None = None) -> int:
+    """Delete entries older than PHANTOMHUB_AUDIT_RETENTION_DAYS, oldest first, in chunks of
+    PURGE_CHUNK (each its own short transaction). Returns how many went."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.AUDIT_RETENTION_DAYS)
+    purged = 0
+    while True:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":  # SQLite has no guard: only this code path deletes
+                with connection.cursor() as cursor:
+                    cursor.execute(PURGE_FLAG_SQL)
+            ids = list(AuditEntry.objects.filter(timestamp__lt=cutoff).order_by("id").values_list("id", flat=True)[:PURGE_CHUNK])
+            if not ids:
+                return purged
+            purged += AuditEntry.objects.filter(id__in=ids).delete()[0]
