@@ -1,28 +1,37 @@
-"""Who an entry names and where they came from: the context django-auditlog fills entries from.
+"""Who an entry names and where they came from.
 
 A request's context is set by `AuditContextMiddleware` for the whole request; code outside a
-request (a management command, a task that acts for someone) may set its own with `acting`.
-Entries written outside any context name "system".
+request that acts for someone (a command, the SCIM or sign-in code when it wants a label of its
+own) sets one with `acting`. An entry written outside any context names "system".
 
-The actor is resolved when an entry is written, not when the request starts: a token is
-authenticated by the API view (DRF), after the middleware ran, and DRF sets the request's user
-and token on the Django request then. auditlog's context calls a callable value at write time,
-so the actor is whoever the request turned out to be.
+The context is a function, called when an entry is written (receivers.py), not when the request
+starts: a token is authenticated by the API view (DRF), after the middleware ran, and DRF sets
+the request's user and token on the Django request then, so the actor is whoever the request
+turned out to be.
+
+Why not django-auditlog's own context (`auditlog.context.set_actor`): it connects a signal
+receiver for every request and disconnects it after, 60-100 µs a request measured on the
+development VM (every ingest request would pay it), and it names that receiver by the time of
+day, which two threads of one process can share. A context variable costs about 3 µs a request
+(`request_context` entered and left) and is each thread's own.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
-from auditlog.context import auditlog_value, set_extra_data
 from django.http import HttpRequest
 
 from phantomhub.accounts.signin import client_address
 
 # Requests under this path are the identity provider's SCIM pushes, whoever authenticated them.
 SCIM_PATH = "/scim/"
+
+Who = tuple[int | None, str, str | None]  # (the person's id, the label, the client's address)
+_current: ContextVar[Callable[[], Who] | None] = ContextVar("phantomhub_audit_who", default=None)
 
 
 def actor_of(request: HttpRequest) -> tuple[int | None, str]:
@@ -43,26 +52,26 @@ def actor_of(request: HttpRequest) -> tuple[int | None, str]:
 
 
 @contextlib.contextmanager
-def _context(data: dict[str, Any]) -> Iterator[None]:
-    # auditlog's context replaces the current one and, on leaving, does not put it back: a context
-    # set inside a request would leave the rest of the request unattributed. Put it back.
-    previous = auditlog_value.get(None)
+def _context(who: Callable[[], Who]) -> Iterator[None]:
+    token = _current.set(who)
     try:
-        with set_extra_data(context_data=data):
-            yield
+        yield
     finally:
-        if previous is not None:
-            auditlog_value.set(previous)
+        _current.reset(token)  # a context set inside another gives the outer one back
 
 
 def request_context(request: HttpRequest) -> contextlib.AbstractContextManager[None]:
-    """The context of one request: its actor (resolved at each write) and client address (behind
-    PHANTOMHUB_TRUSTED_PROXIES, the client's; never a forwarded header from anyone else)."""
-    actor: Callable[[], int | None] = lambda: actor_of(request)[0]  # noqa: E731
-    label: Callable[[], str] = lambda: actor_of(request)[1]  # noqa: E731
-    return _context({"actor_id": actor, "actor_label": label, "remote_addr": client_address(request)})
+    """The context of one request: its actor and client address (behind PHANTOMHUB_TRUSTED_PROXIES,
+    the client's; never a forwarded header from anyone else), both worked out at each write."""
+    return _context(lambda: (*actor_of(request), client_address(request)))
 
 
 def acting(label: str, *, person: Any = None, address: str | None = None) -> contextlib.AbstractContextManager[None]:
     """Entries written inside name `person` (if any) and `label`, e.g. `acting("SCIM")`."""
-    return _context({"actor_id": getattr(person, "pk", None), "actor_label": label, "remote_addr": address})
+    return _context(lambda: (getattr(person, "pk", None), label, address))
+
+
+def who() -> Who | None:
+    """Who the current context names (None outside any: the entry says "system")."""
+    current = _current.get()
+    return current() if current is not None else None

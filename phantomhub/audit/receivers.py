@@ -8,14 +8,20 @@ from auditlog.models import AbstractLogEntry
 from auditlog.signals import pre_log
 from django.db.models.signals import pre_save
 
-from phantomhub.audit import registration
+from phantomhub.audit import context, registration
 from phantomhub.audit.models import AuditEntry
 
 
-def entry_kind(sender: Any, instance: AuditEntry, **kwargs: Any) -> None:
-    """Every entry carries the kind people filter by (registration.RECORDED)."""
+def entry_fill(sender: Any, instance: AuditEntry, **kwargs: Any) -> None:
+    """A new entry gets the kind people filter by (registration.RECORDED) and who wrote it, from
+    where (context.py); outside any context it keeps the default, "system"."""
+    if not instance._state.adding:
+        return
     if not instance.kind:
         instance.kind = registration.kind_of(instance.content_type.model_class())
+    current = context.who()
+    if current is not None:
+        instance.actor_id, instance.actor_label, instance.remote_addr = current
 
 
 def creates_only_when_recorded(sender: Any, instance: Any, action: int, **kwargs: Any) -> bool:
@@ -25,5 +31,5 @@ def creates_only_when_recorded(sender: Any, instance: Any, action: int, **kwargs
 
 
 def connect() -> None:
-    pre_save.connect(entry_kind, sender=AuditEntry, dispatch_uid="audit-entry-kind")
+    pre_save.connect(entry_fill, sender=AuditEntry, dispatch_uid="audit-entry-fill")
     pre_log.connect(creates_only_when_recorded, dispatch_uid="audit-creates")
