@@ -26,6 +26,8 @@ from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.schema import ErrorSerializer
 
 MAX_TEXT = 200
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 PAGE = 50
 MAX_PAGE = 200
 
@@ -70,11 +72,16 @@ def _moment(params: Any, name: str, *, end_of_day: bool) -> datetime | None:
     try:
         if len(raw) == 10:  # a day: from its start, or (to) through its end
             day = date.fromisoformat(raw)
+            if not EARLIEST.date() <= day < LATEST.date():
+                raise invalid(name, "between 2000-01-01 and 2100-01-01")
             return datetime.combine(day + timedelta(days=1 if end_of_day else 0), time.min, tzinfo=UTC)
         moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
         raise invalid(name, "a day YYYY-MM-DD or a moment in ISO 8601 (2026-09-01T12:00:00Z)") from None
-    return moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
+    moment = moment if timezone.is_aware(moment) else moment.replace(tzinfo=UTC)
+    if not EARLIEST <= moment <= LATEST:  # also keeps the UTC conversion away from year 9999's edge
+        raise invalid(name, "between 2000-01-01 and 2100-01-01")
+    return moment
 
 
 def filters_parse(params: Any) -> selectors.Filters:
