@@ -460,3 +460,46 @@ def test_alerts_and_rule_destinations_each_principal_sees(world: World, owner: T
         assert (r["webhook_secret"] is None, r["email_to"] is None) == (hidden, hidden), r
     assert len(deliveries) == len(listed)
     assert all((d["target"] is None) == (d["rule"] not in {rules[n].pk for n in destinations}) for d in deliveries), deliveries
+
+
+# --- what each principal reads of the audit log -----------------------------------------------------
+
+AUDIT_ALL = {"price", "month", "team"}
+# principal → the kinds of entries listed (and in the CSV), or the refusal. Entries span every team:
+# no team's people read them; finance reads the price book's and the month closes'.
+AUDIT_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": AUDIT_ALL,  # the organization admin's token
+    "member": 403,
+    "lead": 403,
+    "finance": {"price", "month"},
+    "admin": AUDIT_ALL,
+    "node": 403,
+}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_audit_entries_each_principal_reads(world: World, principal: str) -> None:
+    from datetime import date
+
+    from phantomhub.accounts.models import Team
+    from phantomhub.audit.context import acting
+    from phantomhub.portal.models import MonthAction, MonthLog
+
+    with acting("matrix"):
+        price = PriceEntry.objects.get(pk=world.price_id)
+        price.note = "matrix"
+        price.save()
+        MonthLog.objects.create(month=date(2026, 9, 1), action=MonthAction.CLOSE)
+        Team.objects.create(slug="matrix-team", name="matrix")
+    client, expected = world.clients[principal], AUDIT_SEEN[principal]
+    listed = client.get("/api/v1/audit?actor=matrix")
+    csv_response = client.get("/api/v1/audit.csv?actor=matrix")
+    if isinstance(expected, int):
+        assert (listed.status_code, csv_response.status_code) == (expected, expected)
+        return
+    assert {e["kind"] for e in listed.json()["entries"]} == expected
+    rows = csv.DictReader(io.StringIO(b"".join(csv_response.streaming_content).decode()))
+    assert {r["kind"] for r in rows} == expected

@@ -41,6 +41,7 @@ RECORDED: tuple[Recorded, ...] = (
     Recorded("portal.MonthLog", "month", leave_out=lambda name: name == "at"),  # a close or a reopen
     Recorded("waste.OrgSettings", "settings", creates=False),  # the policy: target MFU, recoverability, ...
     Recorded("waste.ProjectSettings", "settings"),
+    Recorded("telemetry.ProjectRetention", "settings"),  # a project's raw-row retention
     Recorded("alerts.AlertRule", "alert_rule", mask=("webhook_url", "webhook_secret")),
     Recorded("fleet.AttributionRule", "attribution_rule"),
     Recorded("accounts.GroupMappingRule", "group_mapping"),

@@ -5,7 +5,10 @@ purge's code path is the same without the guard."""
 
 from __future__ import annotations
 
+import os
+import runpy
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from phantomhub.accounts.models import Team
 from phantomhub.audit import services
 from phantomhub.audit.context import acting
 from phantomhub.audit.models import AuditEntry
+from phantomhub.env import ConfigError
 from tests.audit.conftest import mark
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
@@ -107,3 +111,22 @@ def test_the_purge_works_through_chunks(settings: Any, monkeypatch: pytest.Monke
     kept = _entry(399)
     assert services.audit_purge() == 7
     assert list(AuditEntry.objects.filter(kind="team", object_repr="old").values_list("pk", flat=True)) == [kept.pk]
+
+
+def _settings_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> dict[str, Any]:
+    """phantomhub/settings.py as a process started with only these PHANTOMHUB_* variables reads it."""
+    for name in list(os.environ):
+        if name.startswith("PHANTOMHUB_"):
+            monkeypatch.delenv(name)
+    base = {"PHANTOMHUB_DEBUG": "1", "PHANTOMHUB_VAR_DIR": str(tmp_path), "PHANTOMHUB_DATABASE_URL": "postgres://u@127.0.0.1/db"}
+    for name, value in {**base, **env}.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(Path(__file__).resolve().parents[2] / "phantomhub" / "settings.py"))
+
+
+def test_the_retention_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert _settings_with(monkeypatch, tmp_path)["AUDIT_RETENTION_DAYS"] == 400
+    assert _settings_with(monkeypatch, tmp_path, PHANTOMHUB_AUDIT_RETENTION_DAYS="30")["AUDIT_RETENTION_DAYS"] == 30
+    for bad in ("29", "a year", "-1"):
+        with pytest.raises(ConfigError, match="PHANTOMHUB_AUDIT_RETENTION_DAYS"):
+            _settings_with(monkeypatch, tmp_path, PHANTOMHUB_AUDIT_RETENTION_DAYS=bad)

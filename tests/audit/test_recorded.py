@@ -287,3 +287,34 @@ def test_profile_role_flags_changed_by_hand(people: dict[str, User]) -> None:
         profile.save()
     (entry,) = entries_since(start, kind="role")
     assert entry.changes == {"is_org_admin": [False, True]} and entry.object_repr == "profile of fin"
+
+
+def test_token_fields_a_lifecycle_adds_keep_their_secrets_and_use_out() -> None:
+    """The token's registration leaves out by name, so fields other work adds to ApiToken
+    (a rotation's previous digest, the address it was last used from) stay out too."""
+    from phantomhub.audit.registration import _secret_or_digest
+
+    for name in ("digest", "previous_digest", "digest_old", "last_used_at", "last_used_address", "last_used_ip", "secret"):
+        assert _secret_or_digest(name), name
+    for name in ("name", "expires_at", "revoked_at", "rotated_at", "kind", "hostnames", "user", "project"):
+        assert not _secret_or_digest(name), name
+
+
+def test_the_admin_lists_entries_and_changes_none(people: dict[str, User]) -> None:
+    from django.test import Client
+
+    root = people["root"]
+    root.is_staff = root.is_superuser = True
+    root.save()
+    start = mark()
+    with acting("system"):
+        Team.objects.create(slug="admin-listed", name="x")
+    (entry,) = entries_since(start)
+    client = Client()
+    client.force_login(root)
+    assert client.get("/admin/audit/auditentry/").status_code == 200
+    assert client.get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200  # a read-only view
+    assert client.post(f"/admin/audit/auditentry/{entry.pk}/change/", {"actor_label": "x"}).status_code == 403
+    assert client.get(f"/admin/audit/auditentry/{entry.pk}/delete/").status_code == 403
+    assert client.get("/admin/audit/auditentry/add/").status_code == 403
+    assert AuditEntry.objects.get(pk=entry.pk).actor_label == "system"
