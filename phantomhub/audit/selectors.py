@@ -72,6 +72,8 @@ def changes_of(entry: AuditEntry) -> list[dict[str, Any]]:
     booleans, text, objects); a related object by its name; a masked one as "(hidden)" or its host."""
     out = []
     for field, change in sorted((entry.changes or {}).items()):
+        if field == "id":  # a created object's own id: the entry's object_id already says it
+            continue
         if isinstance(change, dict) and change.get("type") == "m2m":
             before, after = _m2m(change)
         else:

@@ -174,6 +174,7 @@ def test_the_csv_one_row_per_changed_field_formulas_neutralised(people: dict[str
     rows = list(csv.DictReader(io.StringIO(text)))
     assert {row["id"] for row in rows} == {str(log["price"])}
     by_field = {row["field"]: row for row in rows}
+    assert "id" not in by_field  # the object's own id is the object_id column
     assert by_field["gpu"]["after"] == '\'=HYPERLINK("x")'  # text a spreadsheet would run is shown as text
     assert by_field["gpu"]["object"].startswith("'=HYPERLINK")
     assert by_field["usd_per_gpu_hour"]["after"] == "2.5"

@@ -14,7 +14,7 @@ const NAV = [
   { to: "/settings", label: "Settings", icon: "⚙" },
 ];
 // Shown to organization admins and finance people only: the people who may read the audit log.
-const AUDIT_NAV = { to: "/audit", label: "Audit log", icon: "⎘" };
+const AUDIT_NAV = { to: "/audit", label: "Audit log", icon: "§" };
 
 export function Logo() {
   return (
