@@ -105,8 +105,7 @@ def register_all() -> None:
             exclude_fields=exclude,
             mask_fields=list(recorded.mask),
             mask_callable="phantomhub.audit.registration.mask_value" if recorded.mask else None,
-            m2m_fields=set(recorded.m2m),
-        )
+        )  # many-to-many fields: receivers.m2m_recorder, not auditlog's m2m_fields
         _KIND_OF[model] = recorded.kind
         if not recorded.creates:
             _NO_CREATES.add(model)
@@ -116,6 +115,11 @@ def mask_value(value: str) -> str | None:
     """auditlog's mask callable for every masked field: a URL keeps its host, anything else is hidden.
     (auditlog passes the value alone, not its field, so the shape of the value decides.)"""
     return url_host(value) if value.startswith(("http://", "https://")) else hidden(value)
+
+
+def m2m_fields() -> list[tuple[type[models.Model], str]]:
+    """(model, many-to-many field) of every recorded many-to-many change."""
+    return [(apps.get_model(recorded.model), field) for recorded in RECORDED for field in recorded.m2m]
 
 
 def kind_of(model: type[models.Model] | None) -> str:

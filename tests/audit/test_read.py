@@ -22,7 +22,7 @@ from phantomhub.portal.models import MonthAction, MonthLog
 from phantomhub.pricing.services import price_set
 from tests.audit.conftest import mark, signed_in
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]  # also on SQLite, the embedded default
 
 
 @pytest.fixture

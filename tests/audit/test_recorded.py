@@ -28,7 +28,7 @@ from phantomhub.pricing.services import price_set
 from phantomhub.waste.models import ProjectDay
 from tests.audit.conftest import CLIENT_ADDRESS, entries_since, mark, signed_in
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]  # also on SQLite, the embedded default
 
 
 def _by(entry: AuditEntry, user: User) -> None:
@@ -318,3 +318,37 @@ def test_the_admin_lists_entries_and_changes_none(people: dict[str, User]) -> No
     assert client.get(f"/admin/audit/auditentry/{entry.pk}/delete/").status_code == 403
     assert client.get("/admin/audit/auditentry/add/").status_code == 403
     assert AuditEntry.objects.get(pk=entry.pk).actor_label == "system"
+
+
+def test_directory_group_members_from_either_side_and_cleared(people: dict[str, User]) -> None:
+    """Who joined or left a group, on the group's entries, whether the group or the person changed
+    (SCIM pushes a group's members; a sign-in sets a person's groups); a clear names only the ones
+    who were there."""
+    ann, fin = people["ann"], people["fin"]
+    bob = User.objects.create_user("bob")
+    leads, staff = DirectoryGroup.objects.create(display_name="leads"), DirectoryGroup.objects.create(display_name="staff")
+    start = mark()
+
+    def changes(group: DirectoryGroup) -> list[Any]:
+        return [e.changes["members"] for e in entries_since(start, kind="directory_group", object_pk=str(group.pk))]
+
+    with acting("SCIM"):
+        leads.members.add(ann, bob)
+        ann.directory_groups.set([staff])  # out of leads, into staff
+        leads.members.clear()  # bob alone is left to remove
+        fin.directory_groups.add(staff)
+        staff.members.remove(fin)
+        ann.directory_groups.clear()
+    assert changes(leads) == [
+        {"type": "m2m", "operation": "add", "objects": ["ann", "bob"]},
+        {"type": "m2m", "operation": "delete", "objects": ["ann"]},
+        {"type": "m2m", "operation": "delete", "objects": ["bob"]},
+    ]
+    assert changes(staff) == [
+        {"type": "m2m", "operation": "add", "objects": ["ann"]},
+        {"type": "m2m", "operation": "add", "objects": ["fin"]},
+        {"type": "m2m", "operation": "delete", "objects": ["fin"]},
+        {"type": "m2m", "operation": "delete", "objects": ["ann"]},
+    ]
+    assert {e.actor_label for e in entries_since(start)} == {"SCIM"}
+    assert not entries_since(start, kind="person")  # recorded on the group, not on the person
