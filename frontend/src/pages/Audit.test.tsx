@@ -4,7 +4,7 @@ import userEvent from "@testing-library/user-event";
 import { Layout } from "../components/Layout";
 import { mockFetch } from "../test/fixtures";
 import { renderAt } from "../test/render";
-import { AUDIT_API, AuditPage, auditQuery, auditValue, type AuditEntry, type AuditPage as Page } from "./Audit";
+import { AUDIT_API, AuditPage, auditQuery, auditValue, type AuditEntry, type AuditList as Page } from "./Audit";
 
 const admin = { username: "root", is_finance: false, is_org_admin: true, teams: [] };
 const finance = { username: "fin", is_finance: true, is_org_admin: false, teams: [] };

@@ -34,7 +34,7 @@ export interface AuditEntry {
   changes: AuditChange[];
 }
 
-export interface AuditPage {
+export interface AuditList {
   entries: AuditEntry[];
   next: number | null;
   kinds: { kind: string; label: string }[];
@@ -133,7 +133,7 @@ export function AuditPage() {
     setTrail([null]);
   }
   const cursor = trail[trail.length - 1] ?? null;
-  const state = useApi<AuditPage>(`${AUDIT_API}${auditQuery(filters, cursor)}`);
+  const state = useApi<AuditList>(`${AUDIT_API}${auditQuery(filters, cursor)}`);
   const set = (patch: Partial<AuditFilters>) => {
     const next = { ...filters, ...patch };
     setParams(new URLSearchParams(auditQuery(next).slice(1)), { replace: true });
