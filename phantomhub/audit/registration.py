@@ -1,9 +1,10 @@
 """What the audit log records: each audited model, the kind of change people filter it by, and
 the fields that are left out or masked (docs/audit.md, "What is recorded").
 
-django-auditlog records a model's changes through its model signals (save, delete, and the
-many-to-many changes named here), so every change path of these models goes through `save()` or
-`delete()` (docs/design-notes.md names the queryset writes that were changed for it). Models are
+django-auditlog records a model's changes through its model signals (save and delete; the
+many-to-many fields named here are recorded by receivers.m2m_recorder), so every change path of
+these models goes through `save()` or `delete()` (docs/design-notes.md names the queryset writes
+that were changed for it). Models are
 named by label, not imported: the audit layer records every app without reaching into its code.
 """
 
@@ -25,7 +26,7 @@ class Recorded:
     include: tuple[str, ...] = ()  # only these fields (empty: all but the left-out ones)
     leave_out: Callable[[str], bool] = lambda name: name in ("created_at", "updated_at")
     mask: tuple[str, ...] = ()  # recorded as `mask_value` shows them: changed, never readable
-    m2m: tuple[str, ...] = ()
+    m2m: tuple[str, ...] = ()  # many-to-many fields whose adds and removes are recorded on this model
     creates: bool = True  # False: a created row is a default, not a change (the settings row)
 
 
