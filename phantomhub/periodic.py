@@ -53,6 +53,8 @@ JOBS: tuple[Job, ...] = (
         what="partitions ahead, finished runs archived, expired raw rows retired"),
     Job("fleet-purge", "phantomhub.fleet.tasks.fleet_purge", "FLEET_PURGE_INTERVAL_S",
         what="raw GPU samples older than PHANTOMHUB_FLEET_RAW_DAYS"),
+    Job("audit-purge", "phantomhub.audit.tasks.audit_purge", "AUDIT_PURGE_INTERVAL_S",
+        what="audit log entries older than PHANTOMHUB_AUDIT_RETENTION_DAYS"),
 )  # fmt: skip
 
 

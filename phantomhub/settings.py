@@ -91,6 +91,8 @@ INSTALLED_APPS = [
     "phantomhub.alerts",
     "phantomhub.demo",
     "axes",
+    "auditlog",
+    "phantomhub.audit",  # after auditlog: its admin replaces auditlog's
 ]
 
 MIDDLEWARE = [
@@ -102,6 +104,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "phantomhub.audit.middleware.AuditContextMiddleware",  # who and from where, for the audit log
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into a 429
@@ -307,6 +310,9 @@ SWEEP_INTERVAL_S = env_float("PHANTOMHUB_SWEEP_INTERVAL_S", 30.0, minimum=1, max
 ALERT_INTERVAL_S = env_float("PHANTOMHUB_ALERT_INTERVAL_S", 20.0, minimum=1, maximum=3600)
 FLEET_DERIVE_INTERVAL_S = 30.0
 FLEET_PURGE_INTERVAL_S = 3600.0
+# The audit log (docs/audit.md): entries kept this many days, then purged by the hourly job.
+AUDIT_RETENTION_DAYS = env_int("PHANTOMHUB_AUDIT_RETENTION_DAYS", 400, minimum=30, maximum=36_500)
+AUDIT_PURGE_INTERVAL_S = 3600.0
 CELERY_BEAT_SCHEDULE = beat_schedule(globals())
 # Node collector telemetry (phantomhub/fleet): raw GPU/process samples kept this many days (the
 # derived per-day rows stay), and the FOCUS tag whose value names a node's hostname.
@@ -367,6 +373,15 @@ EMAIL_HOST_PASSWORD = env_str("PHANTOMHUB_EMAIL_PASSWORD", "") or ""
 EMAIL_USE_TLS = env_bool("PHANTOMHUB_EMAIL_TLS", False)
 EMAIL_TIMEOUT = env_int("PHANTOMHUB_EMAIL_TIMEOUT_S", 10, minimum=1, maximum=120)
 DEFAULT_FROM_EMAIL = env_str("PHANTOMHUB_EMAIL_FROM", "phantomhub@localhost") or "phantomhub@localhost"
+
+# django-auditlog writes the audit log's entries (phantomhub/audit): into its table, with values
+# kept as JSON (numbers stay numbers) and related objects named as people read them.
+AUDITLOG_LOGENTRY_MODEL = "audit.AuditEntry"
+AUDITLOG_STORE_JSON_CHANGES = True
+AUDITLOG_USE_FK_STRING_REPRESENTATION = True
+# auditlog's own migrations would create its default table (auditlog_logentry) even though the
+# entries live in audit.AuditEntry: it is left unmigrated, so no such table exists.
+MIGRATION_MODULES = {"auditlog": None}
 
 LOGGING = {
     "version": 1,

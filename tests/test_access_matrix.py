@@ -131,6 +131,10 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("alerts-states", "get"): ORG_READ,
     ("alerts-state", "patch"): "401 403 403 403 403 ok 403 ok",
     ("alerts-deliveries", "get"): ORG_READ,
+    # The audit log: org admins read it all, finance its price and month entries (tests/audit);
+    # no team's people (it spans every team); the personal token is the admin's.
+    ("audit", "get"): "401 403 403 ok 403 403 ok ok",
+    ("audit-csv", "get"): "401 403 403 ok 403 403 ok ok",
     # People & groups (portal/identity.py): the group mapping is the organization admins'; people
     # are listed to org admins (everyone) and a team's leads (their team's people, PEOPLE_SEEN),
     # who change local memberships of their own team (a lead of another team: 403, below).
@@ -570,3 +574,46 @@ def test_a_lead_of_another_team_manages_none_of_this_teams_people(world: World, 
     assert [(p["username"], p["memberships"]) for p in people] == [
         ("vision-lead", [{"team": "vision", "team_name": "vision", "role": "admin", "source": "local", "origin": None}])
     ]
+
+
+# --- what each principal reads of the audit log -----------------------------------------------------
+
+AUDIT_ALL = {"price", "month", "team"}
+# principal → the kinds of entries listed (and in the CSV), or the refusal. Entries span every team:
+# no team's people read them; finance reads the price book's and the month closes'.
+AUDIT_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": AUDIT_ALL,  # the organization admin's token
+    "member": 403,
+    "lead": 403,
+    "finance": {"price", "month"},
+    "admin": AUDIT_ALL,
+    "node": 403,
+}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_audit_entries_each_principal_reads(world: World, principal: str) -> None:
+    from datetime import date
+
+    from phantomhub.accounts.models import Team
+    from phantomhub.audit.context import acting
+    from phantomhub.portal.models import MonthAction, MonthLog
+
+    with acting("matrix"):
+        price = PriceEntry.objects.get(pk=world.price_id)
+        price.note = "matrix"
+        price.save()
+        MonthLog.objects.create(month=date(2026, 9, 1), action=MonthAction.CLOSE)
+        Team.objects.create(slug="matrix-team", name="matrix")
+    client, expected = world.clients[principal], AUDIT_SEEN[principal]
+    listed = client.get("/api/v1/audit?actor=matrix")
+    csv_response = client.get("/api/v1/audit.csv?actor=matrix")
+    if isinstance(expected, int):
+        assert (listed.status_code, csv_response.status_code) == (expected, expected)
+        return
+    assert {e["kind"] for e in listed.json()["entries"]} == expected
+    rows = csv.DictReader(io.StringIO(b"".join(csv_response.streaming_content).decode()))
+    assert {r["kind"] for r in rows} == expected

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.utils import timezone
 
 from phantomhub import periodic
+from phantomhub.audit.models import AuditEntry
 from phantomhub.celery import app as celery_app
 from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.models import GpuSample
@@ -18,7 +22,7 @@ from tests.fleet.conftest import NS, T0, h100_price, node_client, teams  # noqa:
 from tests.fleet.test_incremental import post
 from tests.waste.test_celery_worker import Worker, worker  # noqa: F401
 
-NAMES = {"sweep", "fleet-derive", "alerts-evaluate", "storage-maintain", "fleet-purge"}
+NAMES = {"sweep", "fleet-derive", "alerts-evaluate", "storage-maintain", "fleet-purge", "audit-purge"}
 
 
 def test_beat_schedule_is_the_one_list_of_jobs() -> None:
@@ -56,10 +60,18 @@ def test_the_embedded_sweeper_runs_each_job_when_due_and_a_failure_skips_none(mo
     assert sweeper.run_due(now=1000.0 + periodic.EMBEDDED_PASS_S + 1)[0] == []  # nothing due between passes
     at_storage = 1000.0 + settings.STORAGE_INTERVAL_S
     assert sweeper.run_due(now=at_storage)[0] == [*quick, "storage-maintain"]
-    assert sweeper.run_due(now=1000.0 + 3600.0)[0] == [*quick, "storage-maintain", "fleet-purge"]
+    assert sweeper.run_due(now=1000.0 + 3600.0)[0] == [*quick, "storage-maintain", "fleet-purge", "audit-purge"]
     assert periodic.every_s("alerts-evaluate", settings) == periodic.EMBEDDED_PASS_S
     monkeypatch.setattr(settings, "CELERY_TASK_ALWAYS_EAGER", False)
     assert periodic.every_s("alerts-evaluate", settings) == settings.ALERT_INTERVAL_S == 20.0
+
+
+def _old_audit_entry() -> int:
+    """An audit entry past PHANTOMHUB_AUDIT_RETENTION_DAYS; returns its id."""
+    old = timezone.now() - timedelta(days=settings.AUDIT_RETENTION_DAYS + 1)
+    return AuditEntry.objects.create(
+        content_type=ContentType.objects.get_for_model(AuditEntry), object_pk="1", object_repr="old", action=0, timestamp=old
+    ).pk
 
 
 def _old_raw_samples(client: Any) -> int:
@@ -77,15 +89,18 @@ def _old_raw_samples(client: Any) -> int:
 @pytest.mark.django_db(transaction=True)
 def test_every_job_runs_in_the_embedded_sweeper(node_client: Any, h100_price: Any, teams: Any) -> None:  # noqa: F811
     assert _old_raw_samples(node_client) > 0
+    old_entry = _old_audit_entry()
     assert settings.CELERY_TASK_ALWAYS_EAGER  # the suite's default: no broker, as with `make run`
     ran, failed = periodic.Sweeper(settings).run_due()
     assert (sorted(ran), failed) == (sorted(NAMES), [])
     assert GpuSample.objects.count() == 0  # the fleet purge ran: `make run` purges raw samples too
+    assert not AuditEntry.objects.filter(pk=old_entry).exists()  # and the audit log's purge
 
 
 @pytest.mark.django_db(transaction=True)
 def test_every_job_runs_on_a_celery_worker(node_client: Any, h100_price: Any, teams: Any, worker: Worker) -> None:  # noqa: F811
     assert _old_raw_samples(node_client) > 0
+    old_entry = _old_audit_entry()
     for job in periodic.JOBS:
         celery_app.send_task(job.task, queue="phantomhub")  # as beat sends it
     deadline = time.monotonic() + 90
@@ -96,3 +111,4 @@ def test_every_job_runs_on_a_celery_worker(node_client: Any, h100_price: Any, te
         time.sleep(0.2)
     assert not pending, worker.log.read_text()[-3000:]
     assert GpuSample.objects.count() == 0
+    assert not AuditEntry.objects.filter(pk=old_entry).exists()

@@ -4,6 +4,7 @@ import { SessionProvider, useSession } from "./api/session";
 import { Layout } from "./components/Layout";
 import { Loading } from "./components/States";
 import { ThemeProvider } from "./lib/theme";
+import { AuditPage } from "./pages/Audit";
 import { ComparePage } from "./pages/Compare";
 import { FinancePage } from "./pages/Finance";
 import { FleetPage } from "./pages/Fleet";
@@ -54,6 +55,7 @@ export function AppRoutes() {
           <Route path="finance" element={<FinancePage />} />
           <Route path="fleet" element={<FleetPage />} />
           <Route path="settings" element={<SettingsPage />} />
+          <Route path="audit" element={<AuditPage />} />
           <Route path="*" element={<NotFoundPage />} />
         </Route>
       </Route>

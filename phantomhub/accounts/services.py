@@ -161,5 +161,11 @@ def token_rotate(*, token: ApiToken, overlap_s: int | None = None) -> IssuedToke
 
 
 def token_revoke(*, token: ApiToken) -> None:
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    # Through save(), not a queryset update: the audit log records model saves (docs/audit.md).
+    # The row lock keeps a second revoke from writing (or recording) a second time.
+    with transaction.atomic():
+        row = ApiToken.objects.select_for_update().filter(pk=token.pk, revoked_at__isnull=True).first()
+        if row is not None:
+            row.revoked_at = timezone.now()
+            row.save(update_fields=["revoked_at"])
     token_cache_forget(token.digest)  # other web processes refuse it within TOKEN_CACHE_S

@@ -397,16 +397,25 @@ def owners_reattribute(*, progress: Any = None) -> int:
 
 
 def _rules_store(rules: list[RuleInput]) -> None:
-    AttributionRule.objects.all().delete()
-    AttributionRule.objects.bulk_create(
-        [
-            AttributionRule(
-                position=i, match=r.match, key=r.key, pattern=r.pattern,
-                team=r.team or (r.project.team if r.project else None), project=r.project,
-            )
-            for i, r in enumerate(rules)
-        ]
-    )  # fmt: skip
+    """Rule i is the row at position i: a changed one is saved, new ones created, the ones past the
+    end deleted, each through save() or delete() so the audit log records the rule that changed,
+    before and after (docs/audit.md), not a delete and a create of every rule."""
+    stored = list(AttributionRule.objects.order_by("position", "id"))
+    for i, r in enumerate(rules):
+        values = {
+            "position": i, "match": r.match, "key": r.key, "pattern": r.pattern,
+            "team": r.team or (r.project.team if r.project else None), "project": r.project,
+        }  # fmt: skip
+        if i >= len(stored):
+            AttributionRule.objects.create(**values)
+            continue
+        row = stored[i]
+        if any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.save()
+    for row in stored[len(rules) :]:
+        row.delete()
 
 
 @transaction.atomic

@@ -13,6 +13,8 @@ const NAV = [
   { to: "/finance", label: "Finance", icon: "$" },
   { to: "/settings", label: "Settings", icon: "⚙" },
 ];
+// Shown to organization admins and finance people only: the people who may read the audit log.
+const AUDIT_NAV = { to: "/audit", label: "Audit log", icon: "§" };
 
 export function Logo() {
   return (
@@ -64,6 +66,14 @@ export function Layout() {
               <span className="nav-label">{item.label}</span>
             </NavLink>
           ))}
+          {(user?.is_org_admin || user?.is_finance) && (
+            <NavLink to={AUDIT_NAV.to} title={AUDIT_NAV.label} className={({ isActive }) => `nav-item${isActive ? " is-active" : ""}`}>
+              <span className="nav-icon" aria-hidden="true">
+                {AUDIT_NAV.icon}
+              </span>
+              <span className="nav-label">{AUDIT_NAV.label}</span>
+            </NavLink>
+          )}
         </nav>
         {user && user.teams.length > 0 && (
           <nav className="nav nav-secondary" aria-label="Your teams">
