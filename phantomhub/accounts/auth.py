@@ -16,6 +16,8 @@ from phantomhub.accounts.models import ApiToken, TokenKind
 from phantomhub.accounts.services import TOKEN_PREFIX, token_digest
 from phantomhub.accounts.token_cache import token_lookup
 
+SCIM_TOKEN_ONLY = "a SCIM token reaches /scim/v2/ only"
+
 
 class ProjectPrincipal:
     """The "user" of a request made with a project token: it can act only on its project."""
@@ -46,6 +48,8 @@ class ProjectTokenAuthentication(authentication.BaseAuthentication):
         token = token_lookup(token_digest(parts[1]))
         if token is None or token.revoked_at is not None:
             raise exceptions.AuthenticationFailed("unknown or revoked token")
+        if token.kind == TokenKind.SCIM:  # the identity provider's: /scim/v2/ only, even public endpoints refuse it
+            raise exceptions.PermissionDenied(SCIM_TOKEN_ONLY)
         self._touch(token)
         if token.kind == TokenKind.PERSONAL:
             assert token.user is not None

@@ -53,6 +53,11 @@ def personal_token_create(*, user: AbstractBaseUser, name: str = "") -> IssuedTo
     return _issue(kind=TokenKind.PERSONAL, user=user, name=name)
 
 
+def scim_token_create(*, name: str = "") -> IssuedToken:
+    """The identity provider's SCIM token: reaches /scim/v2/ and nothing else (accounts/scim/access.py)."""
+    return _issue(kind=TokenKind.SCIM, name=name)
+
+
 @transaction.atomic
 def project_token_for_slugs(*, team_slug: str, project_slug: str, name: str = "") -> IssuedToken:
     team = team_get_or_create(slug=team_slug)

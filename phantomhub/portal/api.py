@@ -23,7 +23,7 @@ from phantomhub.accounts.auth import ProjectPrincipal
 from phantomhub.accounts.models import ApiToken, Membership, Profile, Project, Role, Team, TokenKind
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
-from phantomhub.accounts.services import personal_token_create, project_token_create, token_revoke
+from phantomhub.accounts.services import personal_token_create, project_token_create, scim_token_create, token_revoke
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import Period, month_period, period_parse
 from phantomhub.portal import exports, finance, run_page, selectors, services
@@ -448,7 +448,7 @@ def _token_row_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
     return {
         "id": serializers.IntegerField(),
         "prefix": serializers.CharField(),
-        "kind": serializers.CharField(help_text="project, personal or node"),
+        "kind": serializers.CharField(help_text="project, personal, node or scim"),
         "name": serializers.CharField(),
         "project": serializers.CharField(allow_null=True),
         "user": serializers.CharField(allow_null=True),
@@ -494,8 +494,8 @@ class TokenListApi(APIView):
         self._people_only(request)
         user = cast(User, request.user)
         tokens = ApiToken.objects.filter(project__in=_administered_projects(user)) | ApiToken.objects.filter(user=user)
-        if is_org_admin(user):  # node tokens (the node collectors') belong to the organization
-            tokens = tokens | ApiToken.objects.filter(kind=TokenKind.NODE)
+        if is_org_admin(user):  # node and SCIM tokens (collectors', identity provider's) belong to the organization
+            tokens = tokens | ApiToken.objects.filter(kind__in=[TokenKind.NODE, TokenKind.SCIM])
         return Response([_token_row(t) for t in tokens.select_related("project", "user").order_by("-created_at")])
 
     @extend_schema(
@@ -524,6 +524,12 @@ class TokenListApi(APIView):
                 issued = node_token_create(name=data.validated_data["name"], hostnames=data.validated_data["hostnames"])
             except ValueError as exc:
                 raise invalid("hostnames", str(exc)) from None
+        elif data.validated_data["kind"] == TokenKind.SCIM:  # the identity provider's (docs/identity.md)
+            if not is_org_admin(request.user):
+                raise ApiError(
+                    "forbidden", "SCIM tokens are created by organization admins", fields={"kind": "admins only"}, status_code=403
+                )
+            issued = scim_token_create(name=data.validated_data["name"])
         else:
             slug = data.validated_data.get("project")
             if not slug:
@@ -548,7 +554,11 @@ class TokenDetailApi(APIView):
         token = (
             ApiToken.objects.filter(pk=token_id, project__in=_administered_projects(request.user)).first()
             or ApiToken.objects.filter(pk=token_id, user=cast(User, request.user)).first()
-            or (ApiToken.objects.filter(pk=token_id, kind=TokenKind.NODE).first() if is_org_admin(request.user) else None)
+            or (
+                ApiToken.objects.filter(pk=token_id, kind__in=[TokenKind.NODE, TokenKind.SCIM]).first()
+                if is_org_admin(request.user)
+                else None
+            )
         )
         if token is None:
             raise ApiError("not_found", "token not found", status_code=404)
