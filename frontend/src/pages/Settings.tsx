@@ -193,14 +193,15 @@ function OrgSettingsCard() {
   );
 }
 
-type TokenKindChoice = "project" | "personal" | "node";
+type TokenKindChoice = "project" | "personal" | "node" | "scim";
 
 /** The token kinds this person may create: personal always; project tokens for the projects they
- * administer (organization admins, team admins); node tokens for organization admins only. */
+ * administer (organization admins, team admins); node and SCIM tokens for organization admins only. */
 export function tokenKindsFor(user: SessionUser | null | undefined): TokenKindChoice[] {
   const kinds: TokenKindChoice[] = ["personal"];
   if (isAdmin(user) || !!user?.teams.some((t) => t.role === "admin")) kinds.push("project");
   if (isAdmin(user)) kinds.push("node");
+  if (isAdmin(user)) kinds.push("scim"); // the identity provider's provisioning (docs/identity.md)
   return kinds;
 }
 
@@ -208,6 +209,7 @@ const TOKEN_KIND_LABEL: Record<TokenKindChoice, string> = {
   personal: "Personal (read)",
   project: "Project (ingest)",
   node: "Node (collector)",
+  scim: "SCIM (identity provider)",
 };
 
 function TokensCard() {
