@@ -187,6 +187,32 @@ def test_bad_filters_are_400_invalid_filter(scim: ScimClient, params: dict[str, 
     assert detail.startswith("filter") and names in detail
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'active eq "yes"',
+        'id gt "x"',
+        "userName gt 5",
+        'not (userName eq "x")',
+        "emails pr",
+        'name.givenName ew "a"',
+        "active eq null",
+    ],
+)
+def test_odd_filters_answer_a_list_or_a_400_never_a_500(scim: ScimClient, text: str) -> None:
+    _person(scim, "ann", name={"givenName": "Anna"})
+    response = scim.get("/Users", {"filter": text})
+    assert response.status_code in (200, 400), response.content
+    if response.status_code == 400:
+        assert _error(response, 400, "invalidFilter").startswith("filter")
+
+
+def test_a_start_index_past_every_integer_is_an_empty_page(scim: ScimClient) -> None:
+    _person(scim, "ann")
+    page = scim.get("/Users", {"startIndex": str(10**30), "count": str(10**30)}).json()
+    assert (page["totalResults"], page["Resources"]) == (1, [])
+
+
 @pytest.mark.parametrize(("params", "field"), [({"startIndex": "one"}, "startIndex"), ({"count": "1.5"}, "count")])
 def test_bad_pagination_is_400_naming_the_parameter(scim: ScimClient, params: dict[str, str], field: str) -> None:
     assert _error(scim.get("/Users", params), 400, "invalidValue").startswith(field)

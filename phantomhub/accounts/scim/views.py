@@ -33,6 +33,7 @@ from phantomhub.accounts.scim.values import json_body, schemas_check
 
 log = logging.getLogger(__name__)
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+PAGE_BOUND = 2**31 - 1
 ALWAYS_RETURNED = frozenset({"id", "schemas"})  # RFC 7643 section 7: "returned": "always"
 
 
@@ -41,9 +42,10 @@ def _page_number(request: HttpRequest, name: str, default: int) -> int:
     if raw in (None, ""):
         return default
     try:
-        return int(str(raw))
+        value = int(str(raw))
     except ValueError:
         raise bad(f"{name}: must be an integer") from None
+    return max(-PAGE_BOUND, min(PAGE_BOUND, value))  # an offset past any table, not past the database's integers
 
 
 def _names(request: HttpRequest, param: str) -> set[str]:
