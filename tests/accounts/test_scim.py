@@ -155,6 +155,7 @@ def test_filter_rfc_7644_3_4_2_and_pagination(scim: ScimClient) -> None:
     by_id = scim.get("/Users", {"filter": f'id eq "{ids["jdoe"]}"'}).json()
     assert [r["userName"] for r in by_id["Resources"]] == ["jdoe"]
     assert scim.get("/Users", {"filter": 'id eq "not-an-id"'}).json()["totalResults"] == 0
+    assert scim.get("/Users", {"filter": 'userName Eq "jdoe"'}).json()["totalResults"] == 1  # operators ignore case
     both = scim.get("/Users", {"filter": 'userName eq "jdoe" or userName eq "mpepper"'}).json()
     assert both["totalResults"] == 2
     everyone = scim.get("/Users").json()
@@ -249,6 +250,12 @@ def test_patch_user_rfc_7644_3_5_2_replace_without_a_path(scim: ScimClient) -> N
     user = User.objects.get(username="bjensen")
     assert (user.email, user.first_name) == ("babs@example.com", "Barbara")
     assert response.json()["name"]["givenName"] == "Barbara"
+    # Section 3.5.2.1's add without a path: a single-valued email is replaced; nickname is not kept.
+    added = scim.patch(
+        f"/Users/{created['id']}",
+        patch({"op": "add", "value": {"emails": [{"value": "babs@jensen.org", "type": "home"}], "nickname": "Babs"}}),
+    )
+    assert added.status_code == 200 and added.json()["emails"][0]["value"] == "babs@jensen.org"
     scim.patch(f"/Users/{created['id']}", patch({"op": "remove", "path": "emails"}, {"op": "remove", "path": "name"}))
     user.refresh_from_db()
     assert (user.email, user.first_name) == ("", "")
@@ -421,6 +428,18 @@ def test_group_lifecycle_follows_rfc_examples_and_syncs_the_mapping(scim: ScimCl
     assert scim.delete(path).status_code == 204
     assert _roles(tour_guides) == {} and not DirectoryGroup.objects.exists()
     _error(scim.get(path), 404)
+
+
+def test_a_group_no_rule_maps_syncs_nobody_and_a_mapped_one_does(scim: ScimClient, tour_guides: Team) -> None:
+    ann = _person(scim, "ann")["id"]
+    scim.post("/Groups", {"schemas": [GROUP], "displayName": "Book Club", "members": [{"value": ann}]})
+    assert DirectoryAccount.objects.get(user__username="ann").synced_at is None
+    group = scim.post("/Groups", {"schemas": [GROUP], "displayName": "Tour Guides", "members": [{"value": ann}]}).json()
+    assert DirectoryAccount.objects.get(user__username="ann").synced_at is not None
+    assert _roles(tour_guides) == {"ann": Role.MEMBER}
+    # Renamed to a name no rule maps: the old name's grants go.
+    scim.patch(f"/Groups/{group['id']}", patch({"op": "replace", "path": "displayName", "value": "Former Guides"}))
+    assert _roles(tour_guides) == {}
 
 
 def test_a_local_membership_is_left_alone(scim: ScimClient, tour_guides: Team) -> None:

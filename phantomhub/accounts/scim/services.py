@@ -9,7 +9,8 @@ transaction (views.py), so a refusal part-way writes nothing.
   the user row stays, so what they did keeps its actor, and a later create with the same
   userName takes the account back under a new id.
 - Groups: after any change, `user_sync` (accounts/directory.py) runs for each person whose groups
-  changed, so the roles the group mapping gives follow in the same transaction.
+  changed, so the roles the group mapping gives follow in the same transaction (not when no
+  mapping rule matches the group: then nobody's access can change).
 """
 
 from __future__ import annotations
@@ -117,8 +118,13 @@ def members_resolve(ids: Iterable[uuid.UUID], where: str = "members") -> list[An
     return [found[scim_id] for scim_id in ids]
 
 
-def _sync(users: Iterable[Any]) -> None:
+def _sync(users: Iterable[Any], *group_names: str) -> None:
+    """`user_sync` for each of `users` whose groups changed: the groups named. A group no mapping
+    rule matches gives nothing, so joining or leaving it changes no one's access and they are
+    skipped (a person's sync costs ~20 ms; a group of thousands nobody maps costs none)."""
     rules = stored_rules()
+    if group_names and not any(rule.matches(name) for rule in rules for name in group_names):
+        return
     for user in sorted({u.pk: u for u in users}.values(), key=lambda u: u.pk):  # one lock order
         user_sync(user, rules=rules)
 
@@ -137,13 +143,13 @@ def group_create(fields: GroupFields) -> DirectoryGroup:
     members = members_resolve(fields.members)
     group = DirectoryGroup.objects.create(display_name=fields.display_name, external_id=fields.external_id)
     group.members.set(members)
-    _sync(members)
+    _sync(members, group.display_name)
     return group
 
 
 def group_update(group: DirectoryGroup, fields: GroupFields, members: list[Any]) -> None:
     """PUT or PATCH: name, externalId and the whole member list become these."""
-    renamed = fields.display_name != group.display_name
+    renamed, old_name = fields.display_name != group.display_name, group.display_name
     if renamed:
         _name_free(fields.display_name, group)
     before = {user.pk: user for user in group.members.all()}
@@ -155,10 +161,10 @@ def group_update(group: DirectoryGroup, fields: GroupFields, members: list[Any])
     changed = (
         {**before, **after} if renamed else {pk: u for pk, u in {**before, **after}.items() if (pk in before) != (pk in after)}
     )
-    _sync(changed.values())
+    _sync(changed.values(), old_name, fields.display_name)
 
 
 def group_delete(group: DirectoryGroup) -> None:
-    members = list(group.members.all())
+    members, name = list(group.members.all()), group.display_name
     group.delete()
-    _sync(members)
+    _sync(members, name)
