@@ -75,16 +75,15 @@ def _error(response: Any, status: int, scim_type: str | None = None) -> str:
 # --- Users: RFC 7644's examples ----------------------------------------------------------------
 
 
+@override_settings(PUBLIC_URL="https://phantomhub.example.com/")
 def test_create_user_rfc_7644_3_3_makes_an_inactive_directory_person(scim: ScimClient) -> None:
     response = scim.post("/Users", RFC_CREATE_USER)
     assert response.status_code == 201, response.content
     body = response.json()
     account = DirectoryAccount.objects.select_related("user").get(external_id="bjensen")
     assert body["id"] == str(account.scim_id)
-    assert response["Location"] == f"http://testserver/scim/v2/Users/{account.scim_id}".replace(
-        "http://testserver", body["meta"]["location"].split("/scim/")[0]
-    )
-    assert body["meta"]["location"].endswith(f"/scim/v2/Users/{account.scim_id}")
+    location = f"https://phantomhub.example.com/scim/v2/Users/{account.scim_id}"  # from PHANTOMHUB_PUBLIC_URL
+    assert response["Location"] == body["meta"]["location"] == location
     assert body["schemas"] == [USER] and body["meta"]["resourceType"] == "User"
     assert (body["userName"], body["externalId"], body["name"]["givenName"], body["name"]["familyName"]) == (
         "bjensen", "bjensen", "Barbara", "Jensen"
