@@ -586,6 +586,33 @@ def test_the_default_bound_takes_a_large_group(scim: ScimClient) -> None:
     assert _error(response, 400, "invalidValue").startswith("members[0].value")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_database_that_cannot_answer_is_503_with_retry_after() -> None:
+    """The database refusing (here: a row another connection holds past lock_timeout, a real
+    PostgreSQL error) is a 503 the identity provider retries, not a 500, and nothing is written."""
+    from django.db import connection, connections
+
+    scim = scim_client()
+    created = _person(scim, "ann")
+    ann = User.objects.get(username="ann")
+    other = connections.create_connection("default")
+    other.set_autocommit(False)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT id FROM auth_user WHERE id = %s FOR UPDATE", [ann.pk])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        response = scim.patch(f"/Users/{created['id']}", patch({"op": "replace", "path": "active", "value": False}))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+        other.rollback()
+        other.close()
+    assert "retry" in _error(response, 503) and response["Retry-After"] == "5"
+    ann.refresh_from_db()
+    assert ann.is_active
+
+
 def test_wrong_methods_are_405_in_scim_shape(scim: ScimClient) -> None:
     created = _person(scim, "ann")
     response = scim.post(f"/Users/{created['id']}", {"schemas": [USER], "userName": "x"})

@@ -30,6 +30,7 @@ from phantomhub.accounts.scim.access import ScimAccess
 from phantomhub.accounts.scim.config import MAX_RESULTS
 from phantomhub.accounts.scim.errors import bad, conflict, error_response, refusal, scim_response
 from phantomhub.accounts.scim.values import json_body, schemas_check
+from phantomhub.errors import DB_RETRY_AFTER_S
 
 log = logging.getLogger(__name__)
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -76,6 +77,10 @@ class ScimView(scim_views.SCIMView):
             return error_response(exc)
         except db.IntegrityError:  # a concurrent write took the same userName or displayName
             return error_response(conflict("userName or displayName: already taken (a concurrent request)"))
+        except (db.OperationalError, db.InterfaceError) as exc:  # the database is away: retry, as the API says
+            log.warning("SCIM: database unavailable: %s", exc)
+            detail = "the database is unavailable; retry shortly"
+            return error_response(refusal(503, detail), headers={"Retry-After": str(DB_RETRY_AFTER_S)})
         except Exception:  # a bug: logged, answered in SCIM's shape (as django-scim2 does)
             log.exception("SCIM request failed: %s %s", request.method, request.path)
             return error_response(refusal(500, "the request could not be completed; the server log has the cause"))
