@@ -481,6 +481,8 @@ def test_a_second_group_of_the_same_name_is_409(scim: ScimClient) -> None:
         (b"[1, 2]", "invalidSyntax", "body"),
         (b"\xff\xfe", "invalidSyntax", "body"),
         (b"[" * 100_000 + b"]" * 100_000, "invalidSyntax", "body"),
+        ({}, "invalidSyntax", "schemas"),
+        (b"", "invalidSyntax", "body"),
         ({"userName": "ann"}, "invalidSyntax", "schemas"),
         ({"schemas": [USER]}, "invalidValue", "userName"),
         ({"schemas": [USER], "userName": "  "}, "invalidValue", "userName"),

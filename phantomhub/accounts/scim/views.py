@@ -142,6 +142,20 @@ class ResourceView(scim_views.FilterMixin, scim_views.GetView, scim_views.PostVi
             }
         )
 
+    def _written(self, adapter: Any, status: int) -> HttpResponse:
+        adapter.validate_dict(self.load_body(self.request.body))  # every value checked, then one write
+        adapter.save()
+        response = scim_response(adapter.to_dict(), status=status)
+        response["Location"] = adapter.location
+        return response
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        """As django-scim2's, but an empty object is refused naming what it lacks (`schemas`)."""
+        return self._written(self.scim_adapter(self.model_cls(), request=request), 201)
+
+    def put(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return self._written(self.scim_adapter(self.get_object(), request=request), 200)
+
     def patch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         body = self.load_body(request.body)
         schemas_check(body, SchemaURI.PATCH_OP)
