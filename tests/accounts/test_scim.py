@@ -347,6 +347,9 @@ def test_delete_user_rfc_7644_3_6_hides_the_person_and_a_new_create_takes_them_b
     assert not user.is_active  # the row stays: what ann did keeps its actor
     assert not user.directory_groups.exists() and not Membership.objects.filter(user=user).exists()
 
+    bob = _person(scim, "bob")
+    renamed = scim.patch(f"/Users/{bob['id']}", patch({"op": "replace", "path": "userName", "value": "ann"}))
+    assert "SCIM deleted" in _error(renamed, 409, "uniqueness")
     again = _person(scim, "ann")
     assert again["id"] != created["id"] and again["active"] is True
     assert User.objects.get(username="ann").pk == user.pk

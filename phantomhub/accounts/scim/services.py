@@ -35,7 +35,7 @@ def people() -> Any:
 
 
 def _username_free(username: str, user: Any = None) -> None:
-    taken = get_user_model().objects.filter(username__iexact=username).select_related("directory")
+    taken = get_user_model().objects.filter(username__iexact=username)
     if user is not None:
         taken = taken.exclude(pk=user.pk)
     other = taken.first()
@@ -44,6 +44,8 @@ def _username_free(username: str, user: Any = None) -> None:
     account = DirectoryAccount.objects.filter(user=other).first()
     if account is None:
         raise conflict(f"userName: {username!r} belongs to a local PhantomHub account, which the directory never takes over")
+    if account.scim_deleted_at is not None:
+        raise conflict(f"userName: {username!r} belongs to a person SCIM deleted (POST /Users takes them back)")
     raise conflict(f"userName: {username!r} is already provisioned (id {account.scim_id})")
 
 
