@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from phantomhub.accounts.models import ApiToken, TokenKind
+from phantomhub.accounts.services import token_revoke
 from phantomhub.accounts.token_cache import token_cache_forget
 
 
@@ -41,18 +42,17 @@ def user_deactivate(user: Any) -> int:
     tokens were revoked. Idempotent: a second call finds nothing left to stop."""
     get_user_model().objects.filter(pk=user.pk).update(is_active=False)
     user.is_active = False
-    tokens = ApiToken.objects.filter(user_id=user.pk, kind=TokenKind.PERSONAL, revoked_at__isnull=True)
-    digests = list(tokens.values_list("digest", flat=True))
-    tokens.update(revoked_at=timezone.now())
+    tokens = list(ApiToken.objects.filter(user_id=user.pk, kind=TokenKind.PERSONAL, revoked_at__isnull=True))
+    for token in tokens:
+        token_revoke(token=token)  # the one way a token is revoked; it forgets it from this process's cache
     Session.objects.filter(session_key__in=_sessions_of(user.pk)).delete()
 
-    def forget() -> None:
-        for digest in digests:
-            token_cache_forget(digest)
+    def forget() -> None:  # again after the commit: a request of this process that read a token
+        for token in tokens:  # before it would otherwise keep the unrevoked row cached
+            token_cache_forget(token.digest)
 
-    forget()  # now, and again after the commit: a request of this process that read the token
-    transaction.on_commit(forget)  # between the two would otherwise keep the unrevoked row cached
-    return len(digests)
+    transaction.on_commit(forget)
+    return len(tokens)
 
 
 def user_reactivate(user: Any) -> None:

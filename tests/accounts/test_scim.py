@@ -314,6 +314,19 @@ def test_deactivation_stops_tokens_and_sessions_in_the_same_second(scim: ScimCli
     assert bystander.get("/api/v1/portal/runs").status_code == 200  # nobody else is touched
 
 
+def test_deactivating_twice_finds_nothing_left_to_stop(django_capture_on_commit_callbacks: Any) -> None:
+    from phantomhub.accounts.deprovision import user_deactivate
+
+    ann = User.objects.create_user("ann")
+    for _ in range(2):
+        personal_token_create(user=ann)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert user_deactivate(ann) == 2
+    assert len(callbacks) == 1  # the cache is forgotten again once the revocations commit
+    assert user_deactivate(ann) == 0
+    assert not ApiToken.objects.filter(user=ann, revoked_at__isnull=True).exists()
+
+
 def test_reactivation_restores_sign_in_but_not_the_revoked_tokens(scim: ScimClient) -> None:
     created = _person(scim, "ann")
     user = User.objects.get(username="ann")
