@@ -348,6 +348,29 @@ if not (len(CURRENCY) == 3 and CURRENCY.isalpha() and CURRENCY.isascii()):
 FOCUS_INLINE_LINES = env_int("PHANTOMHUB_FOCUS_INLINE_LINES", 5000, minimum=1, maximum=1_000_000)
 FOCUS_MAX_BYTES = env_int("PHANTOMHUB_FOCUS_MAX_BYTES", 5 * 1024 * 1024, minimum=1024, maximum=64 * 1024 * 1024)
 
+# SCIM 2.0 provisioning at /scim/v2/ (phantomhub/accounts/scim/, docs/identity.md "SCIM provisioning"):
+# django-scim2's views with adapters over auth.User and the directory tables. A request body above
+# SCIM_MAX_BODY_BYTES is refused (413) before it is read.
+SCIM_MAX_BODY_BYTES = env_int("PHANTOMHUB_SCIM_MAX_BODY_BYTES", 1024 * 1024, minimum=4096, maximum=64 * 1024 * 1024)
+SCIM_SERVICE_PROVIDER = {
+    "USER_ADAPTER": "phantomhub.accounts.scim.adapters.ScimUser",
+    "GROUP_ADAPTER": "phantomhub.accounts.scim.adapters.ScimGroup",
+    "GROUP_MODEL": "phantomhub.accounts.models.DirectoryGroup",
+    "USER_FILTER_PARSER": "phantomhub.accounts.scim.filters.UserFilter",
+    "GROUP_FILTER_PARSER": "phantomhub.accounts.scim.filters.GroupFilter",
+    "SERVICE_PROVIDER_CONFIG_MODEL": "phantomhub.accounts.scim.config.ServiceProviderConfig",
+    "BASE_LOCATION_GETTER": "phantomhub.accounts.scim.config.base_location",
+    "AUTH_CHECK_MIDDLEWARE": "phantomhub.accounts.scim.access.ScimAccess",
+    "AUTHENTICATION_SCHEMES": [
+        {
+            "type": "oauthbearertoken",
+            "name": "SCIM token",
+            "description": "A PhantomHub SCIM token (phk_...) sent as 'Authorization: Bearer'; made by an organization admin",
+            "primary": True,
+        }
+    ],
+}
+
 # Alerts (docs/alerts.md). Links in alerts point at PUBLIC_URL (what people open the UI by).
 PUBLIC_URL = env_str("PHANTOMHUB_PUBLIC_URL", f"http://127.0.0.1:{PORT}") or f"http://127.0.0.1:{PORT}"
 # The public-host allowlist: webhook hosts a team's admins may point its rules at (exact names,

@@ -18,8 +18,9 @@ urlpatterns = [
     path("api/v1/", include("phantomhub.fleet.urls")),
     path("api/v1/", include("phantomhub.audit.urls")),
     path("metrics", metrics, name="metrics"),
+    path("scim/v2/", include("phantomhub.accounts.scim.urls")),  # the identity provider's (SCIM token only)
     # Everything else is a client-side route of the web UI.
-    re_path(r"^(?!api/|admin/|static/|assets/|metrics$).*$", spa, name="spa"),
+    re_path(r"^(?!api/|admin/|static/|assets/|metrics$|scim/).*$", spa, name="spa"),
 ]
 
 # Under /api/, a URL that matches no route answers in the API's error shape (phantomhub/errors.py).

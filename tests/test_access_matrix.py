@@ -24,17 +24,20 @@ from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.accounts.permissions import TokenScopes
-from phantomhub.accounts.services import personal_token_create, project_token_create
+from phantomhub.accounts.services import personal_token_create, project_token_create, scim_token_create
 from phantomhub.fleet.models import AttributionJob
 from phantomhub.fleet.services import node_token_create
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.telemetry.models import Job, Run
+from tests.accounts.scim_factories import SCIM_METHODS
+from tests.accounts.scim_factories import matrix_call as scim_matrix_call
+from tests.accounts.scim_factories import matrix_kwargs as scim_matrix_kwargs
 from tests.alerts.factories import MATRIX_RULE, matrix_kwargs
 from tests.conftest import T0_NS, Tenant, steps_body
 
 pytestmark = pytest.mark.django_db
 
-PRINCIPALS = ("anonymous", "project", "other_project", "personal", "member", "lead", "finance", "admin", "node")
+PRINCIPALS = ("anonymous", "project", "other_project", "personal", "member", "lead", "finance", "admin", "node", "scim")
 
 # Left out of the matrix, with the reason. Everything else in the URL conf must be in EXPECTED.
 NOT_API = {
@@ -46,6 +49,7 @@ PLAIN_VIEW_METHODS = {"metrics": ["get"]}
 # Single sign-on's browser redirects (accounts/oidc_views.py): open to anyone, they answer with a
 # redirect to the provider or to /login?error=..., and return no data.
 PLAIN_VIEW_METHODS.update({"oidc-start": ["get"], "oidc-callback": ["get"], "auth-breakglass": ["get"]})
+PLAIN_VIEW_METHODS.update(SCIM_METHODS)  # SCIM 2.0 (accounts/scim/): django-scim2's views
 # Endpoints meant for everyone (AllowAny): liveness, the schema and its docs, signing in.
 PUBLIC = {"health", "schema", "api-docs", "portal-session"}
 
@@ -55,9 +59,11 @@ RUN_WRITE = "401 ok 404 403 403 403 403 403"  # telemetry is written by the run'
 ORG_READ = "401 403 403 ok ok ok ok ok"  # people and their personal tokens; no project token
 ADMIN_WRITE = "401 403 403 403 403 403 403 ok"  # a signed-in organization admin only
 PEOPLE_ONLY = "401 403 403 403 ok ok ok ok"  # signed-in people, no token of any kind
+SCIM_ONLY = "401 403 403 403 403 403 403 403"  # the SCIM token alone (SCIM_EXPECTED); sessions refused too
 
-# (url name, method) → outcome per principal, in the order of PRINCIPALS but the last: the node
-# token (the node collector's), refused ("403") everywhere but in NODE_EXPECTED.
+# (url name, method) → outcome per principal, in the order of PRINCIPALS but the last two: the node
+# token (the node collector's), refused ("403") everywhere but in NODE_EXPECTED, and the SCIM token,
+# refused everywhere but in SCIM_EXPECTED.
 EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): ALL_OK,
     ("run-create", "post"): "401 ok ok 403 403 403 403 403",
@@ -148,6 +154,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("oidc-start", "get"): ALL_OK,  # a redirect (to the provider, or /login?error=oidc_off here)
     ("oidc-callback", "get"): ALL_OK,  # a redirect to /login?error=state_missing: no state
     ("auth-breakglass", "get"): ALL_OK,  # a redirect to /login?error=breakglass_invalid: no token
+    **{(name, method): SCIM_ONLY for name, methods in SCIM_METHODS.items() for method in methods},
 }
 NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("health", "get"): "ok",
@@ -161,6 +168,17 @@ NODE_EXPECTED: dict[tuple[str, str], str] = {
     ("oidc-start", "get"): "ok",
     ("oidc-callback", "get"): "ok",
     ("auth-breakglass", "get"): "ok",
+}
+# The SCIM token (the identity provider's): /scim/v2/ only; the API refuses it ("403") even where
+# it is public, but for the liveness check, which reads no credentials.
+SCIM_EXPECTED: dict[tuple[str, str], str] = {
+    ("health", "get"): "ok",
+    ("metrics", "get"): "401",
+    # single sign-on's redirects read no bearer token (plain views): the same answer as anyone's
+    ("oidc-start", "get"): "ok",
+    ("oidc-callback", "get"): "ok",
+    ("auth-breakglass", "get"): "ok",
+    **{(name, method): "ok" for name, methods in SCIM_METHODS.items() for method in methods},
 }
 
 
@@ -248,11 +266,14 @@ def world(owner: Tenant, outsider: Tenant) -> World:
     for name, user in users.items():
         clients[name] = APIClient()
         clients[name].force_authenticate(user)
+        clients[name].force_login(user)  # the session too, which plain Django views (/scim/v2/) read
     price = PriceEntry.objects.order_by("id").first()
     assert price is not None
     spare = project_token_create(project=owner.project, name="spare").token
     clients["node"] = APIClient()
     clients["node"].credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='matrix', hostnames=['matrix-node']).raw}")
+    clients["scim"] = APIClient()
+    clients["scim"].credentials(HTTP_AUTHORIZATION=f"Bearer {scim_token_create(name='matrix').raw}")
     job = AttributionJob.objects.create()
     training = Job.objects.create(project=owner.project, key="matrix")
     Run.objects.filter(pk=run_id).update(job=training, attempt=0)
@@ -264,6 +285,8 @@ def world(owner: Tenant, outsider: Tenant) -> World:
 def _kwargs(name: str, world: World) -> dict[str, Any]:
     if name.startswith("alerts-"):
         return matrix_kwargs(name)
+    if name.startswith("scim-"):
+        return scim_matrix_kwargs(name)
     return {
         "run-detail": {"run_id": world.run_id},
         "run-steps": {"run_id": world.run_id},
@@ -334,6 +357,8 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
 
 
 def _call(client: APIClient, method: str, path: str, name: str) -> Any:
+    if name.startswith("scim-"):
+        return scim_matrix_call(client, method, path, name)
     if method == "get":
         return client.get(path)
     if (name, method) == ("price-csv", "post"):
@@ -353,7 +378,11 @@ def _outcome(status: int) -> str:
 @pytest.mark.parametrize(("name", "method"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
 @override_settings(METRICS_TOKEN="matrix-metrics-token")
 def test_access_matrix(world: World, name: str, method: str, principal: str) -> None:
-    outcomes = [*EXPECTED[(name, method)].split(), NODE_EXPECTED.get((name, method), "403")]
+    outcomes = [
+        *EXPECTED[(name, method)].split(),
+        NODE_EXPECTED.get((name, method), "403"),
+        SCIM_EXPECTED.get((name, method), "403"),
+    ]
     expected = dict(zip(PRINCIPALS, outcomes, strict=True))[principal]
     path = reverse(name, kwargs=_kwargs(name, world))
     response = _call(world.clients[principal], method, path, name)
@@ -375,6 +404,7 @@ HOLDERS_SEEN: dict[str, Any] = {
     "finance": HOLDERS,
     "admin": HOLDERS,
     "node": 403,
+    "scim": 403,
 }
 # principal → the node tokens listed in Settings (name, hostnames), or the refusal.
 NODE_TOKENS_SEEN: dict[str, Any] = {
@@ -387,6 +417,7 @@ NODE_TOKENS_SEEN: dict[str, Any] = {
     "finance": [],
     "admin": [("matrix", ["matrix-node"])],
     "node": 403,
+    "scim": 403,
 }
 
 
@@ -491,6 +522,7 @@ ALERTS_SEEN: dict[str, Any] = {
     "finance": (ALERTS_ALL, set()),
     "admin": (ALERTS_ALL, {"org", "nlp"}),
     "node": 403,
+    "scim": 403,
 }
 
 
@@ -545,6 +577,7 @@ PEOPLE_SEEN: dict[str, Any] = {
     "finance": 403,
     "admin": (EVERYONE, True),
     "node": 403,
+    "scim": 403,
 }
 
 
@@ -591,6 +624,7 @@ AUDIT_SEEN: dict[str, Any] = {
     "finance": {"price", "month"},
     "admin": AUDIT_ALL,
     "node": 403,
+    "scim": 403,
 }
 
 

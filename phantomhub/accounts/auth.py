@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
@@ -25,13 +26,30 @@ from phantomhub.accounts.token_cache import token_lookup
 from phantomhub.accounts.token_life import token_refusal
 
 
-def _address(request: Request) -> str | None:
+def _address(request: HttpRequest) -> str | None:
     """The client's address as an IP (a Unix socket's peer has none: None)."""
-    address = client_address(request._request)
+    address = client_address(request)
     try:
         return str(ipaddress.ip_address(address)) if address else None
     except ValueError:
         return None
+
+
+def token_touch(token: ApiToken, request: HttpRequest) -> None:
+    """Record the token's last use and the client's address, at most once per TOKEN_TOUCH_INTERVAL_S.
+
+    Ingest is many requests a second; the cached token remembers the last write, so a cache hit
+    costs no query either. The address is the client's behind a trusted proxy
+    (signin.client_address)."""
+    now = timezone.now()
+    interval = timedelta(seconds=settings.TOKEN_TOUCH_INTERVAL_S)
+    if token.last_used_at is None or now - token.last_used_at >= interval:
+        address = _address(request)
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now, last_used_address=address)
+        token.last_used_at, token.last_used_address = now, address
+
+
+SCIM_TOKEN_ONLY = "a SCIM token reaches /scim/v2/ only"
 
 
 class ProjectPrincipal:
@@ -66,29 +84,19 @@ class ProjectTokenAuthentication(authentication.BaseAuthentication):
         refusal = token_refusal(token, timezone.now())
         if refusal is not None:
             raise exceptions.AuthenticationFailed(refusal)
+        if token.kind == TokenKind.SCIM:  # the identity provider's: /scim/v2/ only, even public endpoints refuse it
+            raise exceptions.PermissionDenied(SCIM_TOKEN_ONLY)
         if token.kind == TokenKind.PERSONAL:
             assert token.user is not None
             if not token.user.is_active:
                 raise exceptions.AuthenticationFailed(f"token {token.prefix}… belongs to an inactive person")
-            self._touch(token, request)
+            token_touch(token, request._request)
             return token.user, token
-        self._touch(token, request)
+        token_touch(token, request._request)
         return ProjectPrincipal(token), token
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
-
-    @staticmethod
-    def _touch(token: ApiToken, request: Request) -> None:
-        # Ingest is many requests a second; write last_used_at and the address at most once per
-        # interval (the cached token remembers the last write, so a cache hit costs no query
-        # either). The address is the client's behind a trusted proxy (signin.client_address).
-        now = timezone.now()
-        interval = timedelta(seconds=settings.TOKEN_TOUCH_INTERVAL_S)
-        if token.last_used_at is None or now - token.last_used_at >= interval:
-            address = _address(request)
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now, last_used_address=address)
-            token.last_used_at, token.last_used_address = now, address
 
 
 class ProjectTokenScheme(OpenApiAuthenticationExtension):

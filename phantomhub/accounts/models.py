@@ -103,6 +103,10 @@ class DirectoryAccount(models.Model):
     oidc_issuer = models.CharField(max_length=500, blank=True)
     oidc_subject = models.CharField(max_length=255, blank=True)
     synced_at = models.DateTimeField(null=True, blank=True)
+    # Set when SCIM deleted the person (accounts/scim/, docs/identity.md "SCIM provisioning"): the
+    # user row stays (what they did keeps its actor), SCIM answers 404 for it, and a later SCIM
+    # create with the same userName takes the account back under a new scim_id.
+    scim_deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -178,6 +182,7 @@ class TokenKind(models.TextChoices):
     PROJECT = "project"  # ingest and read for one project; what the agent uses
     PERSONAL = "personal"  # read-only, acts with its owner's permissions (integrations)
     NODE = "node"  # may only POST node telemetry for its hostnames (the node collector); reads nothing
+    SCIM = "scim", "SCIM"  # the identity provider's: reaches /scim/v2/ and nothing else (accounts/scim/)
 
 
 class ApiToken(models.Model):
@@ -220,6 +225,7 @@ class ApiToken(models.Model):
                     models.Q(kind="project", project__isnull=False, user__isnull=True)
                     | models.Q(kind="personal", user__isnull=False, project__isnull=True)
                     | models.Q(kind="node", user__isnull=True, project__isnull=True)
+                    | models.Q(kind="scim", user__isnull=True, project__isnull=True)
                 ),
                 name="apitoken_owner_matches_kind",
             ),

@@ -7,6 +7,8 @@ below extends it, so a view that names its own permission classes keeps the toke
 - a project token reaches its own project's runs (ingest, and the reads of those runs) and
   nothing else: no price book, org settings, leaderboards, finance or token management;
 - a node token (the node collector) reaches node telemetry ingest and nothing else;
+- a SCIM token (the identity provider's) reaches nothing here: accounts/auth.py refuses it at
+  authentication with 403, public endpoints included; /scim/v2/ takes it alone (accounts/scim/access.py);
 - a signed-in session (no token) keeps its role-based writes, checked by the views and the role
   permissions below.
 tests/test_access_matrix.py checks every endpoint of the URL conf against every principal.

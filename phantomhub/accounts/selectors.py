@@ -37,11 +37,11 @@ def projects_visible(principal: Any) -> QuerySet[Project]:
 def tokens_manageable(user: Any) -> QuerySet[ApiToken]:
     """The tokens a signed-in person may list, rotate and revoke: their own personal tokens, the
     project tokens of the projects they administer (organization admins: every project; a team's
-    admins: its projects), and, for organization admins, the node tokens (the organization's).
+    admins: its projects), and, for organization admins, the node and SCIM tokens (the organization's).
     Nobody manages another person's personal token; an admin deactivates the person instead."""
     tokens = ApiToken.objects.filter(kind=TokenKind.PERSONAL, user=user)
     if is_org_admin(user):
-        return tokens | ApiToken.objects.filter(kind__in=[TokenKind.PROJECT, TokenKind.NODE])
+        return tokens | ApiToken.objects.filter(kind__in=[TokenKind.PROJECT, TokenKind.NODE, TokenKind.SCIM])
     return tokens | ApiToken.objects.filter(kind=TokenKind.PROJECT, project__in=projects_administered(user))
 
 

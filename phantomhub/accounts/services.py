@@ -114,6 +114,11 @@ def personal_token_create(*, user: AbstractBaseUser, name: str = "", expires_at:
     return token_issue(kind=TokenKind.PERSONAL, user=user, name=name, created_by=user, expires_at=expires_at)
 
 
+def scim_token_create(*, name: str = "", created_by: Any = None, expires_at: datetime | None = None) -> IssuedToken:
+    """The identity provider's SCIM token: reaches /scim/v2/ and nothing else (accounts/scim/access.py)."""
+    return token_issue(kind=TokenKind.SCIM, name=name, created_by=created_by, expires_at=expires_at)
+
+
 @transaction.atomic
 def project_token_for_slugs(*, team_slug: str, project_slug: str, name: str = "") -> IssuedToken:
     team = team_get_or_create(slug=team_slug)

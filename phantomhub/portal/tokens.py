@@ -26,6 +26,7 @@ from phantomhub.accounts.services import (
     TOKEN_MAX_OVERLAP_S,
     personal_token_create,
     project_token_create,
+    scim_token_create,
     token_expiry,
     token_revoke,
     token_rotate,
@@ -46,7 +47,7 @@ def token_row_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
     return {
         "id": serializers.IntegerField(),
         "prefix": serializers.CharField(),
-        "kind": serializers.CharField(help_text="project, personal or node"),
+        "kind": serializers.CharField(help_text="project, personal, node or scim"),
         "name": serializers.CharField(),
         "project": serializers.CharField(allow_null=True),
         "user": serializers.CharField(allow_null=True, help_text="a personal token's person"),
@@ -147,6 +148,12 @@ class TokenListApi(_TokenView):
                 )
             except ValueError as exc:
                 raise invalid("hostnames", str(exc)) from None
+        elif given["kind"] == TokenKind.SCIM:  # the identity provider's (docs/identity.md, "SCIM provisioning")
+            if not is_org_admin(user):
+                raise ApiError(
+                    "forbidden", "SCIM tokens are created by organization admins", fields={"kind": "admins only"}, status_code=403
+                )
+            issued = scim_token_create(name=given["name"], created_by=user, expires_at=expires_at)
         else:
             slug = given.get("project")
             if not slug:

@@ -619,7 +619,7 @@ export interface OrgSettings {
 export interface ApiTokenRow {
   id: number;
   prefix: string;
-  kind: "project" | "personal" | "node" | string;
+  kind: "project" | "personal" | "node" | "scim" | string;
   project: string | null;
   name: string;
   created_at: string;

@@ -171,6 +171,7 @@ describe("token words", () => {
   it("offers the kinds a person may create", () => {
     expect(tokenKindsFor(lead)).toEqual(["personal", "project"]);
     expect(tokenKindsFor({ ...lead, teams: [] })).toEqual(["personal"]);
-    expect(tokenKindsFor({ ...lead, teams: [], is_org_admin: true })).toEqual(["personal", "project", "node"]);
+    expect(tokenKindsFor({ ...lead, teams: [], is_org_admin: true })).toEqual(["personal", "project", "node", "scim"]);
+    expect(tokenKindsFor({ ...lead, teams: [], is_finance: true })).toEqual(["personal"]); // finance manages no organization token
   });
 });

@@ -10,14 +10,15 @@ import { Async, Empty, FieldErrors } from "../components/States";
 import { Card, Segmented } from "../components/ui";
 import { formatDate, formatDateTime } from "../lib/format";
 
-type TokenKindChoice = "project" | "personal" | "node";
+type TokenKindChoice = "project" | "personal" | "node" | "scim";
 
 /** The token kinds this person may create: personal always; project tokens for the projects they
- * administer (organization admins, team admins); node tokens for organization admins only. */
+ * administer (organization admins, team admins); node and SCIM tokens for organization admins only. */
 export function tokenKindsFor(user: SessionUser | null | undefined): TokenKindChoice[] {
   const kinds: TokenKindChoice[] = ["personal"];
   if (isAdmin(user) || !!user?.teams.some((t) => t.role === "admin")) kinds.push("project");
   if (isAdmin(user)) kinds.push("node");
+  if (isAdmin(user)) kinds.push("scim"); // the identity provider's provisioning (docs/identity.md)
   return kinds;
 }
 
@@ -25,6 +26,7 @@ const TOKEN_KIND_LABEL: Record<TokenKindChoice, string> = {
   personal: "Personal (read)",
   project: "Project (ingest)",
   node: "Node (collector)",
+  scim: "SCIM (identity provider)",
 };
 
 /** Expiry choices of a new token, in days; "" leaves it to the server's default (PHANTOMHUB_TOKEN_DEFAULT_EXPIRY_DAYS). */
