@@ -470,7 +470,7 @@ def test_node_tokens_each_principal_sees(world: World, principal: str) -> None:
 # principal → the tokens listed as (kind, project, owner), or the refusal. The rows' fields (owner,
 # last use and its address, state, ...) are seen by whoever manages the token, no one else: a
 # person their personal tokens; a team's admins its projects' tokens; organization admins every
-# project and node token, never another person's personal token.
+# project, node and SCIM token, never another person's personal token.
 TOKENS_SEEN: dict[str, Any] = {
     "anonymous": 401,
     "project": 403,
@@ -482,11 +482,13 @@ TOKENS_SEEN: dict[str, Any] = {
     "admin": [
         ("node", None, None),
         ("personal", None, "admin"),
+        ("scim", None, None),
         ("project", "detector", None),
         ("project", "llm-pretrain", None),
         ("project", "llm-pretrain", None),
     ],
     "node": 403,
+    "scim": 403,
 }
 TOKEN_ROW_FIELDS = {
     "id", "prefix", "kind", "name", "project", "user", "owner", "created_at", "expires_at", "last_used_at",

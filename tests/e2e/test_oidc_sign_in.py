@@ -259,6 +259,8 @@ def test_sign_out_ends_the_provider_session_too(page: Any) -> None:
 
 
 def test_local_passwords_off_leaves_only_single_sign_on_and_the_break_glass_link(page: Any, stack: Stack) -> None:
+    _provider_sign_in(page, "ann", "ann-pass")  # ann (a team lead, no org admin) exists, whatever ran before
+    page.context.clear_cookies()
     page.goto("/login")
     page.get_by_role("link", name=LABEL).wait_for()
     assert page.get_by_label("Password").count() == 0
