@@ -54,6 +54,7 @@ SECRET_SETTINGS = {
     "PHANTOMHUB_REDIS_URL",
     "PHANTOMHUB_METRICS_TOKEN",
     "PHANTOMHUB_EMAIL_PASSWORD",
+    "PHANTOMHUB_OIDC_CLIENT_SECRET",
 }
 # Without these the Kubernetes layout cannot run: settings refuse to start without a key, the
 # database is the store of record, and without a broker the worker and beat would have nothing to do.
@@ -569,7 +570,11 @@ def _run_env(tmp: Path, objects: list[dict[str, Any]], container: dict[str, Any]
     base["PYTHONPATH"] = str(ROOT)
     base["HOME"] = place("/home/phantomhub")
     base["TMPDIR"] = place("/tmp")
-    secret = {"PHANTOMHUB_SECRET_KEY": secrets.token_urlsafe(48), "PHANTOMHUB_DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}"}
+    secret = {
+        "PHANTOMHUB_SECRET_KEY": secrets.token_urlsafe(48),
+        "PHANTOMHUB_DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "PHANTOMHUB_OIDC_CLIENT_SECRET": secrets.token_urlsafe(24),  # the example overlay signs in through its provider
+    }
     return {
         **base,
         **process,
