@@ -36,12 +36,22 @@ def _sessions_of(user_id: int) -> list[str]:
     return keys
 
 
+def _active_set(user: Any, active: bool) -> None:
+    """Through save(), not a queryset update: the audit log records model saves (docs/audit.md),
+    and a person's deactivation is one of the changes it must show. Nothing is written (or
+    recorded) when the flag already reads so."""
+    row = get_user_model().objects.select_for_update().get(pk=user.pk)
+    if row.is_active != active:
+        row.is_active = active
+        row.save(update_fields=["is_active"])
+    user.is_active = active
+
+
 @transaction.atomic
 def user_deactivate(user: Any) -> int:
     """Deactivate `user`, revoke their personal tokens and end their sessions; returns how many
     tokens were revoked. Idempotent: a second call finds nothing left to stop."""
-    get_user_model().objects.filter(pk=user.pk).update(is_active=False)
-    user.is_active = False
+    _active_set(user, False)
     tokens = list(ApiToken.objects.filter(user_id=user.pk, kind=TokenKind.PERSONAL, revoked_at__isnull=True))
     for token in tokens:
         token_revoke(token=token)  # the one way a token is revoked; it forgets it from this process's cache
@@ -55,7 +65,7 @@ def user_deactivate(user: Any) -> int:
     return len(tokens)
 
 
+@transaction.atomic
 def user_reactivate(user: Any) -> None:
     """Let `user` sign in again; their revoked tokens stay revoked."""
-    get_user_model().objects.filter(pk=user.pk).update(is_active=True)
-    user.is_active = True
+    _active_set(user, True)

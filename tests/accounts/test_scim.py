@@ -312,6 +312,13 @@ def test_deactivation_stops_tokens_and_sessions_in_the_same_second(scim: ScimCli
     bystander = APIClient()
     bystander.credentials(HTTP_AUTHORIZATION=f"Bearer {other}")
     assert bystander.get("/api/v1/portal/runs").status_code == 200  # nobody else is touched
+    # the audit log names the identity provider for the deactivation and the revoked token
+    from phantomhub.audit.models import AuditEntry
+
+    stopped = AuditEntry.objects.filter(kind="person", object_id=user.pk).order_by("-pk").first()
+    assert stopped is not None and (stopped.actor_label, stopped.changes) == ("SCIM", {"is_active": [True, False]})
+    revoked = AuditEntry.objects.filter(kind="token", object_id=ApiToken.objects.get(digest=token_digest(raw)).pk)
+    assert revoked.filter(actor_label="SCIM", changes__has_key="revoked_at").exists()
 
 
 def test_deactivating_twice_finds_nothing_left_to_stop(django_capture_on_commit_callbacks: Any) -> None:
