@@ -11,7 +11,7 @@ import { DataTable, type Column } from "../components/DataTable";
 import { Async, Empty } from "../components/States";
 import { Card, PageHeader } from "../components/ui";
 import { formatDateTime } from "../lib/format";
-import { useCommittedText } from "../lib/useDebounced";
+import { TextFilter } from "../components/TextFilter";
 
 export const AUDIT_API = "/api/v1/audit";
 
@@ -98,27 +98,6 @@ const COLUMNS: Column<AuditEntry>[] = [
   },
   { key: "change", header: "Change (before → after)", render: (e) => <Changes entry={e} /> },
 ];
-
-function TextFilter({ id, label, value, placeholder, onCommit }: { id: string; label: string; value: string; placeholder?: string; onCommit: (v: string) => void }) {
-  const text = useCommittedText(value, onCommit);
-  return (
-    <label className="filter" htmlFor={id}>
-      <span className="filter-label">{label}</span>
-      <input
-        id={id}
-        className="input"
-        type="search"
-        value={text.draft}
-        placeholder={placeholder}
-        onChange={(e) => text.change(e.target.value)}
-        onBlur={text.flush}
-        onKeyDown={(e) => {
-          if (e.key === "Enter") text.flush();
-        }}
-      />
-    </label>
-  );
-}
 
 export function AuditPage() {
   const { user } = useSession();

@@ -6,12 +6,12 @@ import { useApi } from "../api/hooks";
 import { useSession } from "../api/session";
 import type { GpuSpec, Page, RunRow } from "../api/types";
 import { RunTable } from "../components/RunTable";
+import { TextFilter } from "../components/TextFilter";
 import { Async, Empty } from "../components/States";
 import { Card, PageHeader, Pager } from "../components/ui";
 import { COMPARE_MAX, COMPARE_MIN, comparePath } from "./Compare";
 import { formatDate, formatNumber } from "../lib/format";
 import { usePeriodLink } from "../lib/links";
-import { useCommittedText } from "../lib/useDebounced";
 import {
   activeFilterCount,
   EMPTY_RUNS_QUERY,
@@ -23,36 +23,6 @@ import {
   updateRunsQuery,
   type RunsQuery,
 } from "../lib/urlState";
-
-/** A text filter that commits to the URL a moment after typing stops (Enter commits at once). */
-function TextFilter({ id, label, value, placeholder, onCommit, options }: { id: string; label: string; value: string; placeholder?: string; onCommit: (v: string) => void; options?: string[] }) {
-  const text = useCommittedText(value, onCommit);
-  return (
-    <label className="filter" htmlFor={id}>
-      <span className="filter-label">{label}</span>
-      <input
-        id={id}
-        className="input"
-        type="search"
-        value={text.draft}
-        placeholder={placeholder}
-        list={options ? `${id}-options` : undefined}
-        onChange={(e) => text.change(e.target.value)}
-        onBlur={text.flush}
-        onKeyDown={(e) => {
-          if (e.key === "Enter") text.flush();
-        }}
-      />
-      {options && (
-        <datalist id={`${id}-options`}>
-          {options.map((o) => (
-            <option key={o} value={o} />
-          ))}
-        </datalist>
-      )}
-    </label>
-  );
-}
 
 export function RunsPage() {
   const [params, setParams] = useSearchParams();

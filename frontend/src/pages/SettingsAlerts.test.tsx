@@ -1,11 +1,9 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes } from "react-router";
 
-import { SessionProvider } from "../api/session";
 import type { AlertDeliveryRow, AlertRule, AlertRuleList, AlertStateRow } from "../api/types";
-import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
+import { renderAt } from "../test/render";
 import { SettingsPage } from "./Settings";
 import { alertFieldName, fieldMessage, ruleBody, ruleFormErrors, ruleSummary, type FormState } from "./SettingsAlerts";
 
@@ -78,17 +76,7 @@ function alertsServer(post?: (body: Record<string, unknown>) => Response | undef
 }
 
 function renderAlerts() {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={["/settings?tab=alerts"]}>
-          <Routes>
-            <Route path="/settings" element={<SettingsPage />} />
-          </Routes>
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
+  return renderAt("/settings?tab=alerts", <SettingsPage />, "/settings");
 }
 
 afterEach(() => vi.unstubAllGlobals());

@@ -1,10 +1,8 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes } from "react-router";
 
-import { SessionProvider } from "../api/session";
-import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
+import { renderAt } from "../test/render";
 import { SettingsPage } from "./Settings";
 import { ruleErrorWords, ruleFieldName, type AttributionRule } from "./SettingsAttribution";
 
@@ -36,17 +34,7 @@ function serve() {
 }
 
 function renderAttribution() {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={["/settings?tab=attribution"]}>
-          <Routes>
-            <Route path="/settings" element={<SettingsPage />} />
-          </Routes>
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
+  return renderAt("/settings?tab=attribution", <SettingsPage />, "/settings");
 }
 
 afterEach(() => vi.unstubAllGlobals());

@@ -1,11 +1,9 @@
-import { render, screen, within } from "@testing-library/react";
+import { screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes } from "react-router";
 
-import { SessionProvider } from "../api/session";
 import type { GroupMappingView, MappingChange, PeoplePage } from "../api/types";
-import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
+import { renderAt } from "../test/render";
 import { SettingsPage } from "./Settings";
 import { changeSentence, changeSentences, mappingBody, mappingFieldName } from "./SettingsIdentity";
 
@@ -70,17 +68,7 @@ function serve(user: typeof adminUser | typeof leadUser = adminUser) {
 }
 
 function renderTab() {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={["/settings?tab=people"]}>
-          <Routes>
-            <Route path="/settings" element={<SettingsPage />} />
-          </Routes>
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
+  return renderAt("/settings?tab=people", <SettingsPage />, "/settings");
 }
 
 afterEach(() => vi.unstubAllGlobals());

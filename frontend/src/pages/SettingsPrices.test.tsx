@@ -1,11 +1,9 @@
-import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes } from "react-router";
 
-import { SessionProvider } from "../api/session";
 import type { PriceAuditRow, PriceEntry } from "../api/types";
-import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
+import { renderAt } from "../test/render";
 import { SettingsPage } from "./Settings";
 
 const adminUser = { username: "ada", is_finance: false, is_org_admin: true, teams: [] };
@@ -77,17 +75,7 @@ function priceServer({ admin = true, detail, audit }: { admin?: boolean; detail?
 }
 
 function renderPrices() {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={["/settings?tab=prices"]}>
-          <Routes>
-            <Route path="/settings" element={<SettingsPage />} />
-          </Routes>
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
+  return renderAt("/settings?tab=prices", <SettingsPage />, "/settings");
 }
 
 const row = (id: number) => document.querySelector<HTMLElement>(`[data-testid="price-book"] tr[data-row-key="${id}"]`);

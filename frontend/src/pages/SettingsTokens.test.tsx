@@ -1,11 +1,9 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
-import { MemoryRouter, Route, Routes } from "react-router";
 
-import { SessionProvider } from "../api/session";
 import type { ApiTokenRow } from "../api/types";
-import { ThemeProvider } from "../lib/theme";
 import { mockFetch } from "../test/fixtures";
+import { renderAt } from "../test/render";
 import { SettingsPage } from "./Settings";
 import { tokenKindsFor, tokenStateText } from "./SettingsTokens";
 
@@ -74,17 +72,7 @@ function tokenServer() {
 }
 
 function renderTokens() {
-  return render(
-    <ThemeProvider>
-      <SessionProvider>
-        <MemoryRouter initialEntries={["/settings?tab=tokens"]}>
-          <Routes>
-            <Route path="/settings" element={<SettingsPage />} />
-          </Routes>
-        </MemoryRouter>
-      </SessionProvider>
-    </ThemeProvider>,
-  );
+  return renderAt("/settings?tab=tokens", <SettingsPage />, "/settings");
 }
 
 const rowOf = (prefix: string) => within(screen.getByRole("table", { name: "API tokens" })).getByText(`${prefix}…`, { selector: "code" }).closest("tr")!;
