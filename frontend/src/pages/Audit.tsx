@@ -9,9 +9,9 @@ import { useApi } from "../api/hooks";
 import { useSession } from "../api/session";
 import { DataTable, type Column } from "../components/DataTable";
 import { Async, Empty } from "../components/States";
+import { TextFilter } from "../components/TextFilter";
 import { Card, PageHeader } from "../components/ui";
 import { formatDateTime } from "../lib/format";
-import { TextFilter } from "../components/TextFilter";
 
 export const AUDIT_API = "/api/v1/audit";
 
