@@ -337,7 +337,10 @@ def test_a_restarted_process_sends_its_killed_predecessors_checkpoint_before_num
     assert stored == list(range(len(stored)))  # the restart numbered its steps after the replayed ones
     assert len(stored) >= 40 + 10
     assert rank_of(live, run_id)["reused_step_rows"] == 0
-    assert list(spool.rglob("*.phk")) == []
+    # Every file the spool finished is sent and gone. A SIGKILL in the middle of a write leaves
+    # that write's temporary file (never a file the spool reads); the spool removes those once
+    # an hour old (_spool.py cleanup_stale_tmp), not at once: the writer may be alive elsewhere.
+    assert [p for p in spool.rglob("*.phk") if not p.name.startswith(".tmp-")] == []
 
 
 FINISHING_SCRIPT = """
