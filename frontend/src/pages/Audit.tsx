@@ -162,7 +162,7 @@ export function AuditPage() {
             <input id="a-from" className="input" type="date" value={filters.from} max={filters.to || undefined} onChange={(e) => set({ from: e.target.value })} />
           </label>
           <label className="filter" htmlFor="a-to" title="…to this day, included (UTC)">
-            <span className="filter-label">to</span>
+            <span className="filter-label">To</span>
             <input id="a-to" className="input" type="date" value={filters.to} min={filters.from || undefined} onChange={(e) => set({ to: e.target.value })} />
           </label>
           {active > 0 && (
