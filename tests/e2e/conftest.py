@@ -179,17 +179,27 @@ def api(server: Server) -> Api:
     return Api(server.url, *ADMIN)
 
 
-@pytest.fixture(scope="module")
-def browser(server: Server) -> Iterator[Any]:
-    # A module's browser, not the session's: Playwright's sync API keeps an event loop running in
-    # this thread while it is open, and Django refuses database calls from a thread with a running
-    # loop, so a test that runs after the e2e modules on the same xdist worker must find it closed.
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by Playwright, for one module's tests.
+
+    A module's browser, not the session's: Playwright's sync API keeps an event loop running in
+    this thread while it is open, and Django refuses database calls from a thread with a running
+    loop, so a test that runs after the e2e modules on the same xdist worker must find it closed."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server: Server) -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture

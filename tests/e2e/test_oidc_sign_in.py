@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port
-from tests.e2e.conftest import ADMIN, CHROMIUM_ARGS, Server, chromium_path, missing_reason, served
+from tests.e2e.conftest import ADMIN, Server, chromium, missing_reason, served
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_server]
 
@@ -150,12 +150,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def sso_browser(stack: Stack) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
