@@ -28,6 +28,12 @@ function server(views: SavedView[], refuse?: { status: number; fields: Record<st
         views.push(made);
         return new Response(JSON.stringify(made), { status: 201 });
       }
+      if (method === "PATCH") {
+        const body = JSON.parse(String(init?.body));
+        const changed = views.find((v) => v.id === Number(url.split("/").pop()));
+        Object.assign(changed!, { name: body.name ?? changed!.name, team: body.team, team_name: body.team ? "NLP" : null });
+        return { ...changed };
+      }
       if (method === "DELETE") {
         const id = Number(url.split("/").pop());
         views.splice(views.findIndex((v) => v.id === id), 1);
@@ -102,4 +108,25 @@ test("views are saved from the three filter pages only, named after their filter
   expect([savedViewPage("/runs"), savedViewPage("/leaderboards"), savedViewPage("/finance"), savedViewPage("/runs/abc")]).toEqual(["runs", "leaderboards", "finance", null]);
   expect(suggestedName("leaderboards", "?kind=projects&page=2")).toBe("Leaderboards: kind=projects");
   expect(suggestedName("finance", "")).toBe("Finance");
+});
+
+test("its owner renames and unshares a view; a view of someone else offers no edit", async () => {
+  const views = [view({ id: 1, name: "Mine", team: "nlp", team_name: "NLP" }), view({ id: 2, name: "Bob's", owner: "bob", mine: false, can_delete: false })];
+  const api = server(views);
+  renderAt("/runs", <Page />, "/runs");
+  const nav = await screen.findByRole("navigation", { name: "Saved views" });
+  await within(nav).findByRole("link", { name: /Bob's/ });
+  expect(within(nav).queryByRole("button", { name: "Rename or share saved view Bob's" })).toBeNull();
+  await userEvent.click(within(nav).getByRole("button", { name: "Rename or share saved view Mine" }));
+  const dialog = screen.getByRole("dialog", { name: "Rename or share view" });
+  await waitFor(() => expect(within(dialog).getByLabelText("Share with")).toHaveValue("nlp"));
+  await userEvent.clear(within(dialog).getByLabelText("Name"));
+  await userEvent.type(within(dialog).getByLabelText("Name"), "Renamed");
+  await userEvent.selectOptions(within(dialog).getByLabelText("Share with"), "");
+  await userEvent.click(within(dialog).getByRole("button", { name: "Save" }));
+  await within(nav).findByRole("link", { name: /Renamed/ });
+  const patch = api.calls.find((c) => c.init?.method === "PATCH");
+  expect(patch?.url).toMatch(/\/views\/1$/);
+  expect(JSON.parse(String(patch?.init?.body))).toEqual({ name: "Renamed", team: null });
+  expect(views[0].team).toBeNull();
 });

@@ -3,7 +3,7 @@ import { Link, useLocation } from "react-router";
 
 import { ApiError } from "../api/client";
 import { useSession } from "../api/session";
-import { deleteView, saveView, savedViewPage, suggestedName, useSavedViews, type SavedView } from "../lib/savedViews";
+import { deleteView, saveView, savedViewPage, suggestedName, updateView, useSavedViews, type SavedView } from "../lib/savedViews";
 import { Dialog } from "./Dialog";
 import { FieldErrors } from "./States";
 
@@ -99,6 +99,7 @@ export function SavedViewsNav() {
   const { views, error } = useSavedViews();
   const location = useLocation();
   const [deleting, setDeleting] = useState<SavedView | null>(null);
+  const [editing, setEditing] = useState<SavedView | null>(null);
   if (error || views.length === 0) return null;
   const here = location.pathname + location.search;
   return (
@@ -112,6 +113,11 @@ export function SavedViewsNav() {
             </span>
             <span className="nav-label">{v.name}</span>
           </Link>
+          {v.mine && (
+            <button type="button" className="btn btn-ghost btn-icon btn-small nav-row-action" aria-label={`Rename or share saved view ${v.name}`} title="Rename or share" onClick={() => setEditing(v)}>
+              ✎
+            </button>
+          )}
           {v.can_delete && (
             <button type="button" className="btn btn-ghost btn-icon btn-small nav-row-action" aria-label={`Delete saved view ${v.name}`} title="Delete" onClick={() => setDeleting(v)}>
               ×
@@ -120,6 +126,7 @@ export function SavedViewsNav() {
         </div>
       ))}
       {deleting && <DeleteViewDialog view={deleting} onClose={() => setDeleting(null)} />}
+      {editing && <EditViewDialog view={editing} onClose={() => setEditing(null)} />}
     </nav>
   );
 }
@@ -152,6 +159,62 @@ function DeleteViewDialog({ view, onClose }: { view: SavedView; onClose: () => v
           Delete
         </button>
       </div>
+    </Dialog>
+  );
+}
+
+/** The owner's rename, share and unshare of a saved view. */
+function EditViewDialog({ view, onClose }: { view: SavedView; onClose: () => void }) {
+  const { user } = useSession();
+  const uid = useId();
+  const [name, setName] = useState(view.name);
+  const [team, setTeam] = useState(view.team ?? "");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<ApiError | null>(null);
+  const teams = user?.teams ?? [];
+
+  async function submit(e: FormEvent) {
+    e.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      await updateView(view.id, { name: name.trim(), team: team || null });
+      onClose();
+    } catch (err) {
+      setError(err instanceof ApiError ? err : new ApiError(0, "client", String(err)));
+      setBusy(false);
+    }
+  }
+
+  return (
+    <Dialog title="Rename or share view" onClose={onClose} busy={busy}>
+      <form className="dialog-form" onSubmit={submit} aria-busy={busy}>
+        <div className="field">
+          <label htmlFor={`${uid}-name`}>Name</label>
+          <input id={`${uid}-name`} data-autofocus className={`input${error?.fields.name ? " is-invalid" : ""}`} required maxLength={100} value={name} onChange={(e) => setName(e.target.value)} />
+        </div>
+        <div className="field">
+          <label htmlFor={`${uid}-team`}>Share with</label>
+          <select id={`${uid}-team`} className={`input${error?.fields.team ? " is-invalid" : ""}`} value={team} onChange={(e) => setTeam(e.target.value)}>
+            <option value="">Only me</option>
+            {view.team && !teams.some((t) => t.slug === view.team) && <option value={view.team}>Team {view.team_name ?? view.team}</option>}
+            {teams.map((t) => (
+              <option key={t.slug} value={t.slug}>
+                Team {t.name}
+              </option>
+            ))}
+          </select>
+        </div>
+        <FieldErrors error={error} />
+        <div className="form-actions">
+          <button type="button" className="btn btn-ghost" onClick={onClose} disabled={busy}>
+            Cancel
+          </button>
+          <button type="submit" className="btn btn-primary" disabled={busy || !name.trim()}>
+            Save
+          </button>
+        </div>
+      </form>
     </Dialog>
   );
 }

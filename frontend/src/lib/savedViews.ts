@@ -70,6 +70,13 @@ export async function saveView(body: { name: string; page: SavedViewPage; query:
   return saved;
 }
 
+/** Rename, share (team: a slug) or unshare (team: null): the owner's alone. */
+export async function updateView(id: number, body: { name?: string; team?: string | null }): Promise<SavedView> {
+  const saved = await apiFetch<SavedView>(`${VIEWS}/${id}`, { method: "PATCH", body });
+  savedViewsChanged();
+  return saved;
+}
+
 export async function deleteView(id: number): Promise<void> {
   await apiFetch<void>(`${VIEWS}/${id}`, { method: "DELETE" });
   savedViewsChanged();
