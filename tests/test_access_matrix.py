@@ -151,6 +151,13 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-person", "patch"): ADMIN_WRITE,  # organization flags
     ("portal-person-membership", "put"): "401 403 403 403 403 ok 403 ok",
     ("portal-person-membership", "delete"): "401 403 403 403 403 ok 403 ok",
+    # Saved views (portal/saved_views.py): signed-in people's, no token's. The world's view is the
+    # member's, shared with nlp: its owner changes it; nlp's lead sees it (403 on change, may delete);
+    # finance and the org admin are not in nlp and do not see it (404).
+    ("portal-views", "get"): PEOPLE_ONLY,
+    ("portal-views", "post"): PEOPLE_ONLY,
+    ("portal-view", "patch"): "401 403 403 403 ok 403 404 404",
+    ("portal-view", "delete"): "401 403 403 403 ok ok 404 404",
     ("oidc-start", "get"): ALL_OK,  # a redirect (to the provider, or /login?error=oidc_off here)
     ("oidc-callback", "get"): ALL_OK,  # a redirect to /login?error=state_missing: no state
     ("auth-breakglass", "get"): ALL_OK,  # a redirect to /login?error=breakglass_invalid: no token
@@ -249,6 +256,7 @@ class World:
     token_id: int
     job_id: int
     training_job_id: str
+    view_id: int = 0
 
 
 @pytest.fixture
@@ -277,8 +285,17 @@ def world(owner: Tenant, outsider: Tenant) -> World:
     job = AttributionJob.objects.create()
     training = Job.objects.create(project=owner.project, key="matrix")
     Run.objects.filter(pk=run_id).update(job=training, attempt=0)
+    from phantomhub.portal.models import SavedView
+
+    view = SavedView.objects.create(owner=users["member"], name="matrix", page="runs", query="team=nlp", team=owner.project.team)
     return World(
-        clients=clients, run_id=run_id, price_id=price.pk, token_id=spare.pk, job_id=job.pk, training_job_id=str(training.pk)
+        clients=clients,
+        run_id=run_id,
+        price_id=price.pk,
+        token_id=spare.pk,
+        job_id=job.pk,
+        training_job_id=str(training.pk),
+        view_id=view.pk,
     )
 
 
@@ -315,6 +332,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "fleet-rules-job": {"job_id": world.job_id},
         "portal-person": {"username": "member"},
         "portal-person-membership": {"username": "member", "slug": "nlp"},
+        "portal-view": {"view_id": world.view_id},
     }.get(name, {})
 
 
@@ -353,6 +371,8 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-group-mapping-preview", "post"): lambda: {"rules": [{"pattern": "matrix-*", "grant": "team_member", "team": "nlp"}]},
     ("portal-person", "patch"): lambda: {"is_finance": True},
     ("portal-person-membership", "put"): lambda: {"role": "viewer"},
+    ("portal-views", "post"): lambda: {"name": "matrix, mine", "page": "finance", "query": "month=2026-09"},
+    ("portal-view", "patch"): lambda: {"name": "matrix, renamed"},
 }
 
 
@@ -653,3 +673,55 @@ def test_audit_entries_each_principal_reads(world: World, principal: str) -> Non
     assert {e["kind"] for e in listed.json()["entries"]} == expected
     rows = csv.DictReader(io.StringIO(b"".join(csv_response.streaming_content).decode()))
     assert {r["kind"] for r in rows} == expected
+
+
+# --- what each principal sees of saved views ----------------------------------------------------------
+
+# principal → the saved views listed (name, team), or the refusal. A view shared with a team is seen
+# by that team's members (any role) and its owner; org admins and finance see their own and their
+# teams', nothing more. Every field of a listed row is seen by whoever sees the row.
+VIEWS_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": 403,  # saved views are signed-in people's
+    "member": [("matrix", "nlp"), ("member's own", None)],
+    "lead": [("matrix", "nlp")],
+    "finance": [],
+    "admin": [("admin's own", None)],
+    "node": 403,
+    "scim": 403,
+}
+VIEW_ROW_FIELDS = {
+    "id",
+    "name",
+    "page",
+    "query",
+    "url",
+    "team",
+    "team_name",
+    "owner",
+    "mine",
+    "can_delete",
+    "created_at",
+    "updated_at",
+}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_saved_views_each_principal_sees(world: World, outsider: Tenant, principal: str) -> None:
+    from phantomhub.portal.models import SavedView
+
+    for name in ("member", "admin"):
+        SavedView.objects.create(owner=User.objects.get(username=name), name=f"{name}'s own", page="finance")
+    vic = User.objects.create_user("vic")
+    Membership.objects.create(user=vic, team=outsider.project.team, role=Role.ADMIN)
+    SavedView.objects.create(owner=vic, name="vision's", page="runs", team=outsider.project.team)
+    response = world.clients[principal].get(reverse("portal-views"))
+    expected = VIEWS_SEEN[principal]
+    if isinstance(expected, int):
+        assert response.status_code == expected
+        return
+    rows = response.json()["views"]
+    assert [(v["name"], v["team"]) for v in rows] == expected
+    assert all(set(v) == VIEW_ROW_FIELDS for v in rows)

@@ -55,6 +55,7 @@ RECORDED: tuple[Recorded, ...] = (
         "auth.User", "person", include=("username", "email", "first_name", "last_name", "is_active", "is_staff", "is_superuser")
     ),
     Recorded("accounts.DirectoryGroup", "directory_group", include=("display_name", "external_id"), m2m=("members",)),
+    Recorded("portal.SavedView", "saved_view"),  # a saved filter: its name, page, query and team
 )
 
 # The kinds as the Audit log page's filter names them, in its order.
@@ -72,6 +73,7 @@ KIND_LABELS: dict[str, str] = {
     "token": "Tokens",
     "person": "People",
     "directory_group": "Directory groups",
+    "saved_view": "Saved views",
 }
 # What finance people read: the price book and the month closes (docs/audit.md, "Who reads it").
 FINANCE_KINDS = frozenset({"price", "month"})

@@ -164,3 +164,24 @@ class PolicyChange(models.Model):
 
     def __str__(self) -> str:
         return f"policy change at {self.at:%Y-%m-%d %H:%M}"
+
+
+class SavedView(models.Model):
+    """A runs list, leaderboard or finance filter saved under a name (docs/portal-api.md, "Saved
+    views"): the page and its query string, so opening it is opening the shareable URL. Private to
+    its owner, or shared with one team the owner belongs to, whose members then see it."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_views")
+    name = models.CharField(max_length=100)
+    page = models.CharField(max_length=16)  # a key of portal.view_query.PAGE_PARAMS
+    query = models.CharField(max_length=1000, blank=True)  # cleaned by view_query.query_clean, no '?'
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="saved_views")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="savedview_owner_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.page})"

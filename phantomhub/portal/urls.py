@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from phantomhub.portal import api, compare, identity, jobs, tokens
+from phantomhub.portal import api, compare, identity, jobs, saved_views_api, tokens
 
 urlpatterns = [
     path("session", api.SessionApi.as_view(), name="portal-session"),
@@ -25,6 +25,8 @@ urlpatterns = [
     path("tokens", tokens.TokenListApi.as_view(), name="portal-tokens"),
     path("tokens/<int:token_id>", tokens.TokenDetailApi.as_view(), name="portal-token"),
     path("tokens/<int:token_id>/rotate", tokens.TokenRotateApi.as_view(), name="portal-token-rotate"),
+    path("views", saved_views_api.SavedViewListApi.as_view(), name="portal-views"),
+    path("views/<int:view_id>", saved_views_api.SavedViewDetailApi.as_view(), name="portal-view"),
     path("group-mapping", identity.GroupMappingApi.as_view(), name="portal-group-mapping"),
     path("group-mapping/preview", identity.GroupMappingPreviewApi.as_view(), name="portal-group-mapping-preview"),
     path("people", identity.PeopleApi.as_view(), name="portal-people"),

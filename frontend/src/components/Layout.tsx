@@ -3,6 +3,7 @@ import { NavLink, Outlet, useNavigate } from "react-router";
 import { useSession } from "../api/session";
 import { usePeriodLink } from "../lib/links";
 import { useTheme } from "../lib/theme";
+import { SavedViewsNav } from "./SavedViews";
 
 const NAV = [
   { to: "/", label: "Overview", icon: "◴", end: true },
@@ -88,6 +89,7 @@ export function Layout() {
             ))}
           </nav>
         )}
+        {user && <SavedViewsNav />}
         <div className="sidebar-bottom">
           {user && (
             <div className="user-chip" title={user.username}>

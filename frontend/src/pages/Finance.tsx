@@ -9,6 +9,7 @@ import { causeText } from "../components/ClosedMonthNote";
 import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice } from "../components/PeriodPicker";
 import { Async, Empty } from "../components/States";
+import { SaveViewButton } from "../components/SavedViews";
 import { Card, CategoryDot, PageHeader, Stat } from "../components/ui";
 import { CATEGORIES, CATEGORY_LABEL, CATEGORY_SHORT } from "../lib/categories";
 import { columnDigits, largestRemainder } from "../lib/footing";
@@ -162,6 +163,7 @@ export function FinancePage() {
             <a className="btn" href={financeCsvUrl(month)} download={`phantomhub-finance-${month}.csv`} data-testid="finance-csv">
               Download CSV
             </a>
+            <SaveViewButton />
             {report && !report.closed && canCloseMonth(user) && (
               <button
                 type="button"

@@ -9,6 +9,7 @@ import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
 import { gpuLabel } from "../components/RunTable";
 import { Async, Empty } from "../components/States";
+import { SaveViewButton } from "../components/SavedViews";
 import { Card, Change, PageHeader, Pager, Segmented, ShareBar } from "../components/ui";
 import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
 import { usePeriodLink } from "../lib/links";
@@ -137,7 +138,12 @@ export function LeaderboardsPage() {
             ? `${periodLabel(period)} · ${formatDate(state.data.period.start)} – ${formatDate(state.data.period.end)}${state.data.rows.some((r) => r.change) ? `, compared with ${formatDate(state.data.previous.start)} – ${formatDate(state.data.previous.end)}` : " · no complete previous period to compare with"}`
             : "Ranked by the spend you could win back"
         }
-        actions={<PeriodPicker value={period} onChange={(p) => update({ period: p })} />}
+        actions={
+          <>
+            <PeriodPicker value={period} onChange={(p) => update({ period: p })} />
+            <SaveViewButton />
+          </>
+        }
       />
       <ParamNotice name="period" value={invalid} shown="the last 30 days" />
       <ClosedMonthNote note={state.data?.closed_month} />

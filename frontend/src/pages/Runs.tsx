@@ -8,6 +8,7 @@ import type { GpuSpec, Page, RunRow } from "../api/types";
 import { RunTable } from "../components/RunTable";
 import { TextFilter } from "../components/TextFilter";
 import { Async, Empty } from "../components/States";
+import { SaveViewButton } from "../components/SavedViews";
 import { Card, PageHeader, Pager } from "../components/ui";
 import { COMPARE_MAX, COMPARE_MIN, comparePath } from "./Compare";
 import { formatDate, formatNumber } from "../lib/format";
@@ -70,6 +71,7 @@ export function RunsPage() {
             <button type="button" className="btn" disabled={!canCompare} onClick={() => navigate(comparePath(picked, period))} data-testid="compare-action" title={`Compare ${COMPARE_MIN} to ${COMPARE_MAX} selected runs side by side`}>
               Compare
             </button>
+            <SaveViewButton />
             <a className="btn" href={csv} download data-testid="runs-csv" title="Every run that matches these filters, as CSV">
               Download CSV
             </a>
