@@ -220,6 +220,16 @@ class BoundedDateTimeField(serializers.DateTimeField):
         return moment
 
 
+class LauncherField(serializers.RegexField):
+    """Who launched the run: a JSON string (a number is refused, not turned into a name) of 1 to
+    128 printable characters, blanks around it removed."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f"must be a string, not {type(data).__name__}")
+        return super().to_internal_value(data)
+
+
 class JobInputSerializer(StrictSerializer):
     key = serializers.RegexField(
         r"^[^\x00-\x1f\x7f]+$",
@@ -252,7 +262,7 @@ class RunInputSerializer(StrictSerializer):
     config = BoundedJSONObjectField(required=False)
     environment = BoundedJSONObjectField(required=False)
     job = JobInputSerializer(required=False, help_text="the job this run is an attempt of (docs/api.md, Jobs and attempts)")
-    launched_by = serializers.RegexField(
+    launched_by = LauncherField(
         r"^[^\x00-\x1f\x7f]+$",
         max_length=128,
         required=False,
