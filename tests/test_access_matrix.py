@@ -659,7 +659,7 @@ def test_audit_entries_each_principal_reads(world: World, principal: str) -> Non
 
 # principal → {launched_by: cost_usd} of the people board while it is on, or the refusal. Off, all
 # who may read boards get 404 (it is switched off), the rest the same refusals.
-PEOPLE_SEEN: dict[str, Any] = {
+PEOPLE_BOARD_SEEN: dict[str, Any] = {
     "anonymous": 401,
     "project": 403,
     "other_project": 403,
@@ -690,7 +690,7 @@ def test_people_board_each_principal_sees(world: World, outsider: Tenant, princi
         RunDay.objects.create(
             run=run, day="2026-09-21", project=run.project, team_id=run.project.team_id, gpu_seconds=3600, cost_usd=Decimal(cost)
         )
-    client, expected = world.clients[principal], PEOPLE_SEEN[principal]
+    client, expected = world.clients[principal], PEOPLE_BOARD_SEEN[principal]
     board = client.get("/api/v1/portal/leaderboards/people?period=2026-09")
     if isinstance(expected, int) or not on:
         status = expected if isinstance(expected, int) else 404
