@@ -725,3 +725,48 @@ def test_saved_views_each_principal_sees(world: World, outsider: Tenant, princip
     rows = response.json()["views"]
     assert [(v["name"], v["team"]) for v in rows] == expected
     assert all(set(v) == VIEW_ROW_FIELDS for v in rows)
+
+
+# --- the people leaderboard: a privacy setting, and each person's runs as the reader may see them ---
+
+# principal → {launched_by: cost_usd} of the people board while it is on, or the refusal. Off, all
+# who may read boards get 404 (it is switched off), the rest the same refusals.
+PEOPLE_BOARD_SEEN: dict[str, Any] = {
+    "anonymous": 401,
+    "project": 403,
+    "other_project": 403,
+    "personal": {"ann": 3.0},  # the organization admin's token: every team's runs
+    "member": {"ann": 1.0},  # of the world's team (nlp): ann's nlp run only
+    "lead": {"ann": 1.0},
+    "finance": {"ann": 3.0},
+    "admin": {"ann": 3.0},
+    "node": 403,
+    "scim": 403,
+}
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_people_board_each_principal_sees(world: World, outsider: Tenant, principal: str, on: bool) -> None:
+    from decimal import Decimal
+
+    from phantomhub.waste.models import OrgSettings, RunDay
+
+    settings_row = OrgSettings.get()
+    settings_row.people_leaderboard = on
+    settings_row.save()
+    theirs = Run.objects.get(client_id=outsider.create_run(launched_by="ann"))
+    Run.objects.filter(pk=world.run_id).update(launched_by="ann")
+    for run_id, cost in ((world.run_id, "1.00"), (theirs.pk, "2.00")):
+        run = Run.objects.select_related("project").get(pk=run_id)
+        RunDay.objects.create(
+            run=run, day="2026-09-21", project=run.project, team_id=run.project.team_id, gpu_seconds=3600, cost_usd=Decimal(cost)
+        )
+    client, expected = world.clients[principal], PEOPLE_BOARD_SEEN[principal]
+    board = client.get("/api/v1/portal/leaderboards/people?period=2026-09")
+    if isinstance(expected, int) or not on:
+        status = expected if isinstance(expected, int) else 404
+        assert board.status_code == status, board.content[:300]
+        return
+    assert board.status_code == 200, board.content[:300]
+    assert {row["key"]: row["cost_usd"] for row in board.json()["rows"]} == expected

@@ -134,7 +134,7 @@ def test_the_portal_query_parameters_are_in_the_schema(schema: dict[str, Any]) -
     def names(path: str) -> set[str]:
         return {p["name"] for p in schema["paths"][path]["get"].get("parameters", []) if p["in"] == "query"}
 
-    filters = {"team", "project", "status", "gpu", "tag", "from", "to", "q", "sort"}
+    filters = {"team", "project", "status", "gpu", "tag", "from", "to", "q", "launched_by", "sort"}
     assert names("/api/v1/portal/runs") == filters | {"page", "page_size"}
     assert names("/api/v1/portal/runs.csv") == filters
     assert names("/api/v1/portal/leaderboards/{kind}") == {"period", "sort", "page", "page_size"}

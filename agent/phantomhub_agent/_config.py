@@ -78,6 +78,11 @@ class Settings:
     # within finish_timeout_s, then die of the signal as before. Installed by init() in the main
     # thread only, and never over a handler the program set.
     handle_sigterm: bool = True
+    # Who launched the run (``_launcher``): as given, else read from the named source (auto,
+    # unix, slurm, kubernetes); ``launcher_label`` names the pod label kubernetes reads.
+    launched_by: str | None = None
+    launcher_source: str | None = None
+    launcher_label: str | None = None
 
 
 _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -97,6 +102,9 @@ _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "wire": ("PHANTOMHUB_WIRE", str),
     "node_batches": ("PHANTOMHUB_NODE_BATCHES", lambda v: _parse_bool(v)),
     "handle_sigterm": ("PHANTOMHUB_HANDLE_SIGTERM", lambda v: _parse_bool(v)),
+    "launched_by": ("PHANTOMHUB_LAUNCHED_BY", str),
+    "launcher_source": ("PHANTOMHUB_LAUNCHER_SOURCE", str),
+    "launcher_label": ("PHANTOMHUB_LAUNCHER_LABEL", str),
 }
 
 

@@ -26,6 +26,7 @@ from ._config import DTYPES, PRICING_TIERS, Settings, settings_from
 from ._ends import end_cause, sigterm_cause
 from ._gpus import rank_gpus
 from ._identity import Identity, Job, detect_identity, resolve_job, resolve_run_id, run_id_scope
+from ._launcher import resolve_launched_by
 from ._log import AgentError, OnceLogger, logger
 from ._registry import RunRecord
 from ._spool import token_fingerprint
@@ -256,6 +257,7 @@ class Run:
         project = project or os.environ.get("PHANTOMHUB_PROJECT")
         team = team or os.environ.get("PHANTOMHUB_TEAM")
         self.job, self.attempt = self._resolve_job(job, attempt)
+        self.launched_by, self.launcher_source = self._resolve_launcher()
         self.id, self.run_id_source = resolve_run_id(
             run_id, self.identity, scope=run_id_scope(team, project), attempt=self.attempt
         )
@@ -336,6 +338,19 @@ class Run:
         for problem in problems:
             self._error(ValueError(problem))
         return found, number
+
+    def _resolve_launcher(self) -> tuple[str | None, str]:
+        """Who launched the run (``_launcher``); a bad value is logged (raised in debug mode) and
+        the next source tried: the run is never lost for it."""
+        s = self.settings
+        try:
+            name, source, problems = resolve_launched_by(s.launched_by, s.launcher_source, s.launcher_label)
+        except Exception as exc:
+            self._error(exc)
+            return None, ""
+        for problem in problems:
+            self._error(ValueError(problem))
+        return name, source
 
     def _registry_open(self, project: str | None) -> None:
         """This process's entry in the host's run registry (read by ``phantomhub-agent node``)."""
@@ -423,6 +438,7 @@ class Run:
             "environment": self._environment(),
             # Only when a job is known: the run is an attempt of it (docs/agent.md, "Jobs").
             "job": self.job.wire() if self.job is not None else None,
+            "launched_by": self.launched_by,
         }
         return {k: v for k, v in payload.items() if v is not None}
 
@@ -451,6 +467,8 @@ class Run:
             "timing": "cuda" if self._cuda else "cpu",
             "cpu_count": os.cpu_count(),
         }
+        if self.launcher_source:
+            env["launcher_source"] = self.launcher_source  # where launched_by was read
         for var in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST"):
             if os.environ.get(var):
                 env[var.lower()] = os.environ[var]

@@ -101,6 +101,9 @@ def _run(rng: np.random.Generator, team: str, project: str, pattern: str, gpu: s
             "pricing_tier": tier, "dtype": "bf16", "allocation_start": alloc.isoformat(), "started_at": start.isoformat(),
             "config": {"batch_size": batch_size, "lr": float(rng.choice([1e-4, 3e-4]))},
             "environment": {"torch": "2.13.0", "generator": "phantomhub demo fleet"}}  # fmt: skip
+    # Who launched it (docs/agent.md, "Who launched it"): a few people per team, picked without
+    # drawing from `rng`, so the rest of the demo stays what it was.
+    body["launched_by"] = DEMO_LAUNCHERS[(hash_text(team) + index) % len(DEMO_LAUNCHERS)]
     if attempt is not None:
         body["job"] = attempt.job
         body["tags"] = [pattern, "fleet", "job"]
@@ -242,6 +245,9 @@ def job_runs(*, seed: int = 7, now: datetime | None = None, days_ago: float = 6.
             end_ns = ends[0] if ends else max(b["steps"]["t_start_ns"][-1] + b["steps"]["dur_ns"][-1] for b in run.steps)
             first = (last_step // save_every) * save_every  # resumes after the last save before the failure
             start = datetime.fromtimestamp(end_ns / NS, tz=UTC) + timedelta(minutes=float(rng.uniform(4, 12)))
+
+
+DEMO_LAUNCHERS = ("amara", "bo", "chen", "dana", "eli", "farah", "goran", "hiro")
 
 
 def hash_text(text: str) -> int:

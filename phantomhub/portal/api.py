@@ -27,7 +27,7 @@ from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admi
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import Period, month_period, period_parse
-from phantomhub.portal import exports, finance, run_page, selectors, services
+from phantomhub.portal import exports, finance, people, run_page, selectors, services
 from phantomhub.portal.jobs import run_job_link
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.schema import ErrorSerializer
@@ -57,6 +57,7 @@ RUN_FILTERS = [
     OpenApiParameter("from", OpenApiTypes.DATE, description="runs billed on this day (UTC) or later"),
     OpenApiParameter("to", OpenApiTypes.DATE, description="runs billed on this day (UTC) or earlier"),
     OpenApiParameter("q", str, description="part of the run's name"),
+    OpenApiParameter("launched_by", str, description="runs launched by this identity (exactly as the agent reported it)"),
     SORT,
 ]
 PAGE = [
@@ -130,8 +131,14 @@ def _page_params(request: Request) -> tuple[int, int]:
     return query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 50, 1, 200)
 
 
+LAUNCHED_BY_MAX = 128  # telemetry Run.launched_by
+
+
 def _run_filters(request: Request) -> dict[str, str]:
-    filters = {k: request.query_params.get(k, "").strip() for k in ("team", "project", "status", "gpu", "tag", "from", "to", "q")}
+    names = ("team", "project", "status", "gpu", "tag", "from", "to", "q", "launched_by")
+    filters = {k: request.query_params.get(k, "").strip() for k in names}
+    if len(filters["launched_by"]) > LAUNCHED_BY_MAX:
+        raise invalid("launched_by", f"must be at most {LAUNCHED_BY_MAX} characters")
     for name in ("from", "to"):
         if filters[name] and not _is_date(filters[name]):
             raise invalid(name, "must be a date (YYYY-MM-DD)")
@@ -233,14 +240,19 @@ BOARD_PAGE = [
 
 
 class LeaderboardApi(APIView):
-    @extend_schema(parameters=[PERIOD, SORT, *BOARD_PAGE], responses=OBJ, summary="Teams, projects or runs ranked over a period")
+    @extend_schema(parameters=[PERIOD, SORT, *BOARD_PAGE], responses=OBJ, summary="Teams, projects, runs or people ranked")
     def get(self, request: Request, kind: str) -> Response:
         period = period_parse(request.query_params.get("period"))
         params = request.query_params
         page, page_size = query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 100, 1, 1000)
-        board = selectors.leaderboard(
-            principal=request.user, kind=kind, period=period, sort=params.get("sort"), limit=page_size, page=page
-        )
+        if kind == "people":  # a privacy setting decides whether it exists (portal/people.py)
+            board = people.people_board(
+                principal=request.user, period=period, sort=params.get("sort"), limit=page_size, page=page
+            )
+        else:
+            board = selectors.leaderboard(
+                principal=request.user, kind=kind, period=period, sort=params.get("sort"), limit=page_size, page=page
+            )
         return Response(board | {"closed_month": _closed_note(request, period)})
 
 
@@ -248,9 +260,11 @@ class LeaderboardCsvApi(APIView):
     @extend_schema(parameters=[PERIOD, SORT], responses={(200, "text/csv"): str}, summary="Every row of a leaderboard, as CSV")
     def get(self, request: Request, kind: str) -> StreamingHttpResponse:
         period = period_parse(request.query_params.get("period"))
-        board = selectors.leaderboard(
-            principal=request.user, kind=kind, period=period, sort=request.query_params.get("sort"), limit=None
-        )
+        sort = request.query_params.get("sort")
+        if kind == "people":
+            board = people.people_board(principal=request.user, period=period, sort=sort, limit=None)
+        else:
+            board = selectors.leaderboard(principal=request.user, kind=kind, period=period, sort=sort, limit=None)
         return _csv_response(exports.leaderboard_csv(kind, board), f"phantomhub-{kind}-{period.label}.csv")
 
 
@@ -435,6 +449,7 @@ class SettingsApi(APIView):
         target_mfu = serializers.FloatField(min_value=0.01, max_value=1.0, required=False)
         recoverability = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=1), required=False)
         crash_after_s = serializers.IntegerField(min_value=60, max_value=7 * 86_400, required=False)
+        people_leaderboard = serializers.BooleanField(required=False)
 
     def _view(self) -> dict[str, Any]:
         row = OrgSettings.get()
@@ -442,6 +457,7 @@ class SettingsApi(APIView):
             "target_mfu": row.target_mfu,
             "recoverability": {**DEFAULT_RECOVERABILITY, **row.recoverability},
             "crash_after_s": row.crash_after_s,
+            "people_leaderboard": row.people_leaderboard,
             "defaults": {"target_mfu": 0.5, "recoverability": dict(DEFAULT_RECOVERABILITY)},
         }
 

@@ -38,21 +38,22 @@ def runs_csv(rows: Iterable[dict[str, Any]], *, span: tuple[str | None, str | No
         hours = row.get("period_gpu_hours")
         money = [_cents(row.get(key)) for key in ("period_cost_usd", "period_waste_usd", "period_recoverable_usd",
                                                   "period_lost_usd")]  # fmt: skip
-        return [*head, start, end, None if hours is None else _places(hours, 3), *money]
+        return [*head, start, end, None if hours is None else _places(hours, 3), *money, row["launched_by"]]
 
-    return csv_lines([*RUN_COLUMNS, *RUN_PERIOD_COLUMNS], (line(row) for row in rows))
+    return csv_lines([*RUN_COLUMNS, *RUN_PERIOD_COLUMNS, "launched_by"], (line(row) for row in rows))
 
 
 def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
-    names = {"teams": ["team"], "projects": ["project", "team"], "runs": ["run_id", "run", "team", "project"]}[kind]
+    names = {"teams": ["team"], "projects": ["project", "team"], "runs": ["run_id", "run", "team", "project"],
+             "people": ["launched_by"]}[kind]  # fmt: skip
     compare = ["previous_cost_usd", "change_cost_usd", "previous_recoverable_usd", "change_recoverable_usd"]
     # Teams and projects: node collectors' time; runs: the whole run's cost beside the period's.
-    fleet = ["whole_cost_usd"] if kind == "runs" else ["fleet_uninstrumented_usd", "fleet_idle_held_usd"]
+    fleet = {"runs": ["whole_cost_usd"], "people": []}.get(kind, ["fleet_uninstrumented_usd", "fleet_idle_held_usd"])
     header = ["period_start", "period_end", *names, *FIGURES, *compare, *fleet]
     period = board["period"]
 
     def line(row: dict[str, Any]) -> list[Any]:
-        if kind == "teams":
+        if kind in ("teams", "people"):
             who = [row["key"]]
         elif kind == "projects":
             who = [row["key"], row["team"]]
@@ -62,6 +63,8 @@ def leaderboard_csv(kind: str, board: dict[str, Any]) -> Iterator[str]:
         compared = [prev.get("cost_usd"), change.get("cost_usd"), prev.get("recoverable_usd"), change.get("recoverable_usd")]
         if kind == "runs":
             extra = [row["whole_cost_usd"]]
+        elif kind == "people":
+            extra = []
         else:
             extra = [row["fleet"]["uninstrumented_usd"], row["fleet"]["idle_held_usd"]]
         return [period["start"], period["end"], *who, *(row[k] for k in FIGURES), *compared, *extra]

@@ -91,6 +91,7 @@ def run_row(run: Run, analysis: RunAnalysis | None) -> dict[str, Any]:
         # The whole run's cost under a name of its own, beside `period_cost_usd` where a list has
         # billed days (runs_list): `cost_usd` stays the whole run's for older clients.
         "whole_cost_usd": _money(analysis.cost_usd) if analysis else None,
+        "launched_by": run.launched_by,
     }
 
 
@@ -219,6 +220,8 @@ def _runs_filtered(principal: Any, filters: dict[str, str], sort: str | None) ->
         runs = runs.filter(_billed_between(filters.get("from"), filters.get("to")))
     if filters.get("q"):
         runs = runs.filter(name__icontains=filters["q"])
+    if filters.get("launched_by"):
+        runs = runs.filter(launched_by=filters["launched_by"])
     span = billed_span(filters)
     field, desc = sort_parse(sort, period=span is not None)
     if field in PERIOD_SORTS:

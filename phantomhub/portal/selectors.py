@@ -172,7 +172,7 @@ def leaderboard(
     the CSV has them). `count` says how many rows the whole board has and `totals` what they add
     up to, so a page never passes for the whole board."""
     if kind not in ("teams", "projects", "runs"):
-        raise ApiError("not_found", f"no leaderboard {kind!r} (teams, projects, runs)", status_code=404)
+        raise ApiError("not_found", f"no leaderboard {kind!r} (teams, projects, runs, people)", status_code=404)
     field, desc = sort_parse(sort)
     if field == "started_at" and kind != "runs":
         raise invalid("sort", "started_at sorts runs only")

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode
 
 # page → the query parameters its URL carries.
 PAGE_PARAMS: dict[str, frozenset[str]] = {
-    "runs": frozenset({"q", "team", "project", "status", "gpu", "tag", "from", "to", "sort", "page"}),
+    "runs": frozenset({"q", "team", "project", "status", "gpu", "tag", "from", "to", "launched_by", "sort", "page"}),
     "leaderboards": frozenset({"kind", "period", "sort", "all", "page"}),
     "finance": frozenset({"month", "sort"}),
 }

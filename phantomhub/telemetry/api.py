@@ -220,6 +220,16 @@ class BoundedDateTimeField(serializers.DateTimeField):
         return moment
 
 
+class LauncherField(serializers.RegexField):
+    """Who launched the run: a JSON string (a number is refused, not turned into a name) of 1 to
+    128 printable characters, blanks around it removed."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f"must be a string, not {type(data).__name__}")
+        return super().to_internal_value(data)
+
+
 class JobInputSerializer(StrictSerializer):
     key = serializers.RegexField(
         r"^[^\x00-\x1f\x7f]+$",
@@ -252,6 +262,13 @@ class RunInputSerializer(StrictSerializer):
     config = BoundedJSONObjectField(required=False)
     environment = BoundedJSONObjectField(required=False)
     job = JobInputSerializer(required=False, help_text="the job this run is an attempt of (docs/api.md, Jobs and attempts)")
+    launched_by = LauncherField(
+        r"^[^\x00-\x1f\x7f]+$",
+        max_length=128,
+        required=False,
+        error_messages={"invalid": "must be 1-128 printable characters"},
+        help_text="who launched the run: the Unix or Slurm user, a pod's owner label or service account (docs/agent.md)",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         alloc = attrs.get("allocation_start")
@@ -284,7 +301,7 @@ class RunOutputSerializer(serializers.ModelSerializer[Run]):
             "id", "client_id", "name", "project", "team", "tags", "status", "gpu_model", "gpu_count", "world_size",
             "nodes", "provider", "region", "pricing_tier", "dtype", "allocation_start", "started_at",
             "finished_at", "last_seen_at", "config", "environment", "ranks", "wire", "job", "attempt", "end_cause",
-            "end_detail",
+            "end_detail", "launched_by",
         ]  # fmt: skip
 
     @extend_schema_field(

@@ -113,6 +113,9 @@ class Run(models.Model):
     # type when the agent caught one.
     end_cause = models.CharField(max_length=24, choices=EndCause.choices, blank=True)
     end_detail = models.CharField(max_length=200, blank=True)
+    # Who launched the run, as its agent read it (the Unix or Slurm user, a pod's owner label or
+    # service account; blank: not said). A label for filters and the people board, not an account.
+    launched_by = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -123,6 +126,7 @@ class Run(models.Model):
             models.Index(fields=["status", "last_seen_at"], name="run_status_seen"),
             models.Index(fields=["storage_week"], name="run_storage_week"),
             models.Index(fields=["job", "started_at"], name="run_job_started"),
+            models.Index(fields=["launched_by"], name="run_launched_by"),
         ]
 
     def __str__(self) -> str:

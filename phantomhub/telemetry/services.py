@@ -37,6 +37,7 @@ RUN_FIELDS = (
     "dtype",
     "config",
     "environment",
+    "launched_by",
 )
 
 

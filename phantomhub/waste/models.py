@@ -61,6 +61,10 @@ class OrgSettings(models.Model):
     # a run is analysed within ~40 s of its telemetry, and analysis costs ~12 ms of worker CPU per
     # GPU-minute instead of ~70 at 5 s (bench/fleet.py; docs/performance.md, "Fleet").
     analysis_debounce_s = models.PositiveIntegerField(default=30)
+    # A privacy setting: the "people" leaderboard (runs' dollars summed per launched_by) is shown
+    # only when an org admin turns it on (docs/ui.md, "Privacy"). Off, runs still show who
+    # launched them to those who may see the runs.
+    people_leaderboard = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return "organization settings"

@@ -81,6 +81,17 @@ def test_organization_settings_and_the_policy(people: dict[str, User]) -> None:
     assert PolicyChange.objects.get().after == {"target_mfu": 0.4}  # the policy's own record still works
 
 
+def test_turning_the_people_leaderboard_on_is_recorded(people: dict[str, User]) -> None:
+    root, start = people["root"], mark()
+    client = signed_in(root)
+    client.get("/api/v1/portal/settings")
+    response = client.put("/api/v1/portal/settings", {"people_leaderboard": True}, format="json")
+    assert response.status_code == 200, response.content
+    (entry,) = entries_since(start, kind="settings")
+    _by(entry, root)
+    assert _change(entry, "people_leaderboard") == (False, True)
+
+
 def test_alert_rules_created_changed_and_deleted(people: dict[str, User], owner: Any) -> None:
     root, start = people["root"], mark()
     client = signed_in(root)

@@ -26,6 +26,17 @@ def test_a_query_keeps_its_parameters_in_order_drops_empty_ones_and_the_question
     assert view_url("finance", "") == "/finance"
 
 
+def test_every_runs_filter_and_leaderboard_kind_can_be_saved() -> None:
+    """The saved runs view's parameters follow the runs list's filters (a filter added to the API
+    but not here would be refused when saved)."""
+    from phantomhub.portal.api import RUN_FILTERS
+    from phantomhub.portal.view_query import PAGE_PARAMS
+
+    assert {parameter.name for parameter in RUN_FILTERS} <= PAGE_PARAMS["runs"]
+    assert query_clean("runs", "launched_by=ada&status=failed") == "launched_by=ada&status=failed"
+    assert query_clean("leaderboards", "kind=people") == "kind=people"
+
+
 @pytest.mark.parametrize(
     ("page", "query", "field", "says"),
     [

@@ -32,6 +32,8 @@ export interface Session {
 export interface RunRow {
   id: string;
   name: string;
+  /** Who launched the run ("" when its agent did not say; absent from older servers). */
+  launched_by?: string;
   team: string;
   team_name?: string;
   project: string;
@@ -341,6 +343,8 @@ export interface Phase {
 export interface RunMeta {
   id: string;
   name: string;
+  /** Who launched the run, as its agent reported it ("" when it did not say; absent from older servers). */
+  launched_by?: string;
   team: string;
   team_name?: string;
   project: string;
@@ -438,6 +442,8 @@ export interface Leaderboard {
   page_size?: number;
   pages?: number;
   totals?: Figures;
+  /** The people board only: the runs with no launcher, beside the people's totals. */
+  unattributed?: Figures;
   /** Set when the period is a closed month: its figures are the frozen ones. */
   closed_month?: ClosedMonthNote | null;
 }
@@ -613,6 +619,8 @@ export interface OrgSettings {
   target_mfu: number;
   recoverability: Record<string, number>;
   crash_after_s: number;
+  /** A privacy setting: whether the people leaderboard exists (off by default). */
+  people_leaderboard?: boolean;
   defaults: { target_mfu: number; recoverability: Record<string, number> };
 }
 

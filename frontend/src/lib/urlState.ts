@@ -24,11 +24,13 @@ export interface RunsQuery {
   tag: string;
   from: string;
   to: string;
+  /** Who launched the run, exactly as its agent reported it (docs/agent.md). */
+  launched_by: string;
   sort: string;
   page: number;
 }
 
-export const RUNS_FILTER_KEYS = ["q", "team", "project", "status", "gpu", "tag", "from", "to"] as const;
+export const RUNS_FILTER_KEYS = ["q", "team", "project", "status", "gpu", "tag", "from", "to", "launched_by"] as const;
 export type RunsFilterKey = (typeof RUNS_FILTER_KEYS)[number];
 
 export const EMPTY_RUNS_QUERY: RunsQuery = {
@@ -40,6 +42,7 @@ export const EMPTY_RUNS_QUERY: RunsQuery = {
   tag: "",
   from: "",
   to: "",
+  launched_by: "",
   sort: DEFAULT_SORT,
   page: 1,
 };
@@ -80,6 +83,7 @@ export function parseRunsQuery(params: URLSearchParams): RunsQuery {
     tag: get("tag"),
     from: isDay(from) ? from : "",
     to: isDay(to) ? to : "",
+    launched_by: get("launched_by"),
     sort: sort && (isServerSort(sort) || isPeriodSort(sort)) ? sort : DEFAULT_SORT,
     page: Number.isFinite(page) && page >= 1 ? page : 1,
   };

@@ -3,7 +3,7 @@ import { Link, useNavigate, useSearchParams } from "react-router";
 
 import { apiUrl } from "../api/client";
 import { useApi } from "../api/hooks";
-import type { Figures, Leaderboard, LeaderboardRow } from "../api/types";
+import type { Figures, Leaderboard, LeaderboardRow, OrgSettings } from "../api/types";
 import { ClosedMonthNote } from "../components/ClosedMonthNote";
 import { DataTable, type Column } from "../components/DataTable";
 import { ParamNotice, PeriodPicker } from "../components/PeriodPicker";
@@ -15,13 +15,15 @@ import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "
 import { usePeriodLink } from "../lib/links";
 import { DEFAULT_PERIOD, DEFAULT_SORT, isServerSort, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
 
-export const KINDS = ["teams", "projects", "runs"] as const;
+/** "people" (runs summed per launcher) exists only where an org admin turned it on (a privacy setting). */
+export const KINDS = ["teams", "projects", "runs", "people"] as const;
 /** Rows a page of a board; "Show all" asks for up to ALL_ROWS at once (more stays paged). */
 export const PAGE_ROWS = 100;
 export const ALL_ROWS = 1000;
 export type Kind = (typeof KINDS)[number];
 
 export function entityPath(kind: Kind, key: string): string {
+  if (kind === "people") return `/runs?launched_by=${encodeURIComponent(key)}`;
   const base = kind === "teams" ? "/teams/" : kind === "projects" ? "/projects/" : "/runs/";
   return base + encodeURIComponent(key);
 }
@@ -43,9 +45,10 @@ export function leaderboardValue(row: LeaderboardRow, key: string): unknown {
 function footers(kind: Kind, totals: Figures | undefined, count: number | undefined): Record<string, ReactNode> {
   if (!totals) return {};
   const rows = count ?? 0;
-  const noun = kind === "teams" ? "team" : kind === "projects" ? "project" : "run";
+  const noun = kind === "teams" ? "team" : kind === "projects" ? "project" : kind === "people" ? "person" : "run";
+  const nouns = kind === "people" ? "people" : `${noun}s`;
   return {
-    name: <span data-testid="leaderboard-total-label">Total · {formatNumber(rows)} {noun}{rows === 1 ? "" : "s"}</span>,
+    name: <span data-testid="leaderboard-total-label">Total · {formatNumber(rows)} {rows === 1 ? noun : nouns}</span>,
     cost_usd: formatUsd(totals.cost_usd),
     recoverable_usd: <strong className="money-accent">{formatUsd(totals.recoverable_usd)}</strong>,
     lost_usd: formatUsd(totals.lost_usd),
@@ -62,13 +65,13 @@ function columns(kind: Kind, link: (path: string) => string, board?: Leaderboard
   const cols: (Column<LeaderboardRow> | false)[] = [
     {
       key: "name",
-      header: kind === "teams" ? "Team" : kind === "projects" ? "Project" : "Run",
+      header: kind === "teams" ? "Team" : kind === "projects" ? "Project" : kind === "people" ? "Launched by" : "Run",
       render: (r) => (
         <div className="cell-main">
           <Link to={link(entityPath(kind, r.key))} tabIndex={-1} className="row-link">
             {r.name || r.key}
           </Link>
-          {kind !== "teams" && <span className="cell-sub">{kind === "projects" ? (r.team_name ?? r.team) : `${r.team_name ?? r.team} / ${r.project_name ?? r.project}`}</span>}
+          {kind !== "teams" && kind !== "people" && <span className="cell-sub">{kind === "projects" ? (r.team_name ?? r.team) : `${r.team_name ?? r.team} / ${r.project_name ?? r.project}`}</span>}
         </div>
       ),
     },
@@ -87,8 +90,8 @@ function columns(kind: Kind, link: (path: string) => string, board?: Leaderboard
     kind !== "runs" && { key: "runs", header: "Runs", align: "right", render: (r) => formatNumber(r.runs) },
     { key: "gpu_hours", header: "GPU-hours", align: "right", priority: "low", render: (r) => formatGpuHours(r.gpu_hours) },
     // Node collectors' time that no run measured (the Fleet page): beside the run figures, never in them.
-    kind !== "runs" && { key: "fleet.uninstrumented_usd", header: "Fleet: uninstrumented", title: "busy GPU time no run measured", align: "right", render: (r) => formatUsd(r.fleet?.uninstrumented_usd ?? 0) },
-    kind !== "runs" && { key: "fleet.idle_held_usd", header: "Fleet: idle-held", title: "GPUs held without computing", align: "right", render: (r) => formatUsd(r.fleet?.idle_held_usd ?? 0) },
+    kind !== "runs" && kind !== "people" && { key: "fleet.uninstrumented_usd", header: "Fleet: uninstrumented", title: "busy GPU time no run measured", align: "right", render: (r) => formatUsd(r.fleet?.uninstrumented_usd ?? 0) },
+    kind !== "runs" && kind !== "people" && { key: "fleet.idle_held_usd", header: "Fleet: idle-held", title: "GPUs held without computing", align: "right", render: (r) => formatUsd(r.fleet?.idle_held_usd ?? 0) },
   ];
   return cols
     .filter((c): c is Column<LeaderboardRow> => !!c)
@@ -100,6 +103,9 @@ export function LeaderboardsPage() {
   const navigate = useNavigate();
   const kindParam = params.get("kind");
   const kind: Kind = (KINDS as readonly string[]).includes(kindParam ?? "") ? (kindParam as Kind) : "teams";
+  // The people board is a privacy setting: its tab shows only where it is on (the API says 404 otherwise).
+  const settings = useApi<OrgSettings>("settings");
+  const peopleOn = settings.data?.people_leaderboard === true;
   const { period, invalid } = parsePeriodParam(params.get("period"));
   const { link } = usePeriodLink();
   const sortParam = params.get("sort") ?? "";
@@ -156,6 +162,7 @@ export function LeaderboardsPage() {
               { value: "teams", label: "Teams" },
               { value: "projects", label: "Projects" },
               { value: "runs", label: "Runs" },
+              ...(peopleOn || kind === "people" ? [{ value: "people", label: "People" }] : []),
             ]}
             onChange={(k) => update({ kind: k })}
           />
@@ -184,6 +191,11 @@ export function LeaderboardsPage() {
               onSort={(key) => update({ sort: toggleSort(sort, key) })}
               onOpen={(r) => navigate(link(entityPath(kind, r.key)))}
             />
+            {kind === "people" && state.data?.unattributed && state.data.unattributed.runs > 0 && (
+              <p className="muted small" data-testid="people-unattributed">
+                Not in the board: {formatNumber(state.data.unattributed.runs)} run{state.data.unattributed.runs === 1 ? "" : "s"} whose agent did not say who launched them ({formatUsd(state.data.unattributed.cost_usd)} spend, {formatUsd(state.data.unattributed.recoverable_usd)} recoverable).
+              </p>
+            )}
             {(rows.length < count || showAll) && (
               <Pager
                 first={first}

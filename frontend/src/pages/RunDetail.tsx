@@ -643,6 +643,16 @@ function RunFacts({ run }: { run: RunMeta }) {
             <Link to={link(`/teams/${encodeURIComponent(run.team)}`)}>{run.team_name ?? run.team}</Link> / <Link to={link(`/projects/${encodeURIComponent(run.project)}`)}>{run.project_name ?? run.project}</Link>
           </dd>
         </div>
+        {run.launched_by && (
+          <div>
+            <dt>Launched by</dt>
+            <dd data-testid="run-launched-by">
+              <Link to={link(`/runs?launched_by=${encodeURIComponent(run.launched_by)}`)} title="Every run this identity launched">
+                {run.launched_by}
+              </Link>
+            </dd>
+          </div>
+        )}
         <div>
           <dt>Billed from (GPUs allocated)</dt>
           <dd>{formatDateTime(run.billed_from ?? run.allocation_start)}</dd>

@@ -127,6 +127,7 @@ export function RunsPage() {
             </select>
           </label>
           <TextFilter id="f-tag" label="Tag" value={query.tag} placeholder="tag" onCommit={(v) => set({ tag: v }, true)} />
+          <TextFilter id="f-launched-by" label="Launched by" value={query.launched_by} placeholder="user" onCommit={(v) => set({ launched_by: v }, true)} />
           <label className="filter" htmlFor="f-from" title="Runs billed on some day from this one (UTC), as finance counts them">
             <span className="filter-label">Billed from</span>
             <input id="f-from" className="input" type="date" value={query.from} max={query.to || undefined} onChange={(e) => set({ from: e.target.value })} />

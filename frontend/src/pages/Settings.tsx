@@ -14,6 +14,7 @@ import { AttributionCard } from "./SettingsAttribution";
 import { AlertsSettings } from "./SettingsAlerts";
 import { IdentitySettings } from "./SettingsIdentity";
 import { PricesCard } from "./SettingsPrices";
+import { PrivacyCard } from "./SettingsPrivacy";
 import { TokensCard } from "./SettingsTokens";
 
 const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts", "people"] as const;
@@ -47,6 +48,7 @@ export function SettingsPage() {
         }
       />
       {tab === "organization" && <OrgSettingsCard />}
+      {tab === "organization" && <PrivacyCard />}
       {tab === "names" && <NamesCard />}
       {tab === "tokens" && <TokensCard />}
       {tab === "prices" && <PricesCard />}
