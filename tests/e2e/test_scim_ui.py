@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.live_server, pytest.mark.slow]
 USER = "urn:ietf:params:scim:schemas:core:2.0:User"
 GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
 PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
-PASSWORD = "e2e-ann-password-1234"
+PASSWORD = "e2e-scim-ann-password-1234"
 
 
 def scim(server: Server, token: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -52,7 +52,7 @@ def test_the_identity_provider_provisions_and_deactivates_a_signed_in_person(
     assert token.startswith("phk_")
     page.get_by_role("table", name="API tokens").get_by_role("cell", name="e2e identity provider").wait_for()
 
-    status, ann = scim(server, token, "POST", "/Users", {"schemas": [USER], "userName": "e2e-ann", "active": True})
+    status, ann = scim(server, token, "POST", "/Users", {"schemas": [USER], "userName": "e2e-scim-ann", "active": True})
     assert status == 201, ann
     status, group = scim(
         server, token, "POST", "/Groups", {"schemas": [GROUP], "displayName": "e2e-people", "members": [{"value": ann["id"]}]}
@@ -62,14 +62,14 @@ def test_the_identity_provider_provisions_and_deactivates_a_signed_in_person(
     # ann a password to sign in with, which stands in for that session.
     set_password = (
         "from django.contrib.auth.models import User; "
-        f"u = User.objects.get(username='e2e-ann'); u.set_password({PASSWORD!r}); u.save()"
+        f"u = User.objects.get(username='e2e-scim-ann'); u.set_password({PASSWORD!r}); u.save()"
     )
     server.manage("shell", "-c", set_password)
     context = browser.new_context(base_url=server.url)
     try:
         own = context.new_page()
         own.goto("/login")
-        own.get_by_label("Username").fill("e2e-ann")
+        own.get_by_label("Username").fill("e2e-scim-ann")
         own.get_by_label("Password").fill(PASSWORD)
         own.get_by_role("button", name="Sign in").click()
         own.get_by_role("heading", name="Overview").wait_for()
