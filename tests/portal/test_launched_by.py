@@ -23,39 +23,15 @@ from phantomhub.telemetry.models import Run
 from phantomhub.waste import services, sweeps
 from phantomhub.waste.models import OrgSettings, RunAnalysis
 from tests.conftest import Tenant
+from tests.portal.runs import client_for as _client
+from tests.portal.runs import finished_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]
-S = 10**9
 PEOPLE = "/api/v1/portal/leaderboards/people"
 
 
 def _run(tenant: Tenant, name: str, start: datetime, seconds: int, data_s: float, launched_by: str | None) -> str:
-    extra = {"launched_by": launched_by} if launched_by is not None else {}
-    run_id = tenant.create_run(
-        name=name, gpu_model="H100-SXM", gpu_count=1, dtype="bf16",
-        allocation_start=start.isoformat(), started_at=start.isoformat(), **extra,
-    )  # fmt: skip
-    t0 = int(start.timestamp()) * S
-    steps = {
-        "step": list(range(seconds)),
-        "t_start_ns": [t0 + i * S for i in range(seconds)],
-        "dur_ns": [S] * seconds,
-        "data_ns": [int(data_s * S)] * seconds,
-        "forward_ns": [int((1 - data_s) * S / 3)] * seconds,
-        "backward_ns": [int((1 - data_s) * S * 2 / 3)] * seconds,
-        "flops": [0.15 * 989.4e12] * seconds,
-    }
-    assert tenant.post_steps(run_id, {"rank": 0, "steps": steps}).status_code == 200
-    event = {"id": "end", "kind": "finish", "t_ns": t0 + seconds * S, "status": "finished"}
-    tenant.client.post(f"/api/v1/runs/{run_id}/events", {"events": [event]}, format="json")
-    return run_id
-
-
-def _client(user: User | None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
+    return finished_run(tenant, name, start, seconds, data_s, **({"launched_by": launched_by} if launched_by is not None else {}))
 
 
 @pytest.fixture
