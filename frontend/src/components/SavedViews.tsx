@@ -44,7 +44,6 @@ export function SaveViewDialog({ page, search, onClose }: { page: NonNullable<Re
     setBusy(false);
   }
 
-  const fieldError = (field: string) => error?.fields[field];
   return (
     <Dialog title="Save view" onClose={onClose} busy={busy} describedBy={`${uid}-what`}>
       <p className="muted small dialog-text" id={`${uid}-what`}>
@@ -62,33 +61,19 @@ export function SaveViewDialog({ page, search, onClose }: { page: NonNullable<Re
           </div>
         </div>
       ) : (
-        <form className="dialog-form" onSubmit={submit} aria-busy={busy}>
-          <div className="field">
-            <label htmlFor={`${uid}-name`}>Name</label>
-            <input id={`${uid}-name`} data-autofocus className={`input${fieldError("name") ? " is-invalid" : ""}`} required maxLength={100} value={name} onChange={(e) => setName(e.target.value)} />
-          </div>
-          <div className="field">
-            <label htmlFor={`${uid}-team`}>Share with</label>
-            <select id={`${uid}-team`} className={`input${fieldError("team") ? " is-invalid" : ""}`} value={team} onChange={(e) => setTeam(e.target.value)}>
-              <option value="">Only me</option>
-              {(user?.teams ?? []).map((t) => (
-                <option key={t.slug} value={t.slug}>
-                  Team {t.name}
-                </option>
-              ))}
-            </select>
-            <span className="field-hint">A team&apos;s members see it in their sidebar; its leads may delete it.</span>
-          </div>
-          <FieldErrors error={error} />
-          <div className="form-actions">
-            <button type="button" className="btn btn-ghost" onClick={onClose} disabled={busy}>
-              Cancel
-            </button>
-            <button type="submit" className="btn btn-primary" disabled={busy || !name.trim()}>
-              Save
-            </button>
-          </div>
-        </form>
+        <ViewForm
+          uid={uid}
+          name={name}
+          onName={setName}
+          team={team}
+          onTeam={setTeam}
+          teams={user?.teams ?? []}
+          hint="A team's members see it in their sidebar; its leads may delete it."
+          error={error}
+          busy={busy}
+          onSubmit={submit}
+          onClose={onClose}
+        />
       )}
     </Dialog>
   );
@@ -188,33 +173,67 @@ function EditViewDialog({ view, onClose }: { view: SavedView; onClose: () => voi
 
   return (
     <Dialog title="Rename or share view" onClose={onClose} busy={busy}>
-      <form className="dialog-form" onSubmit={submit} aria-busy={busy}>
-        <div className="field">
-          <label htmlFor={`${uid}-name`}>Name</label>
-          <input id={`${uid}-name`} data-autofocus className={`input${error?.fields.name ? " is-invalid" : ""}`} required maxLength={100} value={name} onChange={(e) => setName(e.target.value)} />
-        </div>
-        <div className="field">
-          <label htmlFor={`${uid}-team`}>Share with</label>
-          <select id={`${uid}-team`} className={`input${error?.fields.team ? " is-invalid" : ""}`} value={team} onChange={(e) => setTeam(e.target.value)}>
-            <option value="">Only me</option>
-            {view.team && !teams.some((t) => t.slug === view.team) && <option value={view.team}>Team {view.team_name ?? view.team}</option>}
-            {teams.map((t) => (
-              <option key={t.slug} value={t.slug}>
-                Team {t.name}
-              </option>
-            ))}
-          </select>
-        </div>
-        <FieldErrors error={error} />
-        <div className="form-actions">
-          <button type="button" className="btn btn-ghost" onClick={onClose} disabled={busy}>
-            Cancel
-          </button>
-          <button type="submit" className="btn btn-primary" disabled={busy || !name.trim()}>
-            Save
-          </button>
-        </div>
-      </form>
+      <ViewForm
+        uid={uid}
+        name={name}
+        onName={setName}
+        team={team}
+        onTeam={setTeam}
+        teams={teams}
+        current={view.team && !teams.some((t) => t.slug === view.team) ? { slug: view.team, name: view.team_name ?? view.team } : undefined}
+        error={error}
+        busy={busy}
+        onSubmit={submit}
+        onClose={onClose}
+      />
     </Dialog>
+  );
+}
+
+/** A saved view's name and who it is shared with, for the save and the edit dialogs; `current`
+ * is a team the view is shared with that the person is no longer in (kept until they change it). */
+function ViewForm({ uid, name, onName, team, onTeam, teams, current, hint, error, busy, onSubmit, onClose }: {
+  uid: string;
+  name: string;
+  onName: (v: string) => void;
+  team: string;
+  onTeam: (v: string) => void;
+  teams: { slug: string; name: string }[];
+  current?: { slug: string; name: string };
+  hint?: string;
+  error: ApiError | null;
+  busy: boolean;
+  onSubmit: (e: FormEvent) => void;
+  onClose: () => void;
+}) {
+  return (
+    <form className="dialog-form" onSubmit={onSubmit} aria-busy={busy}>
+      <div className="field">
+        <label htmlFor={`${uid}-name`}>Name</label>
+        <input id={`${uid}-name`} data-autofocus className={`input${error?.fields.name ? " is-invalid" : ""}`} required maxLength={100} value={name} onChange={(e) => onName(e.target.value)} />
+      </div>
+      <div className="field">
+        <label htmlFor={`${uid}-team`}>Share with</label>
+        <select id={`${uid}-team`} className={`input${error?.fields.team ? " is-invalid" : ""}`} value={team} onChange={(e) => onTeam(e.target.value)}>
+          <option value="">Only me</option>
+          {current && <option value={current.slug}>Team {current.name}</option>}
+          {teams.map((t) => (
+            <option key={t.slug} value={t.slug}>
+              Team {t.name}
+            </option>
+          ))}
+        </select>
+        {hint && <span className="field-hint">{hint}</span>}
+      </div>
+      <FieldErrors error={error} />
+      <div className="form-actions">
+        <button type="button" className="btn btn-ghost" onClick={onClose} disabled={busy}>
+          Cancel
+        </button>
+        <button type="submit" className="btn btn-primary" disabled={busy || !name.trim()}>
+          Save
+        </button>
+      </div>
+    </form>
   );
 }
