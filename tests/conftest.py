@@ -241,7 +241,8 @@ class Tenant:
         return self.client.post(f"/api/v1/runs/{run_id}/steps", body, format="json", **extra)
 
 
-def _tenant(team: str, project: str) -> Tenant:
+def tenant_for(team: str, project: str) -> Tenant:
+    """A project (made if missing, with its team) and a new token of it, as a Tenant."""
     issued = project_token_for_slugs(team_slug=team, project_slug=project)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw}")
@@ -251,12 +252,12 @@ def _tenant(team: str, project: str) -> Tenant:
 
 @pytest.fixture
 def owner(db: None) -> Tenant:
-    return _tenant("nlp", "llm-pretrain")
+    return tenant_for("nlp", "llm-pretrain")
 
 
 @pytest.fixture
 def outsider(db: None) -> Tenant:
-    return _tenant("vision", "detector")
+    return tenant_for("vision", "detector")
 
 
 def steps_body(n: int = 10, *, rank: int = 0, first: int = 0, **columns: Any) -> dict[str, Any]:

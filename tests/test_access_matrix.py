@@ -12,11 +12,14 @@ import csv
 import io
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
+from http.cookies import SimpleCookie
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.permissions import AllowAny
@@ -33,7 +36,7 @@ from tests.accounts.scim_factories import SCIM_METHODS
 from tests.accounts.scim_factories import matrix_call as scim_matrix_call
 from tests.accounts.scim_factories import matrix_kwargs as scim_matrix_kwargs
 from tests.alerts.factories import MATRIX_RULE, matrix_kwargs
-from tests.conftest import T0_NS, Tenant, steps_body
+from tests.conftest import T0_NS, Tenant, steps_body, tenant_for
 
 pytestmark = pytest.mark.django_db
 
@@ -248,40 +251,63 @@ def test_every_api_view_keeps_the_token_scopes(endpoint: Endpoint) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Caller:
+    """How one principal calls: a bearer token, a signed-in person (DRF's forced authentication and
+    the session cookie, which plain Django views such as /scim/v2/ read), or neither."""
+
+    bearer: str = ""
+    user_id: int | None = None
+    cookies: SimpleCookie | None = None
+
+    def client(self) -> APIClient:
+        client = APIClient()
+        if self.bearer:
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.bearer}")
+        if self.user_id is not None:
+            client.force_authenticate(User.objects.get(pk=self.user_id))
+        if self.cookies is not None:
+            client.cookies = deepcopy(self.cookies)
+        return client
+
+
 @dataclass
 class World:
-    clients: dict[str, APIClient]
+    owner: Tenant
+    outsider: Tenant
+    callers: dict[str, Caller]
     run_id: str
     price_id: int
     token_id: int
     job_id: int
     training_job_id: str
     view_id: int = 0
+    clients: dict[str, APIClient] = field(default_factory=dict)
 
 
-@pytest.fixture
-def world(owner: Tenant, outsider: Tenant) -> World:
+def _world_build(owner: Tenant, outsider: Tenant) -> World:
     run_id = owner.create_run()
     users = {name: User.objects.create_user(name, password="pw") for name in ("member", "lead", "finance", "admin")}
     Membership.objects.create(user=users["member"], team=owner.project.team, role=Role.MEMBER)
     Membership.objects.create(user=users["lead"], team=owner.project.team, role=Role.ADMIN)
     Profile.objects.create(user=users["finance"], is_finance=True)
     Profile.objects.create(user=users["admin"], is_org_admin=True)
-    personal = APIClient()
-    # The strongest personal token there is: an organization admin's. It still only reads.
-    personal.credentials(HTTP_AUTHORIZATION=f"Bearer {personal_token_create(user=users['admin']).raw}")
-    clients = {"anonymous": APIClient(), "project": owner.client, "other_project": outsider.client, "personal": personal}
+    callers = {
+        "anonymous": Caller(),
+        "project": Caller(bearer=owner.token),
+        "other_project": Caller(bearer=outsider.token),
+        # The strongest personal token there is: an organization admin's. It still only reads.
+        "personal": Caller(bearer=personal_token_create(user=users["admin"]).raw),
+    }
     for name, user in users.items():
-        clients[name] = APIClient()
-        clients[name].force_authenticate(user)
-        clients[name].force_login(user)  # the session too, which plain Django views (/scim/v2/) read
+        signed_in = APIClient()
+        signed_in.force_login(user)
+        callers[name] = Caller(user_id=user.pk, cookies=signed_in.cookies)
     price = PriceEntry.objects.order_by("id").first()
     assert price is not None
     spare = project_token_create(project=owner.project, name="spare").token
-    clients["node"] = APIClient()
-    clients["node"].credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='matrix', hostnames=['matrix-node']).raw}")
-    clients["scim"] = APIClient()
-    clients["scim"].credentials(HTTP_AUTHORIZATION=f"Bearer {scim_token_create(name='matrix').raw}")
+    callers["node"] = Caller(bearer=node_token_create(name="matrix", hostnames=["matrix-node"]).raw)
+    callers["scim"] = Caller(bearer=scim_token_create(name="matrix").raw)
     job = AttributionJob.objects.create()
     training = Job.objects.create(project=owner.project, key="matrix")
     Run.objects.filter(pk=run_id).update(job=training, attempt=0)
@@ -289,7 +315,9 @@ def world(owner: Tenant, outsider: Tenant) -> World:
 
     view = SavedView.objects.create(owner=users["member"], name="matrix", page="runs", query="team=nlp", team=owner.project.team)
     return World(
-        clients=clients,
+        owner=owner,
+        outsider=outsider,
+        callers=callers,
         run_id=run_id,
         price_id=price.pk,
         token_id=spare.pk,
@@ -297,6 +325,23 @@ def world(owner: Tenant, outsider: Tenant) -> World:
         training_job_id=str(training.pk),
         view_id=view.pk,
     )
+
+
+@pytest.fixture(scope="module")
+def shared_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
+    """The world is built once for the module, in a transaction of the module's that is rolled back
+    at its end; each test runs in a savepoint inside it (pytest-django's django_db), so what a case
+    writes is gone before the next. Building it per case was nine tenths of the matrix's time."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield _world_build(tenant_for("nlp", "llm-pretrain"), tenant_for("vision", "detector"))
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(shared_world: World, db: None) -> World:
+    """The module's world with clients of this test's own: a cookie or a sign-out one case's
+    response leaves in a client stays with that case."""
+    return replace(shared_world, clients={name: caller.client() for name, caller in shared_world.callers.items()})
 
 
 def _kwargs(name: str, world: World) -> dict[str, Any]:
@@ -458,8 +503,8 @@ def _fleet_days(owner: Tenant, outsider: Tenant) -> None:
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
-def test_fleet_holders_each_principal_sees(world: World, owner: Tenant, outsider: Tenant, principal: str) -> None:
-    _fleet_days(owner, outsider)
+def test_fleet_holders_each_principal_sees(world: World, principal: str) -> None:
+    _fleet_days(world.owner, world.outsider)
     client, expected = world.clients[principal], HOLDERS_SEEN[principal]
     summary = client.get("/api/v1/fleet/summary?period=2026-09")
     csv_response = client.get("/api/v1/fleet/holders.csv?period=2026-09")
@@ -549,7 +594,8 @@ ALERTS_SEEN: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
-def test_alerts_and_rule_destinations_each_principal_sees(world: World, owner: Tenant, outsider: Tenant, principal: str) -> None:
+def test_alerts_and_rule_destinations_each_principal_sees(world: World, principal: str) -> None:
+    owner, outsider = world.owner, world.outsider
     from phantomhub.alerts.models import AlertDelivery, AlertRule, AlertState
 
     runs = {"nlp": Run.objects.get(pk=world.run_id), "vision": Run.objects.get(pk=outsider.create_run(name="vision"))}
@@ -616,7 +662,8 @@ def test_people_each_principal_sees(world: World, principal: str) -> None:
     assert all((p["flags"] is not None, p["groups"] is not None) == (org_fields, org_fields) for p in people)
 
 
-def test_a_lead_of_another_team_manages_none_of_this_teams_people(world: World, outsider: Tenant) -> None:
+def test_a_lead_of_another_team_manages_none_of_this_teams_people(world: World) -> None:
+    outsider = world.outsider
     vision_lead = User.objects.create_user("vision-lead")
     Membership.objects.create(user=vision_lead, team=outsider.project.team, role=Role.ADMIN)
     client = APIClient()
@@ -709,7 +756,8 @@ VIEW_ROW_FIELDS = {
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)
-def test_saved_views_each_principal_sees(world: World, outsider: Tenant, principal: str) -> None:
+def test_saved_views_each_principal_sees(world: World, principal: str) -> None:
+    outsider = world.outsider
     from phantomhub.portal.models import SavedView
 
     for name in ("member", "admin"):
@@ -747,7 +795,8 @@ PEOPLE_BOARD_SEEN: dict[str, Any] = {
 
 @pytest.mark.parametrize("on", [False, True], ids=["off", "on"])
 @pytest.mark.parametrize("principal", PRINCIPALS)
-def test_people_board_each_principal_sees(world: World, outsider: Tenant, principal: str, on: bool) -> None:
+def test_people_board_each_principal_sees(world: World, principal: str, on: bool) -> None:
+    outsider = world.outsider
     from decimal import Decimal
 
     from phantomhub.waste.models import OrgSettings, RunDay

@@ -26,14 +26,13 @@ from phantomhub.telemetry.models import Run
 from phantomhub.telemetry.parsers import MAX_JSON_DEPTH, json_body_parse
 from phantomhub_agent import _node as node
 from tests import rawrows
-from tests.conftest import Tenant, steps_body
-from tests.conftest import _tenant as _tenant_for
+from tests.conftest import Tenant, steps_body, tenant_for
 
 MIB = 1024 * 1024
 
 
 def _owner_tenant() -> Tenant:
-    return _tenant_for("nlp", "llm-pretrain")
+    return tenant_for("nlp", "llm-pretrain")
 
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backends]

@@ -89,9 +89,9 @@ class JoiningAnnouncesTheOtherAttempts(TestCase):
     """On commit (a TestCase runs on_commit callbacks it captures)."""
 
     def test_a_new_attempt_marks_the_earlier_ones_changed(self) -> None:
-        from tests.conftest import _tenant
+        from tests.conftest import tenant_for
 
-        owner = _tenant("nlp", "llm-pretrain")
+        owner = tenant_for("nlp", "llm-pretrain")
         seen: list[Any] = []
 
         def receiver(sender: Any, run_id: Any, **_: Any) -> None:
