@@ -10,11 +10,14 @@ import random
 import re
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
@@ -239,6 +242,16 @@ class Tenant:
 
     def post_steps(self, run_id: str, body: Any, **extra: Any) -> Any:
         return self.client.post(f"/api/v1/runs/{run_id}/steps", body, format="json", **extra)
+
+
+@contextmanager
+def rows_for_the_module(django_db_blocker: Any) -> Iterator[None]:
+    """For a module-scoped fixture: the rows it makes inside are shared by the module's tests and
+    rolled back when the module ends; each test's own transaction is a savepoint inside this one,
+    so no test sees another's writes (docs/testing.md, "Rows a module shares")."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield
+        transaction.set_rollback(True)
 
 
 def tenant_for(team: str, project: str) -> Tenant:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import transaction
 from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.permissions import AllowAny
@@ -36,7 +35,7 @@ from tests.accounts.scim_factories import SCIM_METHODS
 from tests.accounts.scim_factories import matrix_call as scim_matrix_call
 from tests.accounts.scim_factories import matrix_kwargs as scim_matrix_kwargs
 from tests.alerts.factories import MATRIX_RULE, matrix_kwargs
-from tests.conftest import T0_NS, Tenant, steps_body, tenant_for
+from tests.conftest import T0_NS, Tenant, rows_for_the_module, steps_body, tenant_for
 
 pytestmark = pytest.mark.django_db
 
@@ -329,12 +328,10 @@ def _world_build(owner: Tenant, outsider: Tenant) -> World:
 
 @pytest.fixture(scope="module")
 def shared_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
-    """The world is built once for the module, in a transaction of the module's that is rolled back
-    at its end; each test runs in a savepoint inside it (pytest-django's django_db), so what a case
-    writes is gone before the next. Building it per case was nine tenths of the matrix's time."""
-    with django_db_blocker.unblock(), transaction.atomic():
+    """The world, built once for the module (each case's writes are rolled back after it): built
+    per case, it was nine tenths of the matrix's time."""
+    with rows_for_the_module(django_db_blocker):
         yield _world_build(tenant_for("nlp", "llm-pretrain"), tenant_for("vision", "detector"))
-        transaction.set_rollback(True)
 
 
 @pytest.fixture

@@ -57,6 +57,10 @@ def node_body(
 
 @pytest.fixture
 def node_client(db: None) -> APIClient:
+    return node_client_make()
+
+
+def node_client_make() -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {node_token_create(name='test', hostnames=['*']).raw}")
     return client
@@ -64,6 +68,10 @@ def node_client(db: None) -> APIClient:
 
 @pytest.fixture
 def h100_price(db: None) -> PriceEntry:
+    return h100_price_make()
+
+
+def h100_price_make() -> PriceEntry:
     """A price the test controls: $3.60 per GPU-hour (one cent per 10 GPU-seconds)."""
     return PriceEntry.objects.create(
         gpu="H100-SXM", provider="aws", region="us-east-1", usd_per_gpu_hour=Decimal("3.6000"),
@@ -73,16 +81,23 @@ def h100_price(db: None) -> PriceEntry:
 
 @pytest.fixture
 def teams(db: None) -> dict[str, Team]:
+    return teams_make()
+
+
+def teams_make() -> dict[str, Team]:
     nlp = Team.objects.create(slug="nlp", name="nlp")
     vision = Team.objects.create(slug="vision", name="vision")
     Project.objects.create(slug="llm-pretrain", name="llm", team=nlp)
     return {"nlp": nlp, "vision": vision}
 
 
+RAW_DAYS_FOR_FIXED_DATES = 3650
+
+
 @pytest.fixture(autouse=True)
 def raw_days_for_fixed_dates(settings: Any) -> None:
     """The tests' samples carry fixed dates in 2026; keep raw samples long enough to accept them."""
-    settings.FLEET_RAW_DAYS = 3650
+    settings.FLEET_RAW_DAYS = RAW_DAYS_FOR_FIXED_DATES
 
 
 @pytest.fixture

@@ -6,18 +6,31 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from phantomhub.accounts.models import Membership, Profile, Role, Team
 from phantomhub.fleet.derive import fleet_derive_pending
 from phantomhub.fleet.selectors import fleet_teams_visible, idle_held_now
 from phantomhub.fleet.services import rules_replace
-from tests.fleet.conftest import HOUR_START, NS, T0, node_body, node_meta
+from tests.conftest import rows_for_the_module
+from tests.fleet.conftest import (
+    HOUR_START,
+    NS,
+    RAW_DAYS_FOR_FIXED_DATES,
+    T0,
+    h100_price_make,
+    node_body,
+    node_client_make,
+    node_meta,
+    teams_make,
+)
 from tests.fleet.test_ground_truth import OWNERS, one_per_class, post_hour, rules
 
 pytestmark = pytest.mark.django_db
@@ -27,39 +40,49 @@ POD, JOB = "pod ml-team/train-abc", "slurm job 12345 (alice, vision)"
 STRAY = "user mallory"  # a process no rule attributes
 
 
-def person(name: str, *, team: Team | None = None, role: str = Role.MEMBER, **flags: bool) -> APIClient:
+def person(name: str, *, team: Team | None = None, role: str = Role.MEMBER, **flags: bool) -> int:
     user = User.objects.create_user(name)
     if team is not None:
         Membership.objects.create(user=user, team=team, role=role)
     if flags:
         Profile.objects.create(user=user, **flags)
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+    return user.pk
+
+
+@pytest.fixture(scope="module")
+def people(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, int]]:
+    """Two hours of one node, attributed and derived once for the module; the people who read it."""
+    with rows_for_the_module(django_db_blocker), override_settings(FLEET_RAW_DAYS=RAW_DAYS_FOR_FIXED_DATES):
+        teams, node_client = teams_make(), node_client_make()
+        h100_price_make()
+        rules_replace(rules=rules(teams))  # the pod to nlp, the Slurm job to vision
+        post_hour(node_client)
+        stray = [*OWNERS, {"kind": "user", "user": "mallory"}]
+
+        def busy_stray(gpu: int, t: int) -> Any:
+            return (80.0, 30 * 2**30, [(4000, 30 * 2**30, 3)]) if gpu == 3 else one_per_class(gpu, t)
+
+        times = [T0 + 3600 * NS + (i + 1) * 15 * NS for i in range(240)]  # the next hour: GPU 3 busy, unattributed
+        body = node_body(t_ns=times, activity=busy_stray, owners=stray, node=node_meta())
+        response = node_client.post("/api/v1/nodes/samples", body, format="json")
+        assert response.status_code == 200, response.content
+        fleet_derive_pending()
+        yield {
+            "member": person("member", team=teams["nlp"]),
+            "lead": person("lead", team=teams["nlp"], role=Role.ADMIN),
+            "vision": person("vision", team=teams["vision"]),
+            "finance": person("finance", is_finance=True),
+            "admin": person("admin", is_org_admin=True),
+        }
 
 
 @pytest.fixture
-def fleet(node_client: APIClient, h100_price: Any, teams: dict[str, Team]) -> dict[str, APIClient]:
-    rules_replace(rules=rules(teams))  # the pod to nlp, the Slurm job to vision
-    post_hour(node_client)
-    stray = [*OWNERS, {"kind": "user", "user": "mallory"}]
-
-    def busy_stray(gpu: int, t: int) -> Any:
-        return (80.0, 30 * 2**30, [(4000, 30 * 2**30, 3)]) if gpu == 3 else one_per_class(gpu, t)
-
-    times = [T0 + 3600 * NS + (i + 1) * 15 * NS for i in range(240)]  # the next hour: GPU 3 busy, unattributed
-    response = node_client.post(
-        "/api/v1/nodes/samples", node_body(t_ns=times, activity=busy_stray, owners=stray, node=node_meta()), format="json"
-    )
-    assert response.status_code == 200, response.content
-    fleet_derive_pending()
-    return {
-        "member": person("member", team=teams["nlp"]),
-        "lead": person("lead", team=teams["nlp"], role=Role.ADMIN),
-        "vision": person("vision", team=teams["vision"]),
-        "finance": person("finance", is_finance=True),
-        "admin": person("admin", is_org_admin=True),
-    }
+def fleet(people: dict[str, int], db: None) -> dict[str, APIClient]:
+    clients = {}
+    for name, pk in people.items():
+        clients[name] = APIClient()
+        clients[name].force_authenticate(User.objects.get(pk=pk))
+    return clients
 
 
 def holders(client: APIClient) -> dict[str, float]:
@@ -106,7 +129,7 @@ def test_a_member_sees_their_teams_and_one_row_for_the_others(fleet: dict[str, A
     assert {r["team_name"] for r in csv_rows(fleet["member"], "teams")} == {"nlp", "unattributed", "other teams"}
 
 
-def test_idle_held_now_names_only_the_viewers_teams_holders(fleet: dict[str, APIClient], teams: dict[str, Team]) -> None:
+def test_idle_held_now_names_only_the_viewers_teams_holders(fleet: dict[str, APIClient]) -> None:
     now = HOUR_START + timedelta(hours=2)
     nlp_member = User.objects.get(username="member")
     mine = idle_held_now(now=now, visible=fleet_teams_visible(nlp_member))
