@@ -76,6 +76,18 @@ def signed(value: float | int | None) -> str:
     return text if text.startswith("-") or text == "0.00" else "+" + text
 
 
+def price(text: str | None) -> str:
+    """A price-book price as the page shows it: to the cent when it is whole cents, else 4 places."""
+    if text is None:
+        return ""
+    value = Decimal(text)
+    return f"{value:,.2f}" if value == value.quantize(Decimal("0.01")) else f"{value:,.4f}"
+
+
+def _tier(tier: str | None) -> str:
+    return tier.replace("_", "-") if tier else "any"
+
+
 def _when(iso: str | None) -> str:
     if not iso:
         return ""
@@ -298,8 +310,8 @@ def _price_section(review: dict[str, Any], ctx: PdfContext, styles: dict[str, Pa
     header = ["GPU", "Provider", "Region", "Tier", f"{ctx.currency}/GPU-hour", "Effective from", "Effective to", ""]
     widths = [110.0, 100.0, 100.0, 80.0, 80.0, 95.0, 95.0, 70.0]
     body = [
-        [_clip(e["gpu"], 105), _clip(e["provider"] or "any", 95), _clip(e["region"] or "any", 95), _clip(e["tier"] or "any", 75),
-         e["usd_per_gpu_hour"], _when(e["effective_from"]), _when(e["effective_to"]) or "now",
+        [_clip(e["gpu"], 105), _clip(e["provider"] or "any", 95), _clip(e["region"] or "any", 95), _clip(_tier(e["tier"]), 75),
+         price(e["usd_per_gpu_hour"]), _when(e["effective_from"]), _when(e["effective_to"]) or "now",
          "example price" if e.get("is_example") else ""]
         for e in entries[: ctx.max_rows]
     ]  # fmt: skip
@@ -315,14 +327,15 @@ def cause_text(cause: dict[str, Any]) -> str:
     if kind == "price":
         who = cause.get("by") or "an organization admin"
         what = {"delete": "deleted", "create": "set"}.get(cause.get("action") or "", "changed")
-        where = ", ".join(p for p in (cause.get("provider") or "any provider", cause.get("region"), cause.get("tier")) if p)
+        tier = _tier(cause["tier"]) if cause.get("tier") else None
+        where = ", ".join(p for p in (cause.get("provider") or "any provider", cause.get("region"), tier) if p)
         before, after = cause.get("before_usd_per_gpu_hour"), cause.get("after_usd_per_gpu_hour")
         if cause.get("action") == "delete":
-            prices = f"{before}"
+            prices = price(before)
         elif before and before != after:
-            prices = f"{before} → {after}"
+            prices = f"{price(before)} → {price(after)}"
         else:
-            prices = f"{after}"
+            prices = price(after)
         return f"{_when(cause.get('at'))}: {who} {what} the {cause.get('gpu') or 'GPU'} price ({where}) {prices} per GPU-hour"
     if kind == "policy":
         return f"{_when(cause.get('at'))}: {cause.get('by') or 'an organization admin'} changed the waste model settings"
