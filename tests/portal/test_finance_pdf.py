@@ -4,12 +4,7 @@ page, and a member's PDF holds their teams' rows only, as their CSV does."""
 
 from __future__ import annotations
 
-import csv
-import io
-import os
 import re
-import shutil
-import subprocess
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -18,7 +13,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
-from PIL import Image
 
 from phantomhub.accounts.models import Membership, Profile, Role
 from phantomhub.portal import exports
@@ -28,78 +22,8 @@ from phantomhub.pricing.services import price_set
 from phantomhub.waste import sweeps
 from phantomhub.waste.core.model import CATEGORIES
 from tests.conftest import Tenant, _tenant
+from tests.portal.pdfs import FIGURES, assert_not_blank, csv_table, labelled, pages_text, pdf_table, rendered
 from tests.portal.runs import client_for, finished_run
-
-# The figures of a project row as the CSV has them, in the PDF's column order.
-FIGURES = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd", *(f"{c}_usd" for c in CATEGORIES)]
-
-
-def _tool(name: str) -> str:
-    """poppler-utils' tool; CI installs it (.ci/run), so there a missing one fails the test."""
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing in CI: .ci/run installs poppler-utils")
-        pytest.skip(f"{name} is not installed (apt-get install poppler-utils)")
-    return path
-
-
-def _pages_text(pdf: bytes, tmp_path: Path) -> list[str]:
-    """Each page's text, laid out as printed (pdftotext -layout separates pages by form feeds)."""
-    source = tmp_path / "review.pdf"
-    source.write_bytes(pdf)
-    done = subprocess.run([_tool("pdftotext"), "-layout", str(source), "-"], capture_output=True, check=True)
-    pages = done.stdout.decode().split("\f")
-    return pages[:-1] if pages and not pages[-1].strip() else pages
-
-
-def _rendered(pdf: bytes, tmp_path: Path) -> list[Image.Image]:
-    """Every page rendered to a PNG at 50 dpi, in page order."""
-    source = tmp_path / "render.pdf"
-    source.write_bytes(pdf)
-    subprocess.run([_tool("pdftoppm"), "-r", "50", "-png", str(source), str(tmp_path / "page")], check=True)
-    files = sorted(tmp_path.glob("page-*.png"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
-    return [Image.open(f).convert("L") for f in files]
-
-
-def _assert_not_blank(image: Image.Image) -> None:
-    """Print between the running head and the footer (a page of furniture alone is blank): at 50
-    dpi a page of a few lines of text has a few hundred dark pixels there (the sign-off page 448)."""
-    width, height = image.size
-    body = image.crop((0, int(height * 0.07), width, int(height * 0.9)))
-    dark = sum(body.histogram()[:160])
-    assert dark > 200, f"page is blank between its head and its footer ({dark} dark pixels)"
-
-
-def _number(token: str) -> Decimal:
-    return Decimal(token.replace(",", ""))
-
-
-def _pdf_rows(text: str) -> tuple[dict[tuple[str, str], list[Decimal]], list[Decimal]]:
-    """The project table read back: (team, project) → its figures, and the TOTAL line's figures."""
-    rows: dict[tuple[str, str], list[Decimal]] = {}
-    total: list[Decimal] = []
-    numeric = re.compile(r"^-?[\d,]+(\.\d+)?$")
-    for line in text.splitlines():
-        tokens = line.split()
-        if len(tokens) == 2 + len(FIGURES) and all(numeric.match(t) for t in tokens[2:]):
-            rows[(tokens[0], tokens[1])] = [_number(t) for t in tokens[2:]]
-        elif len(tokens) == 1 + len(FIGURES) and tokens[0] == "TOTAL" and all(numeric.match(t) for t in tokens[1:]):
-            total = [_number(t) for t in tokens[1:]]
-    return rows, total
-
-
-def _csv_rows(body: bytes) -> tuple[dict[tuple[str, str], list[Decimal]], list[Decimal]]:
-    rows = list(csv.DictReader(io.StringIO(body.decode())))
-    figures = {(r["team"], r["project"]): [Decimal(r[k]) for k in FIGURES] for r in rows}
-    total = figures.pop(("TOTAL", ""))
-    return figures, total
-
-
-def _labelled(text: str, label: str) -> Decimal:
-    found = re.search(rf"^\s*{label}\s+(-?[\d,]+\.\d+)\b", text, re.MULTILINE)
-    assert found, f"{label!r} not in the PDF"
-    return _number(found.group(1))
 
 
 def _month_before(day: date) -> date:
@@ -140,24 +64,24 @@ def _fetch(user: User, month: str) -> tuple[bytes, bytes]:
 def test_the_pdf_of_a_live_month_renders_every_page_with_the_csv_s_figures(review_books: dict[str, Any], tmp_path: Path) -> None:
     month = review_books["month"]
     pdf, body = _fetch(review_books["users"]["fin"], month)
-    pages = _pages_text(pdf, tmp_path)
-    images = _rendered(pdf, tmp_path)
+    pages = pages_text(pdf, tmp_path)
+    images = rendered(pdf, tmp_path)
     assert len(images) == len(pages) >= 1
     for image in images:
-        _assert_not_blank(image)
+        assert_not_blank(image)
     for number, page in enumerate(pages, start=1):
         assert "LIVE: figures may change" in page
         assert f"Page {number} of {len(pages)}" in page
     text = "\n".join(pages)
     assert "Live — figures may change" in text and "Prepared by" in text and "Approved by" in text
-    pdf_rows, pdf_total = _pdf_rows(text)
-    csv_rows, csv_total = _csv_rows(body)
+    pdf_rows, pdf_total = pdf_table(text)
+    csv_rows, csv_total = csv_table(body)
     assert len(csv_rows) == 4 and {team for team, _ in csv_rows} == {"nlp", "vision", "speech"}
     assert pdf_rows == csv_rows
     assert pdf_total == csv_total
-    assert _labelled(text, "Total spend") == Decimal(csv_total[FIGURES.index("cost_usd")])
-    assert _labelled(text, "Total recoverable") == csv_total[FIGURES.index("recoverable_usd")]
-    assert _labelled(text, "Total GPU-hours") == csv_total[FIGURES.index("gpu_hours")]
+    assert labelled(text, "Total spend") == Decimal(csv_total[FIGURES.index("cost_usd")])
+    assert labelled(text, "Total recoverable") == csv_total[FIGURES.index("recoverable_usd")]
+    assert labelled(text, "Total GPU-hours") == csv_total[FIGURES.index("gpu_hours")]
     assert re.search(r"H100-SXM\s+any\s+any\s+on-demand\s+36.00\s", text)  # the price entry that priced the month
 
 
@@ -175,15 +99,15 @@ def test_the_pdf_of_a_closed_month_says_closed_on_every_page_with_its_adjustment
     review = fin.get(f"/api/v1/portal/finance/{month}").json()
     assert review["adjustment"]["differs"]
     pdf, csv_body = _fetch(review_books["users"]["fin"], month)
-    pages = _pages_text(pdf, tmp_path)
-    for image in _rendered(pdf, tmp_path):
-        _assert_not_blank(image)
+    pages = pages_text(pdf, tmp_path)
+    for image in rendered(pdf, tmp_path):
+        assert_not_blank(image)
     for page in pages:
         assert re.search(rf"{month} CLOSED on \d{{4}}-\d\d-\d\d \d\d:\d\d UTC by fin: frozen figures", page), page[-300:]
         assert "LIVE" not in page
     text = "\n".join(pages)
     # The closed figures, as the CSV of the closed month has them; the live ones only in the note.
-    assert _pdf_rows(text) == _csv_rows(csv_body)
+    assert pdf_table(text) == csv_table(csv_body)
     assert "Adjustments since closing" in text
     adjustment = Decimal(f"{review['adjustment']['difference']['cost_usd']:.2f}")
     assert adjustment > 0 and f"an adjustment of +{adjustment:,.2f} USD" in re.sub(r"\s+", " ", text)
@@ -193,9 +117,9 @@ def test_the_pdf_of_a_closed_month_says_closed_on_every_page_with_its_adjustment
 def test_a_member_s_pdf_holds_their_teams_rows_as_their_csv_does(review_books: dict[str, Any], tmp_path: Path) -> None:
     month = review_books["month"]
     pdf, body = _fetch(review_books["users"]["member"], month)
-    text = "\n".join(_pages_text(pdf, tmp_path))
-    pdf_rows, pdf_total = _pdf_rows(text)
-    csv_rows, csv_total = _csv_rows(body)
+    text = "\n".join(pages_text(pdf, tmp_path))
+    pdf_rows, pdf_total = pdf_table(text)
+    csv_rows, csv_total = csv_table(body)
     assert set(pdf_rows) == set(csv_rows) == {("nlp", "llm-pretrain"), ("nlp", "tokenizer")}
     assert pdf_rows == csv_rows and pdf_total == csv_total
     assert "vision" not in text and "speech" not in text
@@ -234,25 +158,25 @@ def _context(max_rows: int) -> PdfContext:
 def test_a_long_review_spans_pages_with_the_table_header_and_the_status_on_each(tmp_path: Path) -> None:
     review = _big_review(240)
     pdf = finance_pdf(review, _context(1000))
-    pages = _pages_text(pdf, tmp_path)
+    pages = pages_text(pdf, tmp_path)
     assert len(pages) >= 5
-    table_pages = [p for p in pages if _pdf_rows(p)[0]]
+    table_pages = [p for p in pages if pdf_table(p)[0]]
     assert len(table_pages) >= 4
     for page in table_pages:  # the header repeated over the rows on every page they reach
         assert re.search(r"Team\s+Project\s+Runs\s+GPU-hours\s+Spend\s+Waste\s+Recoverable\s+Lost", page)
     for number, page in enumerate(pages, start=1):
         assert "2026-11 LIVE: figures may change" in page and f"Page {number} of {len(pages)}" in page
         assert "Generated 2026-12-05 08:00 UTC for fin" in page
-    csv_rows, csv_total = _csv_rows(exports.finance_csv(review).encode())
-    pdf_rows, pdf_total = _pdf_rows("\n".join(pages))
+    csv_rows, csv_total = csv_table(exports.finance_csv(review).encode())
+    pdf_rows, pdf_total = pdf_table("\n".join(pages))
     assert pdf_rows == csv_rows and pdf_total == csv_total
 
 
 def test_a_review_over_the_row_bound_prints_the_largest_rows_and_says_so(tmp_path: Path) -> None:
     review = _big_review(120)
-    text = "\n".join(_pages_text(finance_pdf(review, _context(25)), tmp_path))
-    pdf_rows, pdf_total = _pdf_rows(text)
-    csv_rows, csv_total = _csv_rows(exports.finance_csv(review).encode())
+    text = "\n".join(pages_text(finance_pdf(review, _context(25)), tmp_path))
+    pdf_rows, pdf_total = pdf_table(text)
+    csv_rows, csv_total = csv_table(exports.finance_csv(review).encode())
     largest = {(r["team"], r["project"]) for r in review["rows"][-25:]}  # spend grows with the row's number
     assert set(pdf_rows) == largest and all(pdf_rows[k] == csv_rows[k] for k in largest)
     assert pdf_total == csv_total  # the totals still cover every row
