@@ -53,7 +53,7 @@ def review_books(owner: Tenant, outsider: Tenant) -> dict[str, Any]:
 
 def _fetch(user: User, month: str) -> tuple[bytes, bytes]:
     client = client_for(user)
-    pdf = client.get(f"/api/v1/portal/finance/{month}.pdf")
+    pdf = client.get(f"/api/v1/portal/finance/{month}.pdf", HTTP_ACCEPT="application/pdf")
     assert pdf.status_code == 200, pdf.content[:500]
     assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF-")
     body = client.get(f"/api/v1/portal/finance/{month}.csv")
@@ -183,3 +183,13 @@ def test_a_review_over_the_row_bound_prints_the_largest_rows_and_says_so(tmp_pat
     assert "the 25 largest of 120 project rows by spend are listed; the other 95 are counted in the totals" in re.sub(
         r"\s+", " ", text
     )
+
+
+@pytest.mark.django_db
+def test_errors_of_a_pdf_asked_for_by_accept_are_the_api_s_json() -> None:
+    user = User.objects.create_user("fin")
+    Profile.objects.create(user=user, is_finance=True)
+    refused = client_for(user).get("/api/v1/portal/finance/2026-13.pdf", HTTP_ACCEPT="application/pdf")
+    assert refused.status_code == 400 and set(refused.json()["error"]["fields"]) == {"month"}
+    anonymous = client_for(None).get("/api/v1/portal/finance/2026-07.pdf", HTTP_ACCEPT="application/pdf")
+    assert anonymous.status_code == 401 and anonymous["Content-Type"] == "application/json"
