@@ -149,7 +149,7 @@ def _numbered_canvas(review: dict[str, Any], ctx: PdfContext) -> type[Canvas]:
             self.line(MARGIN, MARGIN - 3 * mm, width - MARGIN, MARGIN - 3 * mm)
             self.setFillColor(colors.black)
             self.setFont(BOLD, 7.5)
-            self.drawString(MARGIN, MARGIN - 7 * mm, status)
+            self.drawString(MARGIN, MARGIN - 7 * mm, _clip(status, width / 2 + 15 * mm, BOLD, 7.5))
             self.setFont(FONT, 7)
             self.drawCentredString(width / 2 + 40 * mm, MARGIN - 7 * mm, f"Page {number} of {total}")
             self.drawRightString(width - MARGIN, MARGIN - 7 * mm, _clip(generated, 70 * mm, FONT, 7))
