@@ -126,6 +126,7 @@ bench: venv-dev frontend ## run the benchmarks (prints figures, writes bench/res
 	$(PY) bench/savings.py
 	$(PY) bench/lost_work.py
 	$(PY) bench/portal.py --browser
+	$(PY) bench/finance_pdf.py
 	$(PY) bench/storage.py
 	$(PY) bench/fleet.py
 	$(PY) bench/fleet_nodes.py

@@ -342,6 +342,11 @@ TARGET_MFU_DEFAULT = env_float("PHANTOMHUB_TARGET_MFU", 0.5, minimum=0.01, maxim
 CURRENCY = (env_str("PHANTOMHUB_CURRENCY", "USD") or "USD").upper()
 if not (len(CURRENCY) == 3 and CURRENCY.isalpha() and CURRENCY.isascii()):
     raise ConfigError(f"PHANTOMHUB_CURRENCY={CURRENCY!r} is not an ISO 4217 code (USD, EUR, ...)")
+# The finance review's PDF (portal/finance_pdf.py): the organization's name in its title, and at
+# most FINANCE_PDF_MAX_ROWS team/project rows printed (the largest by spend; the PDF says how many
+# it left out, the totals and the CSV keep every row): 2,000 rows render in about a second.
+ORG_NAME = env_str("PHANTOMHUB_ORG_NAME", "PhantomHub") or "PhantomHub"
+FINANCE_PDF_MAX_ROWS = env_int("PHANTOMHUB_FINANCE_PDF_MAX_ROWS", 2000, minimum=10, maximum=20_000)
 # FOCUS invoice import (docs/fleet.md, "The invoice"): a file of more than FOCUS_INLINE_LINES lines
 # is imported by a background job (the POST answers 202), not in its request; a body is at most
 # FOCUS_MAX_BYTES (the job's CSV waits in the database until it runs).

@@ -109,6 +109,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-project", "get"): ORG_READ,
     ("portal-project", "patch"): "401 403 403 403 403 ok 403 ok",
     ("portal-finance-csv", "get"): ORG_READ,
+    ("portal-finance-pdf", "get"): ORG_READ,  # as the CSV: the same review, the same rows
     ("portal-finance", "get"): ORG_READ,
     ("portal-finance-close", "post"): "401 403 403 403 403 403 ok ok",
     ("portal-finance-reopen", "post"): ADMIN_WRITE,
@@ -367,6 +368,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-project-failures": {"slug": "llm-pretrain"},
         "portal-job": {"job_id": world.training_job_id},
         "portal-finance-csv": {"month": "2026-09"},
+        "portal-finance-pdf": {"month": "2026-09"},
         "portal-finance": {"month": "2026-09"},
         "portal-finance-close": {"month": "2026-09"},
         "portal-finance-reopen": {"month": "2026-09"},

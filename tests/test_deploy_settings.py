@@ -111,6 +111,8 @@ def test_the_proxy_ssl_header_is_read_only_when_proxies_are_configured(monkeypat
         ({"PHANTOMHUB_METRICS_PUBLIC": "1", "PHANTOMHUB_METRICS_TOKEN": "m" * 32}, "PHANTOMHUB_METRICS_PUBLIC"),
         ({"PHANTOMHUB_METRICS_TOKEN": "short"}, "PHANTOMHUB_METRICS_TOKEN"),
         ({"PHANTOMHUB_REDIS_URL": "http://redis:6379"}, "PHANTOMHUB_REDIS_URL"),
+        ({"PHANTOMHUB_FINANCE_PDF_MAX_ROWS": "5"}, "PHANTOMHUB_FINANCE_PDF_MAX_ROWS"),  # below 10
+        ({"PHANTOMHUB_FINANCE_PDF_MAX_ROWS": "all"}, "PHANTOMHUB_FINANCE_PDF_MAX_ROWS"),
     ],
 )  # fmt: skip
 def test_a_bad_value_stops_start_up_naming_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str) -> None:

@@ -153,6 +153,7 @@ def test_periods_outside_the_range_of_telemetry_get_a_400(admin: APIClient, mont
     for path, field in [
         (f"/api/v1/portal/finance/{month}", "month"),
         (f"/api/v1/portal/finance/{month}.csv", "month"),
+        (f"/api/v1/portal/finance/{month}.pdf", "month"),
         (f"/api/v1/portal/overview?period={month}", "period"),
         (f"/api/v1/portal/leaderboards/runs?period={month}", "period"),
         (f"/api/v1/portal/teams/nlp?period={month}", "period"),
@@ -168,6 +169,7 @@ def test_periods_outside_the_range_of_telemetry_get_a_400(admin: APIClient, mont
 def test_the_first_and_last_months_work_and_compare_with_the_month_before(admin: APIClient) -> None:
     for month in ("2000-01", "2099-12"):
         assert admin.get(f"/api/v1/portal/finance/{month}").status_code == 200
+        assert admin.get(f"/api/v1/portal/finance/{month}.pdf").status_code == 200
         overview = admin.get("/api/v1/portal/overview", {"period": month})
         assert overview.status_code == 200, overview.content
     assert admin.get("/api/v1/portal/overview", {"period": "2000-01"}).json()["period"]["label"] == "2000-01"

@@ -9,11 +9,13 @@ from django.conf import settings
 from django.contrib.auth import authenticate, login, logout
 from django.http import HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,6 +30,7 @@ from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import Period, month_period, period_parse
 from phantomhub.portal import exports, finance, people, run_page, selectors, services
+from phantomhub.portal.finance_pdf import PdfContext, finance_pdf
 from phantomhub.portal.jobs import run_job_link
 from phantomhub.portal.models import ClosedMonth
 from phantomhub.schema import ErrorSerializer
@@ -406,6 +409,34 @@ class FinanceCsvApi(APIView):
         response = HttpResponse(exports.finance_csv(review), content_type="text/csv")
         state = "closed" if review["closed"] else "open"
         response["Content-Disposition"] = f'attachment; filename="phantomhub-finance-{month}-{state}.csv"'
+        return response
+
+
+class _AnyAccept(BaseContentNegotiation):
+    """A file download answers its own type whatever Accept says (`Accept: application/pdf` is no
+    406); its errors are JSON, the API's one error shape."""
+
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return parsers[0]
+
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> tuple[Any, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class FinancePdfApi(APIView):
+    content_negotiation_class = _AnyAccept
+
+    @extend_schema(responses={(200, "application/pdf"): OpenApiTypes.BINARY}, summary="The monthly review as a PDF for sign-off")
+    def get(self, request: Request, month: str) -> HttpResponse:
+        # The same review as the page and the CSV (the reader's rows only), drawn, not recomputed.
+        review = _finance_view(request, month)
+        context = PdfContext(
+            org=settings.ORG_NAME, reader=request.user.get_username(), sees_everything=_finance_or_admin(request.user),
+            generated_at=timezone.now(), currency=settings.CURRENCY, max_rows=settings.FINANCE_PDF_MAX_ROWS,
+        )  # fmt: skip
+        response = HttpResponse(finance_pdf(review, context), content_type="application/pdf")
+        state = "closed" if review["closed"] else "open"
+        response["Content-Disposition"] = f'attachment; filename="phantomhub-finance-{month}-{state}.pdf"'
         return response
 
 

@@ -18,6 +18,7 @@ urlpatterns = [
     path("jobs", jobs.JobListApi.as_view(), name="portal-jobs"),
     path("jobs/<uuid:job_id>", jobs.JobPageApi.as_view(), name="portal-job"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})\.csv$", api.FinanceCsvApi.as_view(), name="portal-finance-csv"),
+    re_path(r"^finance/(?P<month>\d{4}-\d{2})\.pdf$", api.FinancePdfApi.as_view(), name="portal-finance-pdf"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})$", api.FinanceApi.as_view(), name="portal-finance"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})/close$", api.FinanceCloseApi.as_view(), name="portal-finance-close"),
     re_path(r"^finance/(?P<month>\d{4}-\d{2})/reopen$", api.FinanceReopenApi.as_view(), name="portal-finance-reopen"),

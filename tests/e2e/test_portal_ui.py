@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Api, Server
+from tests.portal.pdfs import assert_not_blank, csv_table, pages_text, pdf_table, rendered
 
 pytestmark = pytest.mark.e2e
 
@@ -317,6 +318,29 @@ def test_the_finance_csv_totals_match_the_api(signed_in: Any, api: Api, server: 
     # The table's footer shows the same total.
     footer = page.get_by_test_id("finance-table").locator("tfoot")
     assert usd(totals["cost_usd"]) in footer.inner_text()
+
+
+def test_the_finance_pdf_downloads_from_the_page_with_the_csv_s_figures(signed_in: Any, api: Api, tmp_path: Path) -> None:
+    page = signed_in
+    month, report = _busiest_month(api)
+    page.goto(f"/finance?month={month}")
+    page.get_by_test_id("finance-spend").wait_for()
+    with page.expect_download() as pdf_download:
+        page.get_by_role("link", name="Download PDF").click()
+    with page.expect_download() as csv_download:
+        page.get_by_test_id("finance-csv").click()
+    pdf = Path(pdf_download.value.path()).read_bytes()
+    assert pdf.startswith(b"%PDF-")
+    pages = pages_text(pdf, tmp_path)
+    images = rendered(pdf, tmp_path)
+    assert len(images) == len(pages) >= 1
+    for image in images:
+        assert_not_blank(image)
+    status = f"{month} CLOSED on" if report["closed"] else f"{month} LIVE: figures may change"
+    assert all(status in text for text in pages)
+    rows, total = pdf_table("\n".join(pages))
+    csv_rows, csv_total = csv_table(Path(csv_download.value.path()).read_bytes())
+    assert len(rows) == len(report["rows"]) and rows == csv_rows and total == csv_total
 
 
 def test_the_dark_theme_toggle_is_remembered(signed_in: Any) -> None:

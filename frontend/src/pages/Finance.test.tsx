@@ -121,3 +121,14 @@ test("finance shows the dollars lost to failures beside recoverable, per row and
   const order = within(table).getAllByRole("row").slice(1, -1).map((r) => r.getAttribute("data-row-key"));
   expect(order).toEqual(["recsys/asr", "recsys/diffusion"]);
 });
+
+test("the review downloads as CSV and as a PDF for sign-off, both for the month shown", async () => {
+  renderFinance(() => report({}));
+  await screen.findByTestId("finance-spend");
+  expect(screen.getByRole("link", { name: "Download CSV" })).toHaveAttribute("href", "/api/v1/portal/finance/2026-11.csv");
+  const pdf = screen.getByRole("link", { name: "Download PDF" });
+  expect(pdf).toHaveAttribute("href", "/api/v1/portal/finance/2026-11.pdf");
+  expect(pdf).toHaveAttribute("download", "phantomhub-finance-2026-11.pdf");
+  await userEvent.click(screen.getByRole("button", { name: "Previous month" }));
+  expect(await screen.findByRole("link", { name: "Download PDF" })).toHaveAttribute("href", "/api/v1/portal/finance/2026-10.pdf");
+});

@@ -22,6 +22,11 @@ export function financeCsvUrl(month: string): string {
   return apiUrl(`finance/${month}.csv`);
 }
 
+/** The month's review as a PDF for sign-off: the same rows as the CSV, its status on every page. */
+export function financePdfUrl(month: string): string {
+  return apiUrl(`finance/${month}.pdf`);
+}
+
 function financeValue(row: FinanceRow, key: string): unknown {
   if (key.startsWith("cat.")) return row.categories_usd[key.slice(4)] ?? null;
   return (row as unknown as Record<string, unknown>)[key];
@@ -162,6 +167,9 @@ export function FinancePage() {
             </button>
             <a className="btn" href={financeCsvUrl(month)} download={`phantomhub-finance-${month}.csv`} data-testid="finance-csv">
               Download CSV
+            </a>
+            <a className="btn" href={financePdfUrl(month)} download={`phantomhub-finance-${month}.pdf`} data-testid="finance-pdf" title="The review for sign-off: totals, rows, prices, the month's status on every page">
+              Download PDF
             </a>
             <SaveViewButton />
             {report && !report.closed && canCloseMonth(user) && (
