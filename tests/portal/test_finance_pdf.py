@@ -21,7 +21,7 @@ from phantomhub.pricing.models import PriceEntry
 from phantomhub.pricing.services import price_set
 from phantomhub.waste import sweeps
 from phantomhub.waste.core.model import CATEGORIES
-from tests.conftest import Tenant, _tenant
+from tests.conftest import Tenant, tenant_for
 from tests.portal.pdfs import FIGURES, assert_not_blank, csv_table, labelled, pages_text, pdf_table, rendered
 from tests.portal.runs import client_for, finished_run
 
@@ -38,7 +38,7 @@ def review_books(owner: Tenant, outsider: Tenant) -> dict[str, Any]:
     price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("36"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
     month = _month_before(timezone.now().date())
     at = datetime(month.year, month.month, 10, 9, tzinfo=UTC)
-    tokenizer, speech = _tenant("nlp", "tokenizer"), _tenant("speech", "asr")
+    tokenizer, speech = tenant_for("nlp", "tokenizer"), tenant_for("speech", "asr")
     runs = [(owner, 900, 0.25), (owner, 400, 0.5), (tokenizer, 700, 0.1), (outsider, 600, 0.3), (outsider, 300, 0.6),
             (speech, 500, 0.4)]  # fmt: skip
     for n, (tenant, seconds, data_s) in enumerate(runs):
