@@ -10,6 +10,7 @@ import csv
 import io
 import random
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,7 +28,7 @@ from phantomhub.waste import sweeps
 from phantomhub.waste.core.model import CATEGORIES
 from phantomhub.waste.models import RunAnalysis, RunDay
 from phantomhub.waste.rollups import rollups_rebuild
-from tests.conftest import Tenant
+from tests.conftest import Tenant, rows_for_the_module, tenant_for
 from tests.portal.test_consistent_figures import _run
 
 OCTOBER = {"from": "2026-10-01", "to": "2026-10-31"}
@@ -93,18 +94,25 @@ def _stored_runs(count: int, rng: random.Random) -> None:
     rollups_rebuild(days={d.day for d in days})
 
 
-@pytest.fixture
-def october(owner: Tenant) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def october_rows(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
     """One real run across the end of October (ingested and analysed: 20 minutes on one H100 at
-    $36 per GPU-hour, ten of them in October), and 108 stored runs billed in October."""
-    PriceEntry.objects.all().delete()
-    price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("36"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
-    crossing = _run(owner, "crossing", datetime(2026, 10, 31, 23, 50, tzinfo=UTC), 1200)
-    sweeps.analysis_sweep(inline=True)
-    _stored_runs(STORED, random.Random(29))
-    root = User.objects.create_user("root", password="pw")
-    Profile.objects.create(user=root, is_org_admin=True)
-    return {"crossing": crossing, "root": _client(root)}
+    $36 per GPU-hour, ten of them in October), and 108 stored runs billed in October; made once
+    for the module."""
+    with rows_for_the_module(django_db_blocker):
+        PriceEntry.objects.all().delete()
+        price_set(gpu="H100-SXM", usd_per_gpu_hour=Decimal("36"), effective_from=datetime(2020, 1, 1, tzinfo=UTC))
+        crossing = _run(tenant_for("nlp", "llm-pretrain"), "crossing", datetime(2026, 10, 31, 23, 50, tzinfo=UTC), 1200)
+        sweeps.analysis_sweep(inline=True)
+        _stored_runs(STORED, random.Random(29))
+        root = User.objects.create_user("root", password="pw")
+        Profile.objects.create(user=root, is_org_admin=True)
+        yield {"crossing": crossing, "root": root.pk}
+
+
+@pytest.fixture
+def october(october_rows: dict[str, Any], db: None) -> dict[str, Any]:
+    return {**october_rows, "root": _client(User.objects.get(pk=october_rows["root"]))}
 
 
 def _csv(response: Any) -> list[dict[str, str]]:
