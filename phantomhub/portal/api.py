@@ -29,7 +29,6 @@ from phantomhub.errors import ApiError, invalid, query_int
 from phantomhub.periods import Period, month_period, period_parse
 from phantomhub.portal import exports, finance, people, run_page, selectors, services
 from phantomhub.portal.jobs import run_job_link
-from phantomhub.portal.models import ClosedMonth
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
@@ -371,26 +370,7 @@ class ProjectPageApi(APIView):
 
 
 def _finance_view(request: Request, month: str) -> dict[str, Any]:
-    period = month_period(month)
-    closed = ClosedMonth.objects.filter(month=period.start).select_related("closed_by").first()
-    review = closed.snapshot if closed else finance.finance_review(period=period)
-    review = finance.finance_rows_visible(review, request.user, period)
-    # A closed month's frozen figures, and beside them what the live figures say now and why.
-    adjustment = None
-    if closed is not None:
-        adjustment = finance.finance_adjustment(closed=closed, review=review, principal=request.user, period=period)
-    history = finance.month_history(period.start)
-    if not _finance_or_admin(request.user):  # the whole organization's totals are finance's
-        history = [{**entry, "totals": None} for entry in history]
-    return review | {
-        "closed": closed is not None,
-        "closed_at": closed.closed_at.isoformat() if closed else None,
-        "closed_by": closed.closed_by.get_username() if closed and closed.closed_by else None,
-        "model_version": closed.model_version if closed else None,
-        "adjustment": adjustment,
-        "history": history,
-        "closable": finance.month_closable(period),
-    }
+    return finance.finance_page(period=month_period(month), principal=request.user, whole_org=_finance_or_admin(request.user))
 
 
 class FinanceApi(APIView):
