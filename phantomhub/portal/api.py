@@ -25,9 +25,9 @@ from phantomhub.accounts.oidc_session import logout_url, sign_in_methods
 from phantomhub.accounts.passwords import PASSWORDS_OFF_CODE, PASSWORDS_OFF_MESSAGE
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
-from phantomhub.errors import ApiError, invalid, query_int
+from phantomhub.errors import ApiError, query_int
 from phantomhub.periods import Period, month_period, period_parse
-from phantomhub.portal import exports, finance, people, run_page, selectors, services
+from phantomhub.portal import exports, finance, people, run_list, run_page, selectors, services
 from phantomhub.portal.jobs import run_job_link
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
@@ -130,20 +130,8 @@ def _page_params(request: Request) -> tuple[int, int]:
     return query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 50, 1, 200)
 
 
-LAUNCHED_BY_MAX = 128  # telemetry Run.launched_by
-
-
 def _run_filters(request: Request) -> dict[str, str]:
-    names = ("team", "project", "status", "gpu", "tag", "from", "to", "q", "launched_by")
-    filters = {k: request.query_params.get(k, "").strip() for k in names}
-    if len(filters["launched_by"]) > LAUNCHED_BY_MAX:
-        raise invalid("launched_by", f"must be at most {LAUNCHED_BY_MAX} characters")
-    for name in ("from", "to"):
-        if filters[name] and not _is_date(filters[name]):
-            raise invalid(name, "must be a date (YYYY-MM-DD)")
-    if filters["from"] and filters["to"] and filters["to"] < filters["from"]:
-        raise invalid("to", "must not be before from")
-    return filters
+    return run_list.run_filters(request.query_params)
 
 
 def _csv_response(rows: Any, filename: str) -> StreamingHttpResponse:
@@ -179,15 +167,6 @@ class RunListCsvApi(APIView):
         filters = _run_filters(request)
         rows = selectors.runs_all(principal=request.user, filters=filters, sort=request.query_params.get("sort"))
         return _csv_response(exports.runs_csv(rows, span=selectors.billed_span(filters)), "phantomhub-runs.csv")
-
-
-def _is_date(text: str) -> bool:
-    from django.utils.dateparse import parse_date
-
-    try:
-        return parse_date(text) is not None
-    except ValueError:
-        return False
 
 
 class RunPageApi(APIView):
