@@ -62,10 +62,9 @@ def subscription_save(*, sub: Subscription, changes: dict[str, Any], now: dateti
     return sub
 
 
-def _rows(sub: Subscription, period: ReportPeriod, report: Report | None, refusal: str) -> list[ReportDelivery]:
-    """The period's delivery rows, one per channel: pending with the report fixed in them, or
-    failed with the reason when there is no report to send."""
-    now = timezone.now()
+def _rows(sub: Subscription, period: ReportPeriod, report: Report | None, refusal: str, now: datetime) -> list[ReportDelivery]:
+    """The period's delivery rows, one per channel: pending (due `now`) with the report fixed in
+    them, or failed with the reason when there is no report to send."""
     base: dict[str, Any] = {"subscription": sub, "period_key": period.key, "period_start": period.start,
                             "period_end": period.end}  # fmt: skip
     if report is None:
@@ -114,7 +113,7 @@ def period_claim(*, sub: Subscription, now: datetime) -> str:
             return "taken"
         try:
             with transaction.atomic():  # a savepoint: the claim's insert fails alone
-                ReportDelivery.objects.bulk_create(_rows(locked, period, report, refusal))
+                ReportDelivery.objects.bulk_create(_rows(locked, period, report, refusal, now))
         except IntegrityError:
             return "taken"
     return "claimed" if report is not None else "refused"
