@@ -58,9 +58,11 @@ RECORDED: tuple[Recorded, ...] = (
     Recorded("portal.SavedView", "saved_view"),  # a saved filter: its name, page, query and team
     # Who receives which figures where. next_due_at moves at every send: not a change anyone made.
     Recorded(
-        "reports.Subscription", "report_subscription", mask=("webhook_url", "webhook_secret"),
+        "reports.Subscription",
+        "report_subscription",
+        mask=("webhook_url", "webhook_secret"),
         leave_out=lambda name: name in ("created_at", "updated_at", "next_due_at"),
-    ),  # fmt: skip
+    ),
 )
 
 # The kinds as the Audit log page's filter names them, in its order.

@@ -199,7 +199,7 @@ def _view_month(params: dict[str, str], period: ReportPeriod) -> str:
 
 
 def _saved_view(owner: User, sub: Subscription, period: ReportPeriod) -> Report:
-    view = views_visible(owner).filter(pk=sub.saved_view_id).first()
+    view = views_visible(owner).filter(pk=sub.saved_view_id).first() if sub.saved_view_id is not None else None
     if view is None:
         raise ReportRefused("the subscriber no longer sees the saved view")
     params = dict(parse_qsl(view.query))

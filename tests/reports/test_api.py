@@ -43,7 +43,9 @@ def _post(books: Books, who: str, body: dict[str, Any]) -> Any:
         ({"kind": "monthly_everything"}, "kind", 400),
     ],
 )
-def test_bad_input_is_a_4xx_naming_the_field_and_writes_nothing(books: Books, changes: dict[str, Any], field: str, status: int) -> None:
+def test_bad_input_is_a_4xx_naming_the_field_and_writes_nothing(
+    books: Books, changes: dict[str, Any], field: str, status: int
+) -> None:
     response = _post(books, "ann", {**DIGEST, **changes})
     assert response.status_code == status, response.content
     assert field in response.json()["error"]["fields"], response.json()

@@ -8,7 +8,6 @@ import csv
 import hashlib
 import hmac
 import io
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,7 +84,8 @@ def test_the_finance_review_goes_out_once_per_period_through_passes_and_a_restar
     for key in ("cost_usd", "waste_usd", "recoverable_usd", "lost_usd"):
         assert float(total[key]) == page["totals"][key]
     assert page["totals"]["cost_usd"] > 0 and {r["project"] for r in _csv(attached)[:-1]} == {
-        books.owner.project.slug, books.outsider.project.slug
+        books.owner.project.slug,
+        books.outsider.project.slug,
     }
 
     got = receiver.got[0]
@@ -98,9 +98,7 @@ def test_the_finance_review_goes_out_once_per_period_through_passes_and_a_restar
     assert body["totals"]["cost_usd"] == page["totals"]["cost_usd"]
 
 
-def test_a_crash_after_the_claim_is_sent_by_the_next_pass_and_a_sent_report_never_again(
-    books: Books, receiver: Receiver
-) -> None:
+def test_a_crash_after_the_claim_is_sent_by_the_next_pass_and_a_sent_report_never_again(books: Books, receiver: Receiver) -> None:
     sub = _finance_sub(books, receiver)
     sub.refresh_from_db()
     # The claim commits, then the process dies before any attempt.
