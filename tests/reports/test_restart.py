@@ -43,8 +43,8 @@ def _scheduler_pass(at: str, email_port: int) -> str:
 def test_a_claim_cut_short_by_a_crash_is_sent_once_by_the_restarted_scheduler(
     books: Books,
     receiver: Receiver,
-    smtp: Smtp,
-    settings: Any,  # noqa: F811
+    smtp: Smtp,  # noqa: F811
+    settings: Any,
 ) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the scheduler's process needs the PostgreSQL test database")
