@@ -166,8 +166,8 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
     <form className="settings-form" onSubmit={submit} aria-label="New report subscription" data-testid="report-form">
       <div className="form-grid">
         <label className="field" htmlFor="report-kind">
-          <span>Report</span>
-          <select id="report-kind" className="select" value={form.kind} aria-invalid={bad("kind")} onChange={(e) => set({ kind: e.target.value as ReportKind })}>
+          <span id="report-kind-name">Report</span>
+          <select id="report-kind" aria-labelledby="report-kind-name" className="select" value={form.kind} aria-invalid={bad("kind")} onChange={(e) => set({ kind: e.target.value as ReportKind })}>
             {kinds.map((k) => (
               <option key={k} value={k}>
                 {KIND_LABEL[k]}
@@ -177,8 +177,8 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
         </label>
         {form.kind === "digest_team" && (
           <label className="field" htmlFor="report-team">
-            <span>Team</span>
-            <select id="report-team" className="select" value={form.team} aria-invalid={bad("team")} onChange={(e) => set({ team: e.target.value })}>
+            <span id="report-team-name">Team</span>
+            <select id="report-team" aria-labelledby="report-team-name" className="select" value={form.team} aria-invalid={bad("team")} onChange={(e) => set({ team: e.target.value })}>
               <option value="">choose…</option>
               {(teams.data ?? []).map((t) => (
                 <option key={t.slug} value={t.slug}>
@@ -190,8 +190,8 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
         )}
         {form.kind === "digest_project" && (
           <label className="field" htmlFor="report-project">
-            <span>Project</span>
-            <select id="report-project" className="select" value={form.project} aria-invalid={bad("project")} onChange={(e) => set({ project: e.target.value })}>
+            <span id="report-project-name">Project</span>
+            <select id="report-project" aria-labelledby="report-project-name" className="select" value={form.project} aria-invalid={bad("project")} onChange={(e) => set({ project: e.target.value })}>
               <option value="">choose…</option>
               {projects.map((p) => (
                 <option key={p.slug} value={p.slug}>
@@ -204,8 +204,8 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
         {form.kind === "saved_view" && (
           <>
             <label className="field" htmlFor="report-view">
-              <span>Saved view</span>
-              <select id="report-view" className="select" value={form.savedView} aria-invalid={bad("saved_view")} onChange={(e) => set({ savedView: e.target.value })}>
+              <span id="report-view-name">Saved view</span>
+              <select id="report-view" aria-labelledby="report-view-name" className="select" value={form.savedView} aria-invalid={bad("saved_view")} onChange={(e) => set({ savedView: e.target.value })}>
                 <option value="">choose…</option>
                 {(views.data?.views ?? []).map((v) => (
                   <option key={v.id} value={String(v.id)}>
@@ -215,8 +215,8 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
               </select>
             </label>
             <label className="field" htmlFor="report-cadence">
-              <span>Every</span>
-              <select id="report-cadence" className="select" value={form.cadence} onChange={(e) => set({ cadence: e.target.value as ReportForm["cadence"] })}>
+              <span id="report-cadence-name">Every</span>
+              <select id="report-cadence" aria-labelledby="report-cadence-name" className="select" value={form.cadence} onChange={(e) => set({ cadence: e.target.value as ReportForm["cadence"] })}>
                 <option value="weekly">week</option>
                 <option value="monthly">month</option>
               </select>
@@ -225,13 +225,13 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
         )}
         {cadence === "monthly" ? (
           <label className="field" htmlFor="report-day">
-            <span>Day of the month</span>
-            <input id="report-day" className="input input-num" type="number" min={1} max={28} value={form.dayOfMonth} aria-invalid={bad("day_of_month")} onChange={(e) => set({ dayOfMonth: e.target.value })} />
+            <span id="report-day-name">Day of the month</span>
+            <input id="report-day" aria-labelledby="report-day-name" className="input input-num" type="number" min={1} max={28} value={form.dayOfMonth} aria-invalid={bad("day_of_month")} onChange={(e) => set({ dayOfMonth: e.target.value })} />
           </label>
         ) : (
           <label className="field" htmlFor="report-weekday">
-            <span>Weekday</span>
-            <select id="report-weekday" className="select" value={form.weekday} aria-invalid={bad("weekday")} onChange={(e) => set({ weekday: e.target.value })}>
+            <span id="report-weekday-name">Weekday</span>
+            <select id="report-weekday" aria-labelledby="report-weekday-name" className="select" value={form.weekday} aria-invalid={bad("weekday")} onChange={(e) => set({ weekday: e.target.value })}>
               {WEEKDAYS.map((d, i) => (
                 <option key={d} value={String(i)}>
                   {d.slice(0, -1)}
@@ -241,15 +241,15 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
           </label>
         )}
         <label className="field" htmlFor="report-time">
-          <span>Time</span>
-          <input id="report-time" className="input" type="time" value={form.time} aria-invalid={bad("hour") ?? bad("minute")} onChange={(e) => set({ time: e.target.value })} />
+          <span id="report-time-name">Time</span>
+          <input id="report-time" aria-labelledby="report-time-name" className="input" type="time" value={form.time} aria-invalid={bad("hour") ?? bad("minute")} onChange={(e) => set({ time: e.target.value })} />
         </label>
         <label className="field" htmlFor="report-timezone">
-          <span>Time zone</span>
-          <input id="report-timezone" className="input" value={form.timezone} maxLength={64} placeholder="Europe/Berlin" aria-invalid={bad("timezone")} onChange={(e) => set({ timezone: e.target.value })} />
+          <span id="report-timezone-name">Time zone</span>
+          <input id="report-timezone" aria-labelledby="report-timezone-name" className="input" value={form.timezone} maxLength={64} placeholder="Europe/Berlin" aria-invalid={bad("timezone")} onChange={(e) => set({ timezone: e.target.value })} />
         </label>
         <label className="field" htmlFor="report-emails">
-          <span>Email to</span>
+          <span id="report-emails-name">Email to</span>
           <input
             id="report-emails"
             className="input"
@@ -262,12 +262,12 @@ function SubscriptionForm({ onDone, onCancel }: { onDone: () => void; onCancel: 
         {admin && (
           <>
             <label className="field" htmlFor="report-webhook">
-              <span>Webhook URL</span>
-              <input id="report-webhook" className="input" value={form.webhookUrl} maxLength={2000} aria-invalid={bad("webhook_url")} onChange={(e) => set({ webhookUrl: e.target.value })} />
+              <span id="report-webhook-name">Webhook URL</span>
+              <input id="report-webhook" aria-labelledby="report-webhook-name" className="input" value={form.webhookUrl} maxLength={2000} aria-invalid={bad("webhook_url")} onChange={(e) => set({ webhookUrl: e.target.value })} />
             </label>
             <label className="field" htmlFor="report-format">
-              <span>Webhook format</span>
-              <select id="report-format" className="select" value={form.webhookFormat} onChange={(e) => set({ webhookFormat: e.target.value as ReportForm["webhookFormat"] })}>
+              <span id="report-format-name">Webhook format</span>
+              <select id="report-format" aria-labelledby="report-format-name" className="select" value={form.webhookFormat} onChange={(e) => set({ webhookFormat: e.target.value as ReportForm["webhookFormat"] })}>
                 <option value="generic">generic JSON</option>
                 <option value="slack">Slack</option>
               </select>
