@@ -193,3 +193,23 @@ def test_a_subscriber_who_left_the_team_gets_no_digest_and_the_log_says_why(book
     assert row.status == "failed" and "no longer sees the team nlp" in row.error
     log = books.client("ann").get("/api/v1/reports/deliveries").json()["deliveries"]
     assert [(d["period_key"], d["status"]) for d in log] == [("2026-W39", "failed")]
+
+
+def test_a_saved_runs_view_is_sent_as_its_owner_reads_it_with_the_runs_csv(books: Books, receiver: Receiver) -> None:
+    from phantomhub.portal.models import SavedView
+
+    view = SavedView.objects.create(owner=books.users["root"], name="<b>nlp</b> runs", page="runs", query="team=nlp")
+    body = {"kind": "saved_view", "saved_view": view.pk, "cadence": "weekly", "weekday": 0, "hour": 0, "minute": 30,
+            "timezone": "Europe/Berlin", "webhook_url": receiver.url, "webhook_format": "slack"}  # fmt: skip
+    _subscribe(books, "root", {**body, "email_to": ["root@example.com"]}, DIGEST_DUE)
+    services.reports_send(now=DIGEST_DUE)
+    [message] = mail.outbox
+    [(name, attached, _)] = message.attachments
+    page_csv = b"".join(books.client("root").get("/api/v1/portal/runs.csv", {"team": "nlp"}).streaming_content).decode()
+    assert name == "phantomhub-runs-2026-W39.csv" and attached == page_csv
+    assert sorted(r["name"] for r in _csv(attached)) == ["nlp-a", "nlp-b"]
+    html = message.alternatives[0][0]
+    assert "&lt;b&gt;nlp&lt;/b&gt; runs" in html and "<b>nlp</b>" not in html  # a name is text, not markup
+    slack = receiver.got[0].json
+    assert set(slack) == {"text", "blocks"} and "&lt;b&gt;nlp&lt;/b&gt;" in slack["text"]
+    assert "/runs?team=nlp|Open the page>" in slack["text"]
