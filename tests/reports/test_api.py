@@ -104,3 +104,10 @@ def test_the_delivery_log_rejects_a_bad_status_and_lists_only_one_s_own(books: B
     assert ann.get("/api/v1/reports/deliveries").json()["deliveries"] == []
     [row] = books.client("fin").get("/api/v1/reports/deliveries").json()["deliveries"]
     assert (row["period_key"], row["status"], row["target"]) == ("2026-09", "sent", "fin@example.com")
+
+
+def test_a_body_past_16_kib_is_413_before_it_is_parsed(books: Books) -> None:
+    body = {**DIGEST, "padding": "x" * (16 * 1024)}
+    response = _post(books, "ann", body)
+    assert response.status_code == 413, response.content
+    assert Subscription.objects.count() == 0
