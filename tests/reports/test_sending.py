@@ -213,3 +213,13 @@ def test_a_saved_runs_view_is_sent_as_its_owner_reads_it_with_the_runs_csv(books
     slack = receiver.got[0].json
     assert set(slack) == {"text", "blocks"} and "&lt;b&gt;nlp&lt;/b&gt;" in slack["text"]
     assert "/runs?team=nlp|Open the page>" in slack["text"]
+
+
+def test_the_audit_log_records_the_subscription_not_its_moving_due_time(books: Books) -> None:
+    from phantomhub.audit.models import AuditEntry
+
+    sub = _finance_sub(books)
+    services.reports_send(now=FINANCE_DUE)
+    entries = AuditEntry.objects.filter(object_pk=str(sub.pk), content_type__model="subscription")
+    assert list(entries.values_list("action", flat=True)) == [0]  # its creation only: no entry per send
+    assert "next_due_at" not in entries.get().changes_dict and "kind" in entries.get().changes_dict
