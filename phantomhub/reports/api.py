@@ -193,7 +193,9 @@ def _channels(request: Request, data: dict[str, Any], owner: User, before: Subsc
             if not own:
                 raise invalid("email_to", "your account has no email address: ask an admin to set one")
             emails = [own]
-        if any(e.lower() != own.lower() for e in emails):
+        # Their own address, and those an admin already put on this subscription (a pause keeps them).
+        allowed = {own.lower(), *(e.lower() for e in (before.email_to if before else []))}
+        if any(e.lower() not in allowed for e in emails):
             raise ApiError("forbidden", "email_to: you may subscribe your own address only; admins set others",
                            fields={"email_to": "your own address only"}, status_code=403)  # fmt: skip
         if url and (before is None or url != before.webhook_url):

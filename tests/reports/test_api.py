@@ -111,3 +111,14 @@ def test_a_body_past_16_kib_is_413_before_it_is_parsed(books: Books) -> None:
     response = _post(books, "ann", body)
     assert response.status_code == 413, response.content
     assert Subscription.objects.count() == 0
+
+
+def test_addresses_an_admin_added_to_a_member_s_subscription_survive_the_member_pausing_it(books: Books) -> None:
+    sub_id = _post(books, "ann", DIGEST).json()["id"]
+    path = f"/api/v1/reports/subscriptions/{sub_id}"
+    both = ["ann@example.com", "nlp-leads@example.com"]
+    assert books.client("root").patch(path, {"email_to": both}, format="json").status_code == 200
+    paused = books.client("ann").patch(path, {"enabled": False}, format="json")
+    assert paused.status_code == 200 and paused.json()["email_to"] == both
+    extra = books.client("ann").patch(path, {"email_to": [*both, "x@example.com"]}, format="json")
+    assert extra.status_code == 403 and "email_to" in extra.json()["error"]["fields"]
