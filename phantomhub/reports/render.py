@@ -33,6 +33,8 @@ def email_text(report: Report) -> str:
         lines += ["", text_clean(table.title, max_chars=300) + ":"]
         if not table.rows:
             lines.append("  none")
+        else:
+            lines.append("  " + " | ".join(table.columns))
         for row in table.rows:
             lines.append("  " + " | ".join(text_clean(cell, max_chars=300) for cell in row))
     lines += ["", f"The figures are in the attached {report.csv_name}."]

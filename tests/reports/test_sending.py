@@ -23,7 +23,7 @@ from phantomhub.waste import sweeps
 from tests.alerts.conftest import Receiver
 from tests.reports.conftest import MONTH, Books
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]  # the once-per-period claim on SQLite too
 FINANCE_DUE = datetime(2026, 10, 1, 6, 0, tzinfo=UTC)  # 1 October 08:00 in Berlin (CEST)
 DIGEST_DUE = datetime(2026, 9, 27, 22, 30, tzinfo=UTC)  # Monday 28 September 00:30 in Berlin
 
