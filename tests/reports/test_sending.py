@@ -223,3 +223,17 @@ def test_the_audit_log_records_the_subscription_not_its_moving_due_time(books: B
     entries = AuditEntry.objects.filter(object_pk=str(sub.pk), content_type__model="subscription")
     assert list(entries.values_list("action", flat=True)) == [0]  # its creation only: no entry per send
     assert "next_due_at" not in entries.get().changes_dict and "kind" in entries.get().changes_dict
+
+
+def test_on_the_spring_dst_night_the_0030_berlin_digest_goes_out_at_2230_utc_for_the_berlin_week(books: Books) -> None:
+    body = {"kind": "digest_team", "team": "nlp", "cadence": "weekly", "weekday": 0, "hour": 0, "minute": 30,
+            "timezone": "Europe/Berlin"}  # fmt: skip
+    due = datetime(2026, 3, 29, 22, 30, tzinfo=UTC)  # Monday 30 March 00:30 CEST, summer time since 02:00
+    sub = _subscribe(books, "ann", body, due)
+    assert services.reports_send(now=due - timedelta(seconds=1)).claimed == 0
+    assert services.reports_send(now=due).claimed == 1
+    [row] = ReportDelivery.objects.filter(subscription=sub)
+    assert (row.period_key, str(row.period_start), str(row.period_end)) == ("2026-W13", "2026-03-23", "2026-03-29")
+    sub.refresh_from_db()
+    assert sub.next_due_at == datetime(2026, 4, 5, 22, 30, tzinfo=UTC)
+    assert mail.outbox[0].subject == "[PhantomHub] Weekly digest, team nlp, 2026-W13"
