@@ -49,6 +49,8 @@ JOBS: tuple[Job, ...] = (
         what="node-days marked by node telemetry"),
     Job("alerts-evaluate", "phantomhub.alerts.tasks.evaluate", "ALERT_INTERVAL_S", quick=True,
         what="alert rules over the analyses just stored, and due deliveries"),
+    Job("reports-send", "phantomhub.reports.tasks.reports_send", "REPORTS_INTERVAL_S", quick=True,
+        what="scheduled reports past their due time (one indexed read when none is), and due retries"),
     Job("storage-maintain", "phantomhub.telemetry.tasks.storage_maintain", "STORAGE_INTERVAL_S",
         what="partitions ahead, finished runs archived, expired raw rows retired"),
     Job("fleet-purge", "phantomhub.fleet.tasks.fleet_purge", "FLEET_PURGE_INTERVAL_S",

@@ -89,6 +89,7 @@ INSTALLED_APPS = [
     "phantomhub.portal",
     "phantomhub.fleet",
     "phantomhub.alerts",
+    "phantomhub.reports",
     "phantomhub.demo",
     "axes",
     "auditlog",
@@ -313,6 +314,12 @@ FLEET_PURGE_INTERVAL_S = 3600.0
 # The audit log (docs/audit.md): entries kept this many days, then purged by the hourly job.
 AUDIT_RETENTION_DAYS = env_int("PHANTOMHUB_AUDIT_RETENTION_DAYS", 400, minimum=30, maximum=36_500)
 AUDIT_PURGE_INTERVAL_S = 3600.0
+# Scheduled reports (docs/reports.md): how often beat looks for subscriptions past their due time
+# (the embedded sweeper looks every 5 s: a pass with nothing due reads one index), and the retries
+# of a delivery that failed: base × 3^(attempt−1) seconds, up to REPORT_MAX_ATTEMPTS tries.
+REPORTS_INTERVAL_S = env_float("PHANTOMHUB_REPORTS_INTERVAL_S", 60.0, minimum=1, maximum=3600)
+REPORT_RETRY_BASE_S = env_float("PHANTOMHUB_REPORT_RETRY_BASE_S", 60.0, minimum=0.01, maximum=3600)
+REPORT_MAX_ATTEMPTS = env_int("PHANTOMHUB_REPORT_MAX_ATTEMPTS", 6, minimum=1, maximum=50)
 CELERY_BEAT_SCHEDULE = beat_schedule(globals())
 # Node collector telemetry (phantomhub/fleet): raw GPU/process samples kept this many days (the
 # derived per-day rows stay), and the FOCUS tag whose value names a node's hostname.

@@ -161,6 +161,15 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-views", "post"): PEOPLE_ONLY,
     ("portal-view", "patch"): "401 403 403 403 ok 403 404 404",
     ("portal-view", "delete"): "401 403 403 403 ok ok 404 404",
+    # Scheduled reports (phantomhub/reports): signed-in people subscribe themselves (personal tokens
+    # read); each sees their own subscriptions and deliveries, org admins everyone's. The world's
+    # subscription is the member's nlp digest: hidden (404) from the lead and finance.
+    ("reports-subscriptions", "get"): ORG_READ,
+    ("reports-subscriptions", "post"): PEOPLE_ONLY,
+    ("reports-subscription", "get"): "401 403 403 ok ok 404 404 ok",
+    ("reports-subscription", "patch"): "401 403 403 403 ok 404 404 ok",
+    ("reports-subscription", "delete"): "401 403 403 403 ok 404 404 ok",
+    ("reports-deliveries", "get"): ORG_READ,
     ("oidc-start", "get"): ALL_OK,  # a redirect (to the provider, or /login?error=oidc_off here)
     ("oidc-callback", "get"): ALL_OK,  # a redirect to /login?error=state_missing: no state
     ("auth-breakglass", "get"): ALL_OK,  # a redirect to /login?error=breakglass_invalid: no token
@@ -282,6 +291,7 @@ class World:
     job_id: int
     training_job_id: str
     view_id: int = 0
+    subscription_id: int = 0
     clients: dict[str, APIClient] = field(default_factory=dict)
 
 
@@ -314,6 +324,13 @@ def _world_build(owner: Tenant, outsider: Tenant) -> World:
     from phantomhub.portal.models import SavedView
 
     view = SavedView.objects.create(owner=users["member"], name="matrix", page="runs", query="team=nlp", team=owner.project.team)
+    from phantomhub.reports.models import Subscription
+
+    User.objects.filter(pk=users["member"].pk).update(email="member@example.com")  # a report goes to one's own address
+    subscription = Subscription.objects.create(
+        owner=users["member"], kind="digest_team", team=owner.project.team, cadence="weekly", weekday=0,
+        email_to=["member@example.com"],
+    )  # fmt: skip
     return World(
         owner=owner,
         outsider=outsider,
@@ -324,6 +341,7 @@ def _world_build(owner: Tenant, outsider: Tenant) -> World:
         job_id=job.pk,
         training_job_id=str(training.pk),
         view_id=view.pk,
+        subscription_id=subscription.pk,
     )
 
 
@@ -377,6 +395,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-person": {"username": "member"},
         "portal-person-membership": {"username": "member", "slug": "nlp"},
         "portal-view": {"view_id": world.view_id},
+        "reports-subscription": {"sub_id": world.subscription_id},
     }.get(name, {})
 
 
@@ -417,6 +436,8 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-person-membership", "put"): lambda: {"role": "viewer"},
     ("portal-views", "post"): lambda: {"name": "matrix, mine", "page": "finance", "query": "month=2026-09"},
     ("portal-view", "patch"): lambda: {"name": "matrix, renamed"},
+    ("reports-subscriptions", "post"): lambda: {"kind": "digest_team", "team": "nlp", "cadence": "weekly", "weekday": 0},
+    ("reports-subscription", "patch"): lambda: {"hour": 9},
 }
 
 

@@ -22,7 +22,7 @@ from tests.fleet.conftest import NS, T0, h100_price, node_client, teams  # noqa:
 from tests.fleet.test_incremental import post
 from tests.waste.test_celery_worker import Worker, worker  # noqa: F401
 
-NAMES = {"sweep", "fleet-derive", "alerts-evaluate", "storage-maintain", "fleet-purge", "audit-purge"}
+NAMES = {"sweep", "fleet-derive", "alerts-evaluate", "reports-send", "storage-maintain", "fleet-purge", "audit-purge"}
 
 
 def test_beat_schedule_is_the_one_list_of_jobs() -> None:
@@ -86,13 +86,36 @@ def _old_raw_samples(client: Any) -> int:
     return GpuSample.objects.count()
 
 
+def _due_report() -> int:
+    """A finance review subscription past its due time; returns its id (the job claims its period)."""
+    from django.contrib.auth.models import User
+
+    from phantomhub.accounts.models import Profile
+    from phantomhub.reports.models import Subscription
+
+    user = User.objects.create_user("periodic-fin", email="fin@example.com")
+    Profile.objects.create(user=user, is_finance=True)
+    return Subscription.objects.create(
+        owner=user, kind="finance_month", cadence="monthly", day_of_month=1, email_to=["fin@example.com"],
+        next_due_at=timezone.now() - timedelta(minutes=1),
+    ).pk  # fmt: skip
+
+
+def _report_claimed(sub_id: int) -> bool:
+    from phantomhub.reports.models import ReportDelivery
+
+    return ReportDelivery.objects.filter(subscription_id=sub_id).exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_every_job_runs_in_the_embedded_sweeper(node_client: Any, h100_price: Any, teams: Any) -> None:  # noqa: F811
     assert _old_raw_samples(node_client) > 0
     old_entry = _old_audit_entry()
+    report = _due_report()
     assert settings.CELERY_TASK_ALWAYS_EAGER  # the suite's default: no broker, as with `make run`
     ran, failed = periodic.Sweeper(settings).run_due()
     assert (sorted(ran), failed) == (sorted(NAMES), [])
+    assert _report_claimed(report)  # the reports job claimed the due period
     assert GpuSample.objects.count() == 0  # the fleet purge ran: `make run` purges raw samples too
     assert not AuditEntry.objects.filter(pk=old_entry).exists()  # and the audit log's purge
 
@@ -101,6 +124,7 @@ def test_every_job_runs_in_the_embedded_sweeper(node_client: Any, h100_price: An
 def test_every_job_runs_on_a_celery_worker(node_client: Any, h100_price: Any, teams: Any, worker: Worker) -> None:  # noqa: F811
     assert _old_raw_samples(node_client) > 0
     old_entry = _old_audit_entry()
+    report = _due_report()
     for job in periodic.JOBS:
         celery_app.send_task(job.task, queue="phantomhub")  # as beat sends it
     deadline = time.monotonic() + 90
@@ -111,4 +135,5 @@ def test_every_job_runs_on_a_celery_worker(node_client: Any, h100_price: Any, te
         time.sleep(0.2)
     assert not pending, worker.log.read_text()[-3000:]
     assert GpuSample.objects.count() == 0
+    assert _report_claimed(report)
     assert not AuditEntry.objects.filter(pk=old_entry).exists()

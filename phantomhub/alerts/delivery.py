@@ -1,77 +1,35 @@
-"""Sending one delivery attempt: a signed webhook POST or an email, and the retry schedule.
+"""Sending one alert delivery attempt: a signed webhook POST or an email, and the retry schedule.
 
-Webhooks carry ``X-PhantomHub-Timestamp`` (unix seconds) and ``X-PhantomHub-Signature:
-v1=<hex HMAC-SHA256(secret, "<timestamp>." + raw body)>``; a receiver recomputes it and refuses
-a timestamp older than a few minutes, so a captured request cannot be replayed later. 5xx,
-429 and network errors are retried with backoff; other 4xx are not (the receiver said no), nor
-is a URL the egress policy refuses. Every call goes through phantomhub/egress.py.
+The signing, the egress call and the email's failure classes are phantomhub/sending.py's (shared
+with the scheduled reports); this module gives them the alerts' settings and user agent.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import smtplib
-import time
-from dataclasses import dataclass
-
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage
 
-from phantomhub import egress
+from phantomhub import egress, sending
+from phantomhub.sending import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, Attempt, signature
 
-SIGNATURE_HEADER = "X-PhantomHub-Signature"
-TIMESTAMP_HEADER = "X-PhantomHub-Timestamp"
-DELIVERY_HEADER = "X-PhantomHub-Delivery"
-
-
-def signature(secret: str, timestamp: str, body: bytes) -> str:
-    return "v1=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+__all__ = ["DELIVERY_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "Attempt", "email_send", "retry_delay_s",
+           "signature", "webhook_post"]  # fmt: skip
 
 
 def retry_delay_s(attempts: int) -> float:
-    """Wait after the ``attempts``-th failed attempt: base × 3^(attempts−1) (10, 30, 90, 270,
-    810 s with the default base of 10 s)."""
-    return float(settings.ALERT_RETRY_BASE_S * 3 ** max(attempts - 1, 0))
-
-
-@dataclass(frozen=True)
-class Attempt:
-    ok: bool
-    retry: bool  # worth trying again later
-    status_code: int | None
-    error: str  # a short, sanitised reason (phantomhub/egress.py), never a raw error
+    """Wait after the ``attempts``-th failed attempt: ALERT_RETRY_BASE_S × 3^(attempts−1)."""
+    return sending.retry_delay_s(attempts, base_s=settings.ALERT_RETRY_BASE_S)
 
 
 def webhook_post(*, url: str, body: bytes, secret: str, delivery_id: int) -> Attempt:
     """One signed POST through the egress policy (phantomhub/egress.py); never raises."""
-    ts = str(int(time.time()))
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "PhantomHub-Alerts/1",
-        TIMESTAMP_HEADER: ts,
-        SIGNATURE_HEADER: signature(secret, ts, body),
-        DELIVERY_HEADER: str(delivery_id),
-    }
-    out = egress.post(url, body=body, headers=headers, timeout_s=settings.ALERT_WEBHOOK_TIMEOUT_S)
-    return Attempt(out.ok, out.retry, out.status_code, egress.text_clean(out.reason))
+    return sending.webhook_post(
+        url=url, body=body, secret=secret, delivery_id=str(delivery_id), user_agent="PhantomHub-Alerts/1",
+        timeout_s=settings.ALERT_WEBHOOK_TIMEOUT_S,
+    )  # fmt: skip
 
 
 def email_send(*, to: list[str], subject: str, text: str) -> Attempt:
-    """One email through the configured mail server (an operator's address, not a user's). The
-    subject is sent as one clean line whatever was stored; a header or address the mail library
-    refuses (BadHeaderError, a ValueError) would be refused at every try: permanent."""
-    try:
-        send_mail(egress.text_clean(subject, max_chars=250), text, settings.DEFAULT_FROM_EMAIL, to, fail_silently=False)
-    except ValueError:  # BadHeaderError, or an address with a line break
-        return Attempt(False, False, None, "the message has an invalid header or address")
-    except TimeoutError:
-        return Attempt(False, True, None, "the mail server timed out")
-    except smtplib.SMTPRecipientsRefused:
-        return Attempt(False, True, None, "the mail server refused the recipients")
-    except smtplib.SMTPResponseException as exc:
-        # 5xx is the server's final no; 4xx (and anything odd) may pass later.
-        return Attempt(False, not 500 <= exc.smtp_code < 600, None, f"the mail server answered {int(exc.smtp_code)}")
-    except Exception as exc:  # SMTP and socket errors alike: the mail server may come back
-        return Attempt(False, True, None, f"the mail server could not be reached ({type(exc).__name__})")
-    return Attempt(True, False, None, "")
+    """One email; the subject is sent as one clean line whatever was stored."""
+    message = EmailMessage(egress.text_clean(subject, max_chars=250), text, settings.DEFAULT_FROM_EMAIL, to)
+    return sending.email_send(message)

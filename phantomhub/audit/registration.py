@@ -56,6 +56,13 @@ RECORDED: tuple[Recorded, ...] = (
     ),
     Recorded("accounts.DirectoryGroup", "directory_group", include=("display_name", "external_id"), m2m=("members",)),
     Recorded("portal.SavedView", "saved_view"),  # a saved filter: its name, page, query and team
+    # Who receives which figures where. next_due_at moves at every send: not a change anyone made.
+    Recorded(
+        "reports.Subscription",
+        "report_subscription",
+        mask=("webhook_url", "webhook_secret"),
+        leave_out=lambda name: name in ("created_at", "updated_at", "next_due_at"),
+    ),
 )
 
 # The kinds as the Audit log page's filter names them, in its order.
@@ -74,6 +81,7 @@ KIND_LABELS: dict[str, str] = {
     "person": "People",
     "directory_group": "Directory groups",
     "saved_view": "Saved views",
+    "report_subscription": "Report subscriptions",
 }
 # What finance people read: the price book and the month closes (docs/audit.md, "Who reads it").
 FINANCE_KINDS = frozenset({"price", "month"})

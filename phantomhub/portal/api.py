@@ -27,12 +27,11 @@ from phantomhub.accounts.oidc_session import logout_url, sign_in_methods
 from phantomhub.accounts.passwords import PASSWORDS_OFF_CODE, PASSWORDS_OFF_MESSAGE
 from phantomhub.accounts.permissions import ReadAnyoneWriteOrgAdmin, is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
-from phantomhub.errors import ApiError, invalid, query_int
+from phantomhub.errors import ApiError, query_int
 from phantomhub.periods import Period, month_period, period_parse
-from phantomhub.portal import exports, finance, people, run_page, selectors, services
+from phantomhub.portal import exports, finance, people, run_list, run_page, selectors, services
 from phantomhub.portal.finance_pdf import PdfContext, finance_pdf
 from phantomhub.portal.jobs import run_job_link
-from phantomhub.portal.models import ClosedMonth
 from phantomhub.schema import ErrorSerializer
 from phantomhub.telemetry.api import RunOutputSerializer
 from phantomhub.telemetry.models import EventKind, RunEvent
@@ -134,20 +133,8 @@ def _page_params(request: Request) -> tuple[int, int]:
     return query_int(params, "page", 1, 1, 10**6), query_int(params, "page_size", 50, 1, 200)
 
 
-LAUNCHED_BY_MAX = 128  # telemetry Run.launched_by
-
-
 def _run_filters(request: Request) -> dict[str, str]:
-    names = ("team", "project", "status", "gpu", "tag", "from", "to", "q", "launched_by")
-    filters = {k: request.query_params.get(k, "").strip() for k in names}
-    if len(filters["launched_by"]) > LAUNCHED_BY_MAX:
-        raise invalid("launched_by", f"must be at most {LAUNCHED_BY_MAX} characters")
-    for name in ("from", "to"):
-        if filters[name] and not _is_date(filters[name]):
-            raise invalid(name, "must be a date (YYYY-MM-DD)")
-    if filters["from"] and filters["to"] and filters["to"] < filters["from"]:
-        raise invalid("to", "must not be before from")
-    return filters
+    return run_list.run_filters(request.query_params)
 
 
 def _csv_response(rows: Any, filename: str) -> StreamingHttpResponse:
@@ -183,15 +170,6 @@ class RunListCsvApi(APIView):
         filters = _run_filters(request)
         rows = selectors.runs_all(principal=request.user, filters=filters, sort=request.query_params.get("sort"))
         return _csv_response(exports.runs_csv(rows, span=selectors.billed_span(filters)), "phantomhub-runs.csv")
-
-
-def _is_date(text: str) -> bool:
-    from django.utils.dateparse import parse_date
-
-    try:
-        return parse_date(text) is not None
-    except ValueError:
-        return False
 
 
 class RunPageApi(APIView):
@@ -374,26 +352,7 @@ class ProjectPageApi(APIView):
 
 
 def _finance_view(request: Request, month: str) -> dict[str, Any]:
-    period = month_period(month)
-    closed = ClosedMonth.objects.filter(month=period.start).select_related("closed_by").first()
-    review = closed.snapshot if closed else finance.finance_review(period=period)
-    review = finance.finance_rows_visible(review, request.user, period)
-    # A closed month's frozen figures, and beside them what the live figures say now and why.
-    adjustment = None
-    if closed is not None:
-        adjustment = finance.finance_adjustment(closed=closed, review=review, principal=request.user, period=period)
-    history = finance.month_history(period.start)
-    if not _finance_or_admin(request.user):  # the whole organization's totals are finance's
-        history = [{**entry, "totals": None} for entry in history]
-    return review | {
-        "closed": closed is not None,
-        "closed_at": closed.closed_at.isoformat() if closed else None,
-        "closed_by": closed.closed_by.get_username() if closed and closed.closed_by else None,
-        "model_version": closed.model_version if closed else None,
-        "adjustment": adjustment,
-        "history": history,
-        "closable": finance.month_closable(period),
-    }
+    return finance.finance_page(period=month_period(month), principal=request.user, whole_org=_finance_or_admin(request.user))
 
 
 class FinanceApi(APIView):

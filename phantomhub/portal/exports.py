@@ -90,3 +90,20 @@ def finance_csv(review: dict[str, Any]) -> str:
 
     rows = [line(row["team"], row["project"], row) for row in review["rows"]]
     return csv_text(header, [*rows, line("TOTAL", "", review["totals"])])
+
+
+SCOPE_COLUMNS = ["runs", "gpu_hours", "cost_usd", "waste_usd", "recoverable_usd", "lost_usd"]
+
+
+def scope_csv(summary: dict[str, Any], *, team: str | None, project: str | None) -> str:
+    """A team's or project's page for a period (selectors.scope_summary): one line per project,
+    then its TOTAL line, the page's totals. The weekly digest attaches it (phantomhub/reports)."""
+    period = summary["period"]
+    header = ["period_start", "period_end", "team", "project", *SCOPE_COLUMNS]
+
+    def figures(row: dict[str, Any]) -> list[Any]:
+        return [row["runs"], _places(row["gpu_hours"], 3), *(_places(row[k], 2) for k in SCOPE_COLUMNS[2:])]
+
+    rows = [[period["start"], period["end"], row["team"], row["key"], *figures(row)] for row in summary["projects"]]
+    total = [period["start"], period["end"], "TOTAL", project or team or "", *figures(summary["totals"])]
+    return csv_text(header, [*rows, total])

@@ -359,6 +359,32 @@ def finance_adjustment(*, closed: ClosedMonth, review: dict[str, Any], principal
     }
 
 
+def finance_page(*, period: Period, principal: Any, whole_org: bool) -> dict[str, Any]:
+    """The finance page (and its CSV) as `principal` reads it: the month's review restricted to
+    what it may see (a closed month's frozen copy, with the live figures' dated adjustment beside
+    it), the month's closes and reopens (their organization totals only for `whole_org`: finance
+    and admins) and whether it may be closed. The scheduled reports send this same review."""
+    closed = ClosedMonth.objects.filter(month=period.start).select_related("closed_by").first()
+    review = closed.snapshot if closed else finance_review(period=period)
+    review = finance_rows_visible(review, principal, period)
+    # A closed month's frozen figures, and beside them what the live figures say now and why.
+    adjustment = None
+    if closed is not None:
+        adjustment = finance_adjustment(closed=closed, review=review, principal=principal, period=period)
+    history = month_history(period.start)
+    if not whole_org:  # the whole organization's totals are finance's
+        history = [{**entry, "totals": None} for entry in history]
+    return review | {
+        "closed": closed is not None,
+        "closed_at": closed.closed_at.isoformat() if closed else None,
+        "closed_by": closed.closed_by.get_username() if closed and closed.closed_by else None,
+        "model_version": closed.model_version if closed else None,
+        "adjustment": adjustment,
+        "history": history,
+        "closable": month_closable(period),
+    }
+
+
 def month_history(month: Any) -> list[dict[str, Any]]:
     """The month's closes and reopens, newest first: who, when, why, and the totals then."""
     return [

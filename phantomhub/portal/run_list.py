@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
@@ -27,6 +27,31 @@ SORTS = {"recoverable_usd", "lost_usd", "cost_usd", "waste_usd", "gpu_hours", "m
 # The runs list's figures within its billed days (`from`/`to`), summed from the run-days finance
 # sums: sortable only when the list has such a period.
 PERIOD_SORTS = {"period_cost_usd", "period_recoverable_usd", "period_lost_usd", "period_waste_usd", "period_gpu_hours"}
+FILTERS = ("team", "project", "status", "gpu", "tag", "from", "to", "q", "launched_by")
+LAUNCHED_BY_MAX = 128  # telemetry Run.launched_by
+
+
+def _is_date(text: str) -> bool:
+    from django.utils.dateparse import parse_date
+
+    try:
+        return parse_date(text) is not None
+    except ValueError:
+        return False
+
+
+def run_filters(params: Mapping[str, str]) -> dict[str, str]:
+    """The runs list's filters from query parameters (the page's URL, or a saved view's query),
+    checked: a 400 naming the parameter at fault."""
+    filters = {k: (params.get(k) or "").strip() for k in FILTERS}
+    if len(filters["launched_by"]) > LAUNCHED_BY_MAX:
+        raise invalid("launched_by", f"must be at most {LAUNCHED_BY_MAX} characters")
+    for name in ("from", "to"):
+        if filters[name] and not _is_date(filters[name]):
+            raise invalid(name, "must be a date (YYYY-MM-DD)")
+    if filters["from"] and filters["to"] and filters["to"] < filters["from"]:
+        raise invalid("to", "must not be before from")
+    return filters
 
 
 def _money(value: Decimal | float | None) -> float:

@@ -1049,3 +1049,50 @@ export interface PeoplePage {
   teams: { slug: string; name: string }[];
   can_edit_flags: boolean;
 }
+
+/** Scheduled reports (docs/reports.md): a subscription and one period's delivery on one channel. */
+export type ReportKind = "finance_month" | "digest_team" | "digest_project" | "saved_view";
+
+export interface ReportSubscription {
+  id: number;
+  owner: string;
+  kind: ReportKind;
+  team: string | null;
+  project: string | null;
+  saved_view: { id: number; name: string; page: string } | null;
+  email_to: string[];
+  webhook_url: string;
+  webhook_format: "generic" | "slack";
+  webhook_secret: string | null;
+  cadence: "monthly" | "weekly";
+  day_of_month: number | null;
+  weekday: number | null;
+  hour: number;
+  minute: number;
+  timezone: string;
+  enabled: boolean;
+  next_due_at: string | null;
+  last_delivery: { period_key: string; status: string; sent_at: string | null } | null;
+  created_at: string;
+}
+
+export interface ReportDeliveryRow {
+  id: number;
+  subscription: number;
+  kind: ReportKind;
+  owner: string;
+  period_key: string;
+  period_start: string;
+  period_end: string;
+  channel: "email" | "webhook";
+  target: string | null;
+  status: "pending" | "sent" | "failed";
+  attempts: number;
+  status_code: number | null;
+  error: string;
+  totals: Record<string, number | null>;
+  note: string | null;
+  created_at: string;
+  next_attempt_at: string | null;
+  sent_at: string | null;
+}

@@ -15,9 +15,10 @@ import { AlertsSettings } from "./SettingsAlerts";
 import { IdentitySettings } from "./SettingsIdentity";
 import { PricesCard } from "./SettingsPrices";
 import { PrivacyCard } from "./SettingsPrivacy";
+import { ReportsSettings } from "./SettingsReports";
 import { TokensCard } from "./SettingsTokens";
 
-const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts", "people"] as const;
+const TABS = ["organization", "names", "tokens", "prices", "gpus", "attribution", "alerts", "reports", "people"] as const;
 type Tab = (typeof TABS)[number];
 
 export function SettingsPage() {
@@ -41,6 +42,7 @@ export function SettingsPage() {
               { value: "prices", label: "Price book" },
               { value: "gpus", label: "GPU catalog" },
               { value: "alerts", label: "Alerts" },
+              { value: "reports", label: "Reports" },
               { value: "attribution", label: "Attribution" },
               { value: "people", label: "People & groups" },
             ]}
@@ -54,6 +56,7 @@ export function SettingsPage() {
       {tab === "prices" && <PricesCard />}
       {tab === "gpus" && <GpuCard />}
       {tab === "alerts" && <AlertsSettings />}
+      {tab === "reports" && <ReportsSettings />}
       {tab === "attribution" && <AttributionCard />}
       {tab === "people" && <IdentitySettings />}
     </div>
