@@ -54,10 +54,17 @@ def schedule_of(sub: Subscription) -> Schedule:
 
 def subscription_save(*, sub: Subscription, changes: dict[str, Any], now: datetime | None = None) -> Subscription:
     """Create or change a subscription; its next due time follows its (new) schedule. A period
-    already claimed is not sent again by a schedule moved back over it (the unique claim)."""
+    already claimed is not sent again by a schedule moved back over it (the unique claim). One
+    edited while due (after its due time, before the sender's pass) stays due: the pass sends
+    the period the new schedule's latest due moment reports, rather than the edit skipping it."""
+    moment = now or timezone.now()
+    due_before = sub.pk is not None and sub.next_due_at is not None and sub.next_due_at <= moment
     for key, value in changes.items():
         setattr(sub, key, value)
-    sub.next_due_at = next_due(schedule_of(sub), now or timezone.now()) if sub.enabled else None
+    if not sub.enabled:
+        sub.next_due_at = None
+    elif not due_before:
+        sub.next_due_at = next_due(schedule_of(sub), moment)
     sub.save()
     return sub
 

@@ -181,6 +181,22 @@ def test_a_team_digest_at_0030_berlin_covers_the_berlin_week_with_the_team_page_
     assert "/teams/nlp?period=2026-09-21..2026-09-27" in message.body
 
 
+def test_a_subscription_edited_while_due_still_sends_its_period(books: Books) -> None:
+    sub = _finance_sub(books)
+    edited = books.client("root").patch(
+        f"/api/v1/reports/subscriptions/{sub.pk}", {"email_to": ["cfo@example.com"]}, format="json"
+    )
+    assert edited.status_code == 200, edited.content
+    sub.refresh_from_db()
+    assert sub.next_due_at == FINANCE_DUE  # still due: the edit came after its due time, before the pass
+    result = services.reports_send(now=timezone.now())
+    assert (result.claimed, result.sent) == (1, 1)
+    assert [m.to for m in mail.outbox] == [["cfo@example.com"]]
+    assert services.reports_send(now=timezone.now()).claimed == 0  # and once only
+    sub.refresh_from_db()
+    assert sub.next_due_at is not None and sub.next_due_at > timezone.now()
+
+
 def test_a_subscriber_who_left_the_team_gets_no_digest_and_the_log_says_why(books: Books) -> None:
     body = {"kind": "digest_team", "team": "nlp", "cadence": "weekly", "weekday": 0, "hour": 0, "minute": 30,
             "timezone": "Europe/Berlin"}  # fmt: skip
