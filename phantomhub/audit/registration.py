@@ -56,6 +56,7 @@ RECORDED: tuple[Recorded, ...] = (
     ),
     Recorded("accounts.DirectoryGroup", "directory_group", include=("display_name", "external_id"), m2m=("members",)),
     Recorded("portal.SavedView", "saved_view"),  # a saved filter: its name, page, query and team
+    Recorded("planning.Budget", "budget"),  # a team's or project's monthly budget (docs/budgets.md)
 )
 
 # The kinds as the Audit log page's filter names them, in its order.
@@ -74,9 +75,10 @@ KIND_LABELS: dict[str, str] = {
     "person": "People",
     "directory_group": "Directory groups",
     "saved_view": "Saved views",
+    "budget": "Budgets",
 }
-# What finance people read: the price book and the month closes (docs/audit.md, "Who reads it").
-FINANCE_KINDS = frozenset({"price", "month"})
+# What finance people read: the price book, the month closes and the budgets they set (docs/audit.md, "Who reads it").
+FINANCE_KINDS = frozenset({"price", "month", "budget"})
 
 _KIND_OF: dict[type[models.Model], str] = {}
 _NO_CREATES: set[type[models.Model]] = set()
