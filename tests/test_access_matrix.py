@@ -13,6 +13,7 @@ import io
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.accounts.services import personal_token_create, project_token_create, scim_token_create
 from phantomhub.fleet.models import AttributionJob
 from phantomhub.fleet.services import node_token_create
+from phantomhub.planning.models import Budget
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.telemetry.models import Job, Run
 from tests.accounts.scim_factories import SCIM_METHODS
@@ -158,6 +160,14 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("portal-views", "post"): PEOPLE_ONLY,
     ("portal-view", "patch"): "401 403 403 403 ok 403 404 404",
     ("portal-view", "delete"): "401 403 403 403 ok ok 404 404",
+    # Budgets (planning/api.py): people read their teams' budgets (the world's is llm-pretrain's, of
+    # nlp), finance and org admins all; org admins and finance set any, a team's leads its projects'.
+    ("budget-list", "get"): ORG_READ,
+    ("budget-list", "post"): "401 403 403 403 403 ok ok ok",
+    ("budget-detail", "get"): ORG_READ,
+    ("budget-detail", "patch"): "401 403 403 403 403 ok ok ok",
+    ("budget-detail", "delete"): "401 403 403 403 403 ok ok ok",
+    ("budget-status", "get"): ORG_READ,
     ("oidc-start", "get"): ALL_OK,  # a redirect (to the provider, or /login?error=oidc_off here)
     ("oidc-callback", "get"): ALL_OK,  # a redirect to /login?error=state_missing: no state
     ("auth-breakglass", "get"): ALL_OK,  # a redirect to /login?error=breakglass_invalid: no token
@@ -257,6 +267,7 @@ class World:
     job_id: int
     training_job_id: str
     view_id: int = 0
+    budget_id: int = 0
 
 
 @pytest.fixture
@@ -288,6 +299,9 @@ def world(owner: Tenant, outsider: Tenant) -> World:
     from phantomhub.portal.models import SavedView
 
     view = SavedView.objects.create(owner=users["member"], name="matrix", page="runs", query="team=nlp", team=owner.project.team)
+    budget = Budget.objects.create(
+        scope="project", project=owner.project, amount_usd=1000, effective_from=date(2026, 9, 1), effective_to=date(2026, 9, 1)
+    )
     return World(
         clients=clients,
         run_id=run_id,
@@ -296,6 +310,7 @@ def world(owner: Tenant, outsider: Tenant) -> World:
         job_id=job.pk,
         training_job_id=str(training.pk),
         view_id=view.pk,
+        budget_id=budget.pk,
     )
 
 
@@ -333,6 +348,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-person": {"username": "member"},
         "portal-person-membership": {"username": "member", "slug": "nlp"},
         "portal-view": {"view_id": world.view_id},
+        "budget-detail": {"budget_id": world.budget_id},
     }.get(name, {})
 
 
@@ -373,6 +389,13 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-person-membership", "put"): lambda: {"role": "viewer"},
     ("portal-views", "post"): lambda: {"name": "matrix, mine", "page": "finance", "query": "month=2026-09"},
     ("portal-view", "patch"): lambda: {"name": "matrix, renamed"},
+    ("budget-list", "post"): lambda: {
+        "scope": "project",
+        "project": "llm-pretrain",
+        "amount_usd": 900,
+        "effective_from": "2026-10",
+    },
+    ("budget-detail", "patch"): lambda: {"amount_usd": 1100},
 }
 
 

@@ -49,9 +49,7 @@ def budget_writable(*, user: Any, scope: str, team_id: int | None, project_team_
 
 
 def budgets_in_force(budgets: QuerySet[Budget], month: Period) -> QuerySet[Budget]:
-    return budgets.filter(effective_from__lte=month.start).filter(
-        Q(effective_to__isnull=True) | Q(effective_to__gte=month.start)
-    )
+    return budgets.filter(effective_from__lte=month.start).filter(Q(effective_to__isnull=True) | Q(effective_to__gte=month.start))
 
 
 @dataclass(frozen=True)
@@ -231,7 +229,7 @@ def rule_budgets(*, scope: str, team_id: int | None, project_id: int | None) -> 
     projects' (team), a project's (project)."""
     budgets = Budget.objects.select_related("team", "project", "project__team")
     if scope == "project":
-        return budgets.filter(project_id=project_id)
+        return budgets.filter(project_id=project_id) if project_id is not None else budgets.none()
     if scope == "team":
         return budgets.filter(Q(team_id=team_id) | Q(project__team_id=team_id))
     return budgets.all()

@@ -72,7 +72,7 @@ def amount_check(amount: Any) -> Decimal:
         raise BudgetError("amount_usd", f"must be at most {MAX_BUDGET_USD:,} a month (a larger figure is a unit mistake)")
     if value != value.quantize(Decimal("0.01")):
         raise BudgetError("amount_usd", "must have at most 2 decimal places (cents)")
-    return value
+    return value.quantize(Decimal("0.01"))
 
 
 def text_check(field: str, value: Any) -> str:
@@ -139,14 +139,12 @@ def _lock_target(fields: BudgetFields) -> None:
     """Serialise budget writes per team (a project's budgets under its team's row), so two
     concurrent writes cannot both pass the overlap check."""
     team_id = fields.team.pk if fields.team is not None else (fields.project.team_id if fields.project else None)
-    list(Team.objects.select_for_update().filter(pk=team_id).values_list("pk", flat=True))
+    if team_id is not None:
+        list(Team.objects.select_for_update().filter(pk=team_id).values_list("pk", flat=True))
 
 
 def budget_fields(data: dict[str, Any], *, current: Budget | None = None) -> BudgetFields:
     """A budget's fields from a request body (a patch: over `current`), each checked and named."""
-
-    def given(name: str, default: Any) -> Any:
-        return data[name] if name in data else default
 
     if current is not None:
         for name in ("scope", "team", "project"):
@@ -159,20 +157,20 @@ def budget_fields(data: dict[str, Any], *, current: Budget | None = None) -> Bud
         raise BudgetError("amount_usd", "required")
     if current is None and "effective_from" not in data:
         raise BudgetError("effective_from", "required")
-    amount = amount_check(given("amount_usd", current.amount_usd if current else None))
+    amount = amount_check(data.get("amount_usd", current.amount_usd if current else None))
     start = month_first(data["effective_from"], field="effective_from") if "effective_from" in data else current.effective_from  # type: ignore[union-attr]
-    end_raw = given("effective_to", f"{current.effective_to:%Y-%m}" if current and current.effective_to else None)
+    end_raw = data.get("effective_to", f"{current.effective_to:%Y-%m}" if current and current.effective_to else None)
     end = month_first(end_raw, field="effective_to") if end_raw not in (None, "") else None
     span_check(start, end)
     return BudgetFields(
         scope=scope,
         team=team,
         project=project,
-        gpu_key=gpu_key_resolve(text_check("gpu_key", given("gpu_key", current.gpu_key if current else ""))),
+        gpu_key=gpu_key_resolve(text_check("gpu_key", data.get("gpu_key", current.gpu_key if current else ""))),
         amount_usd=amount,
         effective_from=start,
         effective_to=end,
-        note=text_check("note", given("note", current.note if current else "")),
+        note=text_check("note", data.get("note", current.note if current else "")),
     )
 
 
