@@ -231,7 +231,7 @@ def rule_budgets(*, scope: str, team_id: int | None, project_id: int | None) -> 
     if scope == "project":
         return budgets.filter(project_id=project_id) if project_id is not None else budgets.none()
     if scope == "team":
-        return budgets.filter(Q(team_id=team_id) | Q(project__team_id=team_id))
+        return budgets.filter(Q(team_id=team_id) | Q(project__team_id=team_id)) if team_id is not None else budgets.none()
     return budgets.all()
 
 
