@@ -22,6 +22,7 @@ const KINDS: AlertRuleList["kinds"] = {
   straggler: [{ name: "usd_per_hour", lo: 0, hi: 1e9, choices: [], help: "" }],
   silent_run: [],
   idle_gpu: [],
+  forecast_over_budget: [{ name: "over_pct", lo: 0, hi: 1000, choices: [], help: "" }],
 };
 
 function rule(over: Partial<AlertRule> = {}): AlertRule {
