@@ -1,13 +1,14 @@
 import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 
+import type { SessionUser } from "../api/types";
 import { mockFetch } from "../test/fixtures";
 import { renderAt } from "../test/render";
 import { BUDGETS_API, BudgetsPage, budgetBody, maySetBudget, verdict, type Budget, type BudgetStatusRow, type MaySet } from "./Budgets";
 
-const finance = { username: "fin", is_finance: true, is_org_admin: false, teams: [] };
-const lead = { username: "lead", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp" }] };
-const member = { username: "ann", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp" }] };
+const finance: SessionUser = { username: "fin", is_finance: true, is_org_admin: false, teams: [] };
+const lead: SessionUser = { username: "lead", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "admin" }] };
+const member: SessionUser = { username: "ann", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "member" }] };
 
 function budget(over: Partial<Budget> = {}): Budget {
   return {
@@ -25,7 +26,7 @@ function row(over: Partial<BudgetStatusRow> = {}): BudgetStatusRow {
   };
 }
 
-function serve(user: typeof finance, may: MaySet, rows: BudgetStatusRow[], budgets: Budget[]) {
+function serve(user: SessionUser, may: MaySet, rows: BudgetStatusRow[], budgets: Budget[]) {
   const api = mockFetch({
     "/api/v1/portal/session": { authenticated: true, user, csrf_token: "tok" },
     [`${BUDGETS_API}/status`]: { month: { start: "2026-12-01", end: "2026-12-31", label: "2026-12" }, as_of: "2026-12-15T12:00:00Z", rows, may_set: may },

@@ -227,6 +227,10 @@ function SetBudgetCard({ may, month, onSaved }: { may: MaySet; month: string; on
           <span>To month</span>
           <input id="budget-to" className="input" type="month" value={form.effective_to} onChange={(e) => setForm({ ...form, effective_to: e.target.value })} />
         </label>
+        <label className="field" htmlFor="budget-note">
+          <span>Note</span>
+          <input id="budget-note" className="input" maxLength={200} value={form.note} onChange={(e) => setForm({ ...form, note: e.target.value })} />
+        </label>
         <button className="btn btn-primary" type="submit" disabled={busy}>
           {busy ? "Saving…" : "Set budget"}
         </button>
