@@ -62,7 +62,7 @@ def _filtered(request: Request) -> Any:
     return budgets
 
 
-def _may_write(request: Request, fields: services.BudgetFields) -> None:
+def _may_write(request: Request, fields: services.BudgetFields | Budget) -> None:
     project_team = fields.project.team_id if fields.project is not None else None
     team_id = fields.team.pk if fields.team is not None else None
     if not selectors.budget_writable(user=request.user, scope=fields.scope, team_id=team_id, project_team_id=project_team):
@@ -115,12 +115,12 @@ class BudgetDetailApi(APIView):
     @extend_schema(request=OBJ, responses={200: OBJ, 400: ErrorSerializer, 409: ErrorSerializer}, operation_id="budgets_update")
     def patch(self, request: Request, budget_id: int) -> Response:
         budget = self._budget(request, budget_id)
+        _may_write(request, budget)
         data = _body(request)
         try:
             fields = services.budget_fields(data, current=budget)
         except services.BudgetError as exc:
             raise _error(exc) from None
-        _may_write(request, fields)
         try:
             budget = services.budget_update(budget=budget, fields=fields)
         except services.BudgetError as exc:
@@ -130,7 +130,7 @@ class BudgetDetailApi(APIView):
     @extend_schema(responses={204: None}, operation_id="budgets_delete")
     def delete(self, request: Request, budget_id: int) -> Response:
         budget = self._budget(request, budget_id)
-        _may_write(request, services.budget_fields({}, current=budget))
+        _may_write(request, budget)
         services.budget_delete(budget=budget)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

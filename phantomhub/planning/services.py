@@ -48,7 +48,7 @@ class BudgetFields:
 
 def month_first(text: Any, *, field: str) -> date:
     """A month `YYYY-MM` (within the range of telemetry) as its first day."""
-    value = str(text or "").strip()
+    value = _string(field, text).strip()
     parts = value.split("-")
     if len(parts) != 2 or not all(p.isdigit() for p in parts) or len(parts[0]) != 4 or len(parts[1]) != 2:
         raise BudgetError(field, f"{value!r} is not a month (YYYY-MM)")
@@ -60,6 +60,8 @@ def month_first(text: Any, *, field: str) -> date:
 
 
 def amount_check(amount: Any) -> Decimal:
+    if isinstance(amount, bool) or not isinstance(amount, (str, int, float, Decimal)):
+        raise BudgetError("amount_usd", "must be a number (or a decimal string)")
     try:
         value = Decimal(str(amount).strip())
     except ArithmeticError:
@@ -75,8 +77,16 @@ def amount_check(amount: Any) -> Decimal:
     return value.quantize(Decimal("0.01"))
 
 
+def _string(field: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BudgetError(field, "must be a string")
+    return value
+
+
 def text_check(field: str, value: Any) -> str:
-    text = str(value or "").strip()
+    text = _string(field, value).strip()
     if len(text) > _LENGTHS[field]:
         raise BudgetError(field, f"must be at most {_LENGTHS[field]} characters")
     if "\x00" in text:
@@ -86,7 +96,8 @@ def text_check(field: str, value: Any) -> str:
 
 def target_resolve(*, scope: Any, team: Any, project: Any) -> tuple[str, Team | None, Project | None]:
     """The scope and its one target, by slug: a team for a team budget, a project for a project's."""
-    if scope not in BudgetScope.values:
+    team, project = _string("team", team), _string("project", project)
+    if not isinstance(scope, str) or scope not in BudgetScope.values:
         raise BudgetError("scope", f"must be one of {', '.join(BudgetScope.values)}")
     if scope == BudgetScope.TEAM:
         if project:

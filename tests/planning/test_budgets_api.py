@@ -165,3 +165,20 @@ def test_a_project_budget_follows_its_project_to_its_team_filter(people: dict[st
     assert [b["id"] for b in people["admin"].get(f"{URL}?team=nlp").json()["budgets"]] == [made["id"]]
     assert people["admin"].get(f"{URL}?team=vision").json()["budgets"] == []
     assert Project.objects.get(slug="llm-pretrain").team.slug == "nlp"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("amount_usd", True),
+        ("amount_usd", {"a": 1}),
+        ("team", ["nlp"]),
+        ("gpu_key", 7),
+        ("effective_from", 202601),
+        ("scope", ["team"]),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_by_name(people: dict[str, APIClient], field: str, value: Any) -> None:
+    body = {"scope": "team", "team": "nlp", "amount_usd": "10", "effective_from": "2026-01", field: value}
+    response = people["admin"].post(URL, body, format="json")
+    assert response.status_code == 400 and field in response.json()["error"]["fields"], response.content
