@@ -25,7 +25,7 @@ from phantomhub.waste.models import ProjectDay, RunAnalysis, RunDay
 from tests.examples import examples
 from tests.planning.test_forecast_properties import oracle
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]  # sums and JSON keys on SQLite too (make run)
 MONTH = month_period("2026-03")  # 31 days
 GPUS = ("H100-SXM", "A100-SXM4-80GB")
 PROJECTS = ("p1", "p2", "q1")  # p1, p2 of team "a"; q1 of team "b"

@@ -15,7 +15,7 @@ from phantomhub.planning.models import Budget
 from phantomhub.planning.services import MAX_BUDGET_USD
 from tests.conftest import Tenant
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.backends]  # sums and JSON keys on SQLite too (make run)
 URL = "/api/v1/planning/budgets"
 
 
