@@ -17,7 +17,7 @@ from phantomhub.waste.models import ProjectDay
 
 # (scope, slug, GPU model, budget as a share of the last 30 days' spend)
 DEMO_BUDGETS = [
-    ("team", "nlp", "", Decimal("0.8")),  # under-budgeted: its forecast runs over
+    ("team", "nlp", "", Decimal("0.8")),  # under-budgeted: over in a month like the last 30 days
     ("team", "vision", "", Decimal("1.5")),
     ("team", "research", "", Decimal("1.2")),
     ("project", "llm-pretrain", "H100-SXM", Decimal("1.1")),
@@ -39,7 +39,7 @@ def budgets_seed(say: Callable[[str], None]) -> None:
         if team is None and project is None:
             continue
         spend = days.filter(**({"project__team": team} if team else {"project": project})).aggregate(s=Sum("cost_usd"))["s"]
-        amount = (Decimal(spend or 0) * share).quantize(Decimal("100"), rounding=ROUND_HALF_UP) or Decimal(1000)
+        amount = (Decimal(spend or 0) * share).quantize(Decimal("1"), rounding=ROUND_HALF_UP) or Decimal(1000)
         budget_create(
             fields=BudgetFields(scope=scope, team=team, project=project, gpu_key=gpu, amount_usd=amount,
                                 effective_from=first, effective_to=None, note="demo"),

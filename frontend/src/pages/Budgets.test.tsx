@@ -4,7 +4,7 @@ import userEvent from "@testing-library/user-event";
 import type { SessionUser } from "../api/types";
 import { mockFetch } from "../test/fixtures";
 import { renderAt } from "../test/render";
-import { BUDGETS_API, BudgetsPage, budgetBody, maySetBudget, verdict, type Budget, type BudgetStatusRow, type MaySet } from "./Budgets";
+import { BUDGETS_API, BudgetsPage, budgetBody, cutText, maySetBudget, verdict, type Budget, type BudgetStatusRow, type MaySet } from "./Budgets";
 
 const finance: SessionUser = { username: "fin", is_finance: true, is_org_admin: false, teams: [] };
 const lead: SessionUser = { username: "lead", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "admin" }] };
@@ -49,7 +49,8 @@ test("each budget shows its spend, the forecast with its interval, and what woul
   expect(first).toHaveTextContent("$700");
   expect(first).toHaveTextContent("$1,500");
   expect(first).toHaveTextContent("$1,210.50 – $1,789.50");
-  expect(first).toHaveTextContent("over by $500.00; all $320.00 recoverable ahead is not enough");
+  expect(first).toHaveTextContent("over by $500.00");
+  expect(first).toHaveTextContent("all $320.00 recoverable ahead is not enough");
   expect(second).toHaveTextContent("team nlp");
   expect(second).toHaveTextContent("within budget");
   expect(screen.getByTestId("budgets-over")).toHaveTextContent("1");
@@ -88,6 +89,9 @@ test("the helpers: who may set, the body, the verdict", () => {
   expect(maySetBudget({ any: false, teams: ["nlp"] }, { scope: "project", team: "nlp" })).toBe(true);
   expect(maySetBudget({ any: true, teams: [] }, { scope: "team", team: "x" })).toBe(true);
   expect(budgetBody({ scope: "project", target: " p1 ", gpu_key: "", amount_usd: "1", effective_from: "2026-01", effective_to: "", note: "" })).toMatchObject({ project: "p1", effective_to: null });
-  expect(verdict(row({ cut_enough: true, cut_usd: 500 }))).toBe("over by $500.00; recovering $500.00 of recoverable spend brings it under");
+  expect(verdict(row())).toBe("over by $500.00");
+  expect(cutText(row({ cut_enough: true, cut_usd: 500 }))).toBe("recovering $500.00 of recoverable spend brings it under");
+  expect(cutText(row({ cut_usd: 0 }))).toBe("nothing recoverable ahead");
+  expect(cutText(row({ over: false }))).toBe("");
   expect(verdict(row({ forecast: null }))).toBe("not begun");
 });

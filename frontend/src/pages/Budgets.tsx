@@ -94,15 +94,19 @@ export function maySetBudget(may: MaySet, b: Pick<Budget, "scope" | "team">): bo
   return may.any || (b.scope === "project" && !!b.team && may.teams.includes(b.team));
 }
 
-/** Over or within, and what recovering the recoverable dollars ahead would do. */
+/** Over (by how much) or within. */
 export function verdict(row: BudgetStatusRow): string {
   if (!row.forecast) return "not begun";
-  if (!row.over) return "within budget";
-  const over = `over by ${formatUsd(row.over_by_usd)}`;
-  if (row.cut_usd <= 0) return `${over}; nothing recoverable ahead`;
+  return row.over ? `over by ${formatUsd(row.over_by_usd)}` : "within budget";
+}
+
+/** What recovering the recoverable dollars of the rest of the month would do to a forecast over budget. */
+export function cutText(row: BudgetStatusRow): string {
+  if (!row.over) return "";
+  if (row.cut_usd <= 0) return "nothing recoverable ahead";
   return row.cut_enough
-    ? `${over}; recovering ${formatUsd(row.cut_usd)} of recoverable spend brings it under`
-    : `${over}; all ${formatUsd(row.cut_usd)} recoverable ahead is not enough`;
+    ? `recovering ${formatUsd(row.cut_usd)} of recoverable spend brings it under`
+    : `all ${formatUsd(row.cut_usd)} recoverable ahead is not enough`;
 }
 
 function StatusTable({ page }: { page: BudgetStatusPage }) {
@@ -112,15 +116,21 @@ function StatusTable({ page }: { page: BudgetStatusPage }) {
     { key: "spent", header: "Spent to date", align: "right", render: (r) => formatUsd(r.spent_usd) },
     {
       key: "forecast",
-      header: "Month-end forecast",
+      header: "Month-end forecast (p10–p90)",
+      title: "Month-end forecast",
       align: "right",
-      render: (r) => (r.forecast ? formatUsd(r.forecast.point_usd) : <span className="muted">—</span>),
-    },
-    {
-      key: "interval",
-      header: "Interval (p10–p90)",
-      align: "right",
-      render: (r) => (r.forecast ? `${formatUsd(r.forecast.p10_usd)} – ${formatUsd(r.forecast.p90_usd)}` : <span className="muted">—</span>),
+      render: (r) =>
+        r.forecast ? (
+          <>
+            <strong>{formatUsd(r.forecast.point_usd)}</strong>
+            <br />
+            <span className="muted small" title="80% of months like this one end inside this interval">
+              {formatUsd(r.forecast.p10_usd)} – {formatUsd(r.forecast.p90_usd)}
+            </span>
+          </>
+        ) : (
+          <span className="muted">—</span>
+        ),
     },
     {
       key: "burn",
@@ -138,6 +148,7 @@ function StatusTable({ page }: { page: BudgetStatusPage }) {
         </span>
       ),
     },
+    { key: "cut", header: "To bring it under", render: (r) => cutText(r) },
   ];
   return <DataTable caption={`Budgets in force in ${page.month.label}`} rows={page.rows} rowKey={(r) => String(r.budget.id)} columns={columns} testId="budget-status" />;
 }
