@@ -156,7 +156,6 @@ def _lock_target(fields: BudgetFields) -> None:
 
 def budget_fields(data: dict[str, Any], *, current: Budget | None = None) -> BudgetFields:
     """A budget's fields from a request body (a patch: over `current`), each checked and named."""
-
     if current is not None:
         for name in ("scope", "team", "project"):
             if name in data:
@@ -169,7 +168,10 @@ def budget_fields(data: dict[str, Any], *, current: Budget | None = None) -> Bud
     if current is None and "effective_from" not in data:
         raise BudgetError("effective_from", "required")
     amount = amount_check(data.get("amount_usd", current.amount_usd if current else None))
-    start = month_first(data["effective_from"], field="effective_from") if "effective_from" in data else current.effective_from  # type: ignore[union-attr]
+    if "effective_from" in data or current is None:
+        start = month_first(data.get("effective_from"), field="effective_from")
+    else:
+        start = current.effective_from
     end_raw = data.get("effective_to", f"{current.effective_to:%Y-%m}" if current and current.effective_to else None)
     end = month_first(end_raw, field="effective_to") if end_raw not in (None, "") else None
     span_check(start, end)
