@@ -4,7 +4,7 @@ import userEvent from "@testing-library/user-event";
 import type { SessionUser } from "../api/types";
 import { mockFetch } from "../test/fixtures";
 import { renderAt } from "../test/render";
-import { BUDGETS_API, BudgetsPage, budgetBody, cutText, maySetBudget, verdict, type Budget, type BudgetStatusRow, type MaySet } from "./Budgets";
+import { BUDGETS_API, BudgetsCard, BudgetsPage, budgetBody, cutText, maySetBudget, verdict, type Budget, type BudgetStatusRow, type MaySet } from "./Budgets";
 
 const finance: SessionUser = { username: "fin", is_finance: true, is_org_admin: false, teams: [] };
 const lead: SessionUser = { username: "lead", is_finance: false, is_org_admin: false, teams: [{ slug: "nlp", name: "nlp", role: "admin" }] };
@@ -94,4 +94,20 @@ test("the helpers: who may set, the body, the verdict", () => {
   expect(cutText(row({ cut_usd: 0 }))).toBe("nothing recoverable ahead");
   expect(cutText(row({ over: false }))).toBe("");
   expect(verdict(row({ forecast: null }))).toBe("not begun");
+});
+
+test("a team's page shows its budgets this month, and nothing where none is in force", async () => {
+  const api = serve(member, { any: false, teams: [] }, [row()], [budget()]);
+  const { unmount } = renderAt("/teams/nlp", <BudgetsCard team="nlp" />, "/teams/:slug");
+  const table = await screen.findByTestId("entity-budgets");
+  expect(table).toHaveTextContent("project llm-pretrain");
+  expect(table).toHaveTextContent("over by $500.00");
+  expect(api.calls.some((c) => c.url.includes("/status?month=") && c.url.endsWith("&team=nlp"))).toBe(true);
+  unmount();
+  const none = serve(member, { any: false, teams: [] }, [], []);
+  renderAt("/projects/x", <BudgetsCard project="x" />, "/projects/:slug");
+  await waitFor(() => expect(none.calls.some((c) => c.url.endsWith("&project=x"))).toBe(true));
+  await new Promise((resolve) => setTimeout(resolve, 20)); // the answer rendered
+  expect(screen.queryByText(/Budgets in/)).toBeNull();
+  expect(screen.queryByTestId("entity-budgets")).toBeNull();
 });

@@ -4,7 +4,7 @@
 // (org admins and finance any, a team's leads its projects'). The API decides; the UI only hides
 // the controls it would refuse.
 import { useState, type FormEvent } from "react";
-import { useSearchParams } from "react-router";
+import { Link, useSearchParams } from "react-router";
 
 import { apiFetch, ApiError } from "../api/client";
 import { useApi } from "../api/hooks";
@@ -109,7 +109,7 @@ export function cutText(row: BudgetStatusRow): string {
     : `all ${formatUsd(row.cut_usd)} recoverable ahead is not enough`;
 }
 
-function StatusTable({ page }: { page: BudgetStatusPage }) {
+function StatusTable({ page, testId = "budget-status" }: { page: BudgetStatusPage; testId?: string }) {
   const columns: Column<BudgetStatusRow>[] = [
     { key: "budget", header: "Budget", render: (r) => budgetLabel(r.budget) },
     { key: "amount", header: "Budget $", align: "right", render: (r) => formatUsd(r.budget_usd) },
@@ -150,7 +150,7 @@ function StatusTable({ page }: { page: BudgetStatusPage }) {
     },
     { key: "cut", header: "To bring it under", render: (r) => cutText(r) },
   ];
-  return <DataTable caption={`Budgets in force in ${page.month.label}`} rows={page.rows} rowKey={(r) => String(r.budget.id)} columns={columns} testId="budget-status" />;
+  return <DataTable caption={`Budgets in force in ${page.month.label}`} rows={page.rows} rowKey={(r) => String(r.budget.id)} columns={columns} testId={testId} />;
 }
 
 function Totals({ rows }: { rows: BudgetStatusRow[] }) {
@@ -395,5 +395,19 @@ export function BudgetsPage() {
       {may && (may.any || may.teams.length > 0) && <SetBudgetCard may={may} month={month} onSaved={changed} />}
       <Async state={list}>{(d) => <BudgetListCard list={d} onChanged={changed} />}</Async>
     </>
+  );
+}
+
+/** A team's (its own and its projects') or a project's budgets this month, on its page; nothing
+ * where none is in force or the caller may not read them. */
+export function BudgetsCard({ team, project }: { team?: string; project?: string }) {
+  const month = thisMonth();
+  const scope = team ? `team=${encodeURIComponent(team)}` : `project=${encodeURIComponent(project ?? "")}`;
+  const state = useApi<BudgetStatusPage>(`${BUDGETS_API}/status?month=${month}&${scope}`);
+  if (!state.data || state.data.rows.length === 0) return null;
+  return (
+    <Card title={`Budgets in ${month}`} actions={<Link to={`/budgets?month=${month}`}>All budgets →</Link>}>
+      <StatusTable page={state.data} testId="entity-budgets" />
+    </Card>
   );
 }
