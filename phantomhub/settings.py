@@ -88,6 +88,7 @@ INSTALLED_APPS = [
     "phantomhub.waste",
     "phantomhub.portal",
     "phantomhub.fleet",
+    "phantomhub.planning",
     "phantomhub.alerts",
     "phantomhub.reports",
     "phantomhub.demo",

@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/v1/auth/", include("phantomhub.accounts.oidc_urls")),
     path("api/v1/alerts/", include("phantomhub.alerts.urls")),
     path("api/v1/reports/", include("phantomhub.reports.urls")),
+    path("api/v1/planning/", include("phantomhub.planning.urls")),
     path("api/v1/", include("phantomhub.fleet.urls")),
     path("api/v1/", include("phantomhub.audit.urls")),
     path("metrics", metrics, name="metrics"),

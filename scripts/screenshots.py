@@ -222,6 +222,7 @@ def main() -> int:
                 if projects:
                     shoot(page, args.out, "project", f"/projects/{projects[0].get('key') or projects[0].get('slug')}")
             shoot(page, args.out, "finance", f"/finance?month={busiest_month(page)}")
+            shoot(page, args.out, "budgets", "/budgets")
             shoot(page, args.out, "settings", "/settings")
             shoot(page, args.out, "settings-prices", "/settings?tab=prices")
             shoot(page, args.out, "settings-alerts", "/settings?tab=alerts")

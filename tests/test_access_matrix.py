@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
+from datetime import date
 from http.cookies import SimpleCookie
 from typing import Any
 
@@ -29,6 +30,7 @@ from phantomhub.accounts.permissions import TokenScopes
 from phantomhub.accounts.services import personal_token_create, project_token_create, scim_token_create
 from phantomhub.fleet.models import AttributionJob
 from phantomhub.fleet.services import node_token_create
+from phantomhub.planning.models import Budget
 from phantomhub.pricing.models import PriceEntry
 from phantomhub.telemetry.models import Job, Run
 from tests.accounts.scim_factories import SCIM_METHODS
@@ -170,6 +172,14 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("reports-subscription", "patch"): "401 403 403 403 ok 404 404 ok",
     ("reports-subscription", "delete"): "401 403 403 403 ok 404 404 ok",
     ("reports-deliveries", "get"): ORG_READ,
+    # Budgets (planning/api.py): people read their teams' budgets (the world's is llm-pretrain's, of
+    # nlp), finance and org admins all; org admins and finance set any, a team's leads its projects'.
+    ("budget-list", "get"): ORG_READ,
+    ("budget-list", "post"): "401 403 403 403 403 ok ok ok",
+    ("budget-detail", "get"): ORG_READ,
+    ("budget-detail", "patch"): "401 403 403 403 403 ok ok ok",
+    ("budget-detail", "delete"): "401 403 403 403 403 ok ok ok",
+    ("budget-status", "get"): ORG_READ,
     ("oidc-start", "get"): ALL_OK,  # a redirect (to the provider, or /login?error=oidc_off here)
     ("oidc-callback", "get"): ALL_OK,  # a redirect to /login?error=state_missing: no state
     ("auth-breakglass", "get"): ALL_OK,  # a redirect to /login?error=breakglass_invalid: no token
@@ -293,6 +303,7 @@ class World:
     view_id: int = 0
     subscription_id: int = 0
     clients: dict[str, APIClient] = field(default_factory=dict)
+    budget_id: int = 0
 
 
 def _world_build(owner: Tenant, outsider: Tenant) -> World:
@@ -331,6 +342,9 @@ def _world_build(owner: Tenant, outsider: Tenant) -> World:
         owner=users["member"], kind="digest_team", team=owner.project.team, cadence="weekly", weekday=0,
         email_to=["member@example.com"],
     )  # fmt: skip
+    budget = Budget.objects.create(
+        scope="project", project=owner.project, amount_usd=1000, effective_from=date(2026, 9, 1), effective_to=date(2026, 9, 1)
+    )
     return World(
         owner=owner,
         outsider=outsider,
@@ -342,6 +356,7 @@ def _world_build(owner: Tenant, outsider: Tenant) -> World:
         training_job_id=str(training.pk),
         view_id=view.pk,
         subscription_id=subscription.pk,
+        budget_id=budget.pk,
     )
 
 
@@ -396,6 +411,7 @@ def _kwargs(name: str, world: World) -> dict[str, Any]:
         "portal-person-membership": {"username": "member", "slug": "nlp"},
         "portal-view": {"view_id": world.view_id},
         "reports-subscription": {"sub_id": world.subscription_id},
+        "budget-detail": {"budget_id": world.budget_id},
     }.get(name, {})
 
 
@@ -438,6 +454,13 @@ BODIES: dict[tuple[str, str], Callable[[], Any]] = {
     ("portal-view", "patch"): lambda: {"name": "matrix, renamed"},
     ("reports-subscriptions", "post"): lambda: {"kind": "digest_team", "team": "nlp", "cadence": "weekly", "weekday": 0},
     ("reports-subscription", "patch"): lambda: {"hour": 9},
+    ("budget-list", "post"): lambda: {
+        "scope": "project",
+        "project": "llm-pretrain",
+        "amount_usd": 900,
+        "effective_from": "2026-10",
+    },
+    ("budget-detail", "patch"): lambda: {"amount_usd": 1100},
 }
 
 

@@ -5,6 +5,7 @@ import { Layout } from "./components/Layout";
 import { Loading } from "./components/States";
 import { ThemeProvider } from "./lib/theme";
 import { AuditPage } from "./pages/Audit";
+import { BudgetsPage } from "./pages/Budgets";
 import { ComparePage } from "./pages/Compare";
 import { FinancePage } from "./pages/Finance";
 import { FleetPage } from "./pages/Fleet";
@@ -53,6 +54,7 @@ export function AppRoutes() {
           <Route path="teams/:slug" element={<TeamPage />} />
           <Route path="projects/:slug" element={<ProjectPage />} />
           <Route path="finance" element={<FinancePage />} />
+          <Route path="budgets" element={<BudgetsPage />} />
           <Route path="fleet" element={<FleetPage />} />
           <Route path="settings" element={<SettingsPage />} />
           <Route path="audit" element={<AuditPage />} />

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +15,8 @@ from phantomhub.alerts import selectors
 from phantomhub.alerts.figures import recent_figures, run_usd_per_hour
 from phantomhub.alerts.liveness import RUN_HOLD_S, hold_s
 from phantomhub.alerts.models import AlertRule, RuleKind
+from phantomhub.periods import month_period
+from phantomhub.planning import selectors as planning
 from phantomhub.telemetry.models import Run, RunStatus
 from phantomhub.waste.models import RunAnalysis
 
@@ -252,6 +254,48 @@ def _idle_gpus(rule: AlertRule, now: datetime, up_since: datetime | None = None)
     return out + _nodes_catching_up(up_since)
 
 
+def _budgets(rule: AlertRule, now: datetime) -> list[Observation]:
+    """Each budget the rule covers that is in force this month (UTC): breached while its
+    month-end forecast (planning/forecast.py) lies above the budget by more than over_pct."""
+    month = month_period(f"{now.astimezone(UTC):%Y-%m}")
+    budgets = planning.rule_budgets(scope=rule.scope, team_id=rule.team_id, project_id=rule.project_id)
+    over_pct = float(rule.params.get("over_pct") or 0.0)
+    out = []
+    for status in planning.budgets_status(budgets=budgets, month=month, now=now):
+        forecast = status.forecast
+        if forecast is None:
+            continue
+        limit = status.budget_usd * (1 + over_pct / 100)
+        out.append(
+            Observation(
+                subject=f"budget:{status.budget.pk}:{month.label}",
+                label=f"{planning.budget_label(status.budget)} budget for {month.label}",
+                breached=forecast.point_usd > limit,
+                figure="forecast_usd",
+                value=round(forecast.point_usd, 2),
+                threshold=round(limit, 2),
+                usd_per_hour=round(status.burn_usd_per_hour, 2),
+                evidence={
+                    "budget_id": status.budget.pk,
+                    "month": month.label,
+                    "budget_usd": round(status.budget_usd, 2),
+                    "spent_usd": round(status.spent_usd, 2),
+                    "forecast_p10_usd": round(forecast.p10_usd, 2),
+                    "forecast_p90_usd": round(forecast.p90_usd, 2),
+                    "over_by_usd": round(status.over_by_usd, 2),
+                    "recoverable_usd": round(status.recoverable_usd, 2),
+                    "recoverable_ahead_usd": round(status.recoverable_ahead_usd, 2),
+                    "cut_usd": round(status.cut_usd, 2),
+                    "cut_enough": status.cut_enough,
+                    "live_runs": status.live_runs,
+                    "formula": "forecast = spent + live burn x hours left today + days left x mean closed day "
+                    "(docs/budgets.md); cut = the rest of the month's recoverable dollars that bring it under",
+                },
+            )
+        )
+    return out
+
+
 def observe(rule: AlertRule, now: datetime, up_since: datetime | None = None) -> list[Observation] | None:
     """Every subject the rule covers now (None: the rule cannot be evaluated here, see notes).
     `up_since`: when the server came back after its own downtime (liveness.py), if it did."""
@@ -259,6 +303,8 @@ def observe(rule: AlertRule, now: datetime, up_since: datetime | None = None) ->
         return _silent(rule, now, up_since)
     if rule.kind == RuleKind.IDLE_GPU:
         return _idle_gpus(rule, now, up_since)
+    if rule.kind == RuleKind.FORECAST_OVER_BUDGET:
+        return _budgets(rule, now)
     out: list[Observation] = []
     for row in selectors.live_analyses(rule):
         try:

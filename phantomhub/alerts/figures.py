@@ -18,6 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from phantomhub.planning.burn import run_usd_per_hour
+
+__all__ = ["WindowFigures", "recent_figures", "run_usd_per_hour"]
+
 
 @dataclass(frozen=True)
 class WindowFigures:
@@ -39,25 +43,6 @@ def _at(values: Sequence[Any] | None, i: int) -> float:
         return 0.0
     v = values[i]
     return 0.0 if v is None else float(v)
-
-
-def run_usd_per_hour(result: Mapping[str, Any]) -> float:
-    """The run's spend rate: its cost so far over its priced hours (gpu_count × its price).
-
-    From unrounded figures: the exact dollars the analysis keeps beside the cost rounded to cents
-    (``explain.cost_usd.inputs.exact_usd``), over the hours a price covers, so a short run's
-    rounding never reads $38.51/h for a $38.40/h price. An analysis without the exact figure
-    falls back to the rounded cost."""
-    hours = float(result.get("run_hours") or 0.0)
-    gpu_count = float(result.get("gpu_count") or 0.0)
-    if gpu_count > 0:
-        hours -= float(result.get("unpriced_gpu_seconds") or 0.0) / gpu_count / 3600
-    if hours <= 0:
-        return 0.0
-    inputs = ((result.get("explain") or {}).get("cost_usd") or {}).get("inputs") or {}
-    exact = inputs.get("exact_usd")
-    usd = float(exact) if isinstance(exact, (int, float)) else float(result.get("cost_usd") or 0.0)
-    return usd / hours
 
 
 def recent_figures(result: Mapping[str, Any], *, window_s: float, target_mfu: float) -> WindowFigures | None:

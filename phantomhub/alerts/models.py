@@ -1,7 +1,7 @@
 """Alert rules, the state of each (rule, subject) pair, and the delivery log.
 
 Rules are evaluated from stored analyses only (phantomhub/alerts/evaluate.py); a rule's subject
-is a live run, a straggling rank of one, or an idle-held GPU. The state machine per subject is
+is a live run, a straggling rank of one, an idle-held GPU, or a budget's month (its forecast). The state machine per subject is
 ok -> pending (breached since `pending_since`) -> firing (breached for `for_s`) -> resolved.
 """
 
@@ -21,6 +21,7 @@ class RuleKind(models.TextChoices):
     STRAGGLER = "straggler"  # a straggler rank costing the other ranks more than $X/h
     SILENT_RUN = "silent_run"  # a running (billed) run with no telemetry for for_s
     IDLE_GPU = "idle_gpu"  # a GPU idle-held for more than for_s (fleet collector)
+    FORECAST_OVER_BUDGET = "forecast_over_budget"  # a budget's month-end forecast above it (planning)
 
 
 class Scope(models.TextChoices):
@@ -84,7 +85,8 @@ class StateKind(models.TextChoices):
 
 
 class AlertState(models.Model):
-    """One rule's view of one subject ("run:<id>", "run:<id>:rank:<r>", "gpu:<node>:<index>")."""
+    """One rule's view of one subject ("run:<id>", "run:<id>:rank:<r>", "gpu:<node>:<index>",
+    "budget:<id>:<YYYY-MM>")."""
 
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="states")
     subject = models.CharField(max_length=300)

@@ -15,6 +15,7 @@ FIGURE_NAMES = {
     "caused_wait_usd_per_hour": "others' wait caused",
     "silent_seconds": "silent for",
     "idle_held_seconds": "idle-held for",
+    "forecast_usd": "month-end forecast",
 }
 
 
@@ -25,6 +26,8 @@ def _fmt(figure: str, value: float | None) -> str:
         return f"{value * 100:.1f}%"
     if figure.endswith("_pct"):
         return f"{value:.1f}%"
+    if figure.endswith("_usd"):
+        return f"${value:,.2f}"
     if figure.endswith("usd_per_hour"):
         return f"${value:,.2f}/h"
     if figure.endswith("_seconds"):
@@ -43,6 +46,10 @@ def summary(rule: AlertRule, state: AlertState, event: str) -> str:
         return f"Resolved: {rule.name}: {state.subject_label} is back within the rule ({name} {_fmt(figure, state.value)})"
     threshold = state.evidence.get("threshold")
     limit = f" (threshold {_fmt(figure, threshold)})" if isinstance(threshold, (int, float)) else ""
+    cut = state.evidence.get("cut_usd")
+    if isinstance(cut, (int, float)) and figure == "forecast_usd":
+        enough = "would bring it under budget" if state.evidence.get("cut_enough") else "is all there is, not enough"
+        money += f"; recovering ${cut:,.2f} of recoverable spend {enough}"
     return f"{rule.name}: {state.subject_label}: {name} {_fmt(figure, state.value)}{limit}{money}"
 
 

@@ -35,6 +35,9 @@ PARAMS: Mapping[str, tuple[Param, ...]] = {
     RuleKind.STRAGGLER: (Param("usd_per_hour", 0, 1e9, lo_open=True, help="others' wait caused by one rank, $/h"),),
     RuleKind.SILENT_RUN: (),
     RuleKind.IDLE_GPU: (),
+    RuleKind.FORECAST_OVER_BUDGET: (
+        Param("over_pct", 0, 1000, help="fires when the month-end forecast is more than this % over the budget (default 0)"),
+    ),
 }
 REQUIRED: Mapping[str, tuple[str, ...]] = {
     RuleKind.EFFICIENCY_DROP: ("metric", "drop_pct"),

@@ -97,6 +97,8 @@ def _record(state: AlertState, obs: Observation, now: datetime) -> None:
 
 
 def _gone_because(state: AlertState) -> str:
+    if state.subject.startswith("budget:"):
+        return "the budget no longer applies (its month ended, or it was changed or deleted)"
     if state.run_id is None:
         return "the GPU is no longer idle-held (released, busy again, or its node stopped reporting)"
     status = Run.objects.filter(pk=state.run_id).values_list("status", flat=True).first()

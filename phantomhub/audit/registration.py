@@ -63,6 +63,7 @@ RECORDED: tuple[Recorded, ...] = (
         mask=("webhook_url", "webhook_secret"),
         leave_out=lambda name: name in ("created_at", "updated_at", "next_due_at"),
     ),
+    Recorded("planning.Budget", "budget"),  # a team's or project's monthly budget (docs/budgets.md)
 )
 
 # The kinds as the Audit log page's filter names them, in its order.
@@ -82,9 +83,10 @@ KIND_LABELS: dict[str, str] = {
     "directory_group": "Directory groups",
     "saved_view": "Saved views",
     "report_subscription": "Report subscriptions",
+    "budget": "Budgets",
 }
-# What finance people read: the price book and the month closes (docs/audit.md, "Who reads it").
-FINANCE_KINDS = frozenset({"price", "month"})
+# What finance people read: the price book, the month closes and the budgets they set (docs/audit.md, "Who reads it").
+FINANCE_KINDS = frozenset({"price", "month", "budget"})
 
 _KIND_OF: dict[type[models.Model], str] = {}
 _NO_CREATES: set[type[models.Model]] = set()

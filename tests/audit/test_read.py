@@ -69,7 +69,7 @@ def test_an_entry_as_the_page_shows_it(people: dict[str, User], log: dict[str, A
     assert [k["kind"] for k in body["kinds"]][:2] == ["price", "month"]
 
 
-def test_admins_read_everything_finance_prices_and_months_no_one_else(
+def test_admins_read_everything_finance_prices_months_and_budgets_no_one_else(
     people: dict[str, User], log: dict[str, Any], owner: Any
 ) -> None:
     admin = signed_in(people["root"])
@@ -78,7 +78,7 @@ def test_admins_read_everything_finance_prices_and_months_no_one_else(
     finance = signed_in(people["fin"])
     seen = finance.get("/api/v1/audit?limit=200").json()
     assert {e["kind"] for e in seen["entries"]} == {"price", "month"}
-    assert [k["kind"] for k in seen["kinds"]] == ["price", "month"]
+    assert [k["kind"] for k in seen["kinds"]] == ["price", "month", "budget"]  # budget: finance sets them
     refused = finance.get("/api/v1/audit?kind=team")
     assert refused.status_code == 403 and refused.json()["error"]["fields"] == {"kind": "not readable by finance"}
     csv_rows = list(csv.DictReader(io.StringIO(b"".join(finance.get("/api/v1/audit.csv").streaming_content).decode())))

@@ -363,3 +363,21 @@ def test_directory_group_members_from_either_side_and_cleared(people: dict[str, 
     ]
     assert {e.actor_label for e in entries_since(start)} == {"SCIM"}
     assert not entries_since(start, kind="person")  # recorded on the group, not on the person
+
+
+def test_budgets_created_changed_and_deleted(people: dict[str, User], owner: Any) -> None:
+    fin, start = people["fin"], mark()
+    client = signed_in(fin)
+    body = {"scope": "project", "project": owner.project.slug, "amount_usd": "5000", "effective_from": "2026-01"}
+    made = client.post("/api/v1/planning/budgets", body, format="json")
+    assert made.status_code == 201, made.content
+    budget_id = made.json()["id"]
+    assert client.patch(f"/api/v1/planning/budgets/{budget_id}", {"amount_usd": "6000"}, format="json").status_code == 200
+    assert client.delete(f"/api/v1/planning/budgets/{budget_id}").status_code == 204
+    created, changed, deleted = entries_since(start, kind="budget")
+    for entry in (created, changed, deleted):
+        _by(entry, fin)
+    assert _change(created, "amount_usd") == (None, "5000.00")
+    assert _change(changed, "amount_usd") == ("5000.00", "6000.00")
+    assert deleted.action == AuditEntry.Action.DELETE
+    assert {e["kind"] for e in client.get("/api/v1/audit?kind=budget").json()["entries"]} == {"budget"}

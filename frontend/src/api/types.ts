@@ -758,7 +758,7 @@ export interface InvoiceReconciliation {
 }
 
 // Alerts (phantomhub/alerts/api.py, docs/alerts.md).
-export type AlertRuleKind = "waste_rate" | "efficiency_drop" | "straggler" | "silent_run" | "idle_gpu";
+export type AlertRuleKind = "waste_rate" | "efficiency_drop" | "straggler" | "silent_run" | "idle_gpu" | "forecast_over_budget";
 
 export interface AlertRule {
   id: number;

@@ -12,6 +12,7 @@ const NAV = [
   { to: "/jobs", label: "Jobs", icon: "↻" },
   { to: "/fleet", label: "Fleet", icon: "▦" },
   { to: "/finance", label: "Finance", icon: "$" },
+  { to: "/budgets", label: "Budgets", icon: "◫" },
   { to: "/settings", label: "Settings", icon: "⚙" },
 ];
 // Shown to organization admins and finance people only: the people who may read the audit log.

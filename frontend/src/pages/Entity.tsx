@@ -12,6 +12,7 @@ import { Card, PageHeader, ShareBar } from "../components/ui";
 import { formatDate, formatGpuHours, formatNumber, formatPct, formatUsd } from "../lib/format";
 import { runsPath, usePeriodLink } from "../lib/links";
 import { DEFAULT_PERIOD, parsePeriodParam, periodLabel, sortRows, toggleSort } from "../lib/urlState";
+import { BudgetsCard } from "./Budgets";
 import { ProjectFailuresCard } from "./job/ProjectFailures";
 import { CategoryCard, DailyCard, FigureCards } from "./Overview";
 
@@ -50,6 +51,7 @@ export function EntityView({ kind, slug }: { kind: "team" | "project"; slug: str
           <>
             <ClosedMonthNote note={d.closed_month} />
             <FigureCards totals={d.totals} previous={d.previous_totals} dataFrom={d.data_from} />
+            <BudgetsCard {...scope} />
             <div className="grid grid-2-1">
               <DailyCard days={d.by_day} runsOf={scope} />
               <CategoryCard byCategory={d.by_category} />

@@ -22,6 +22,7 @@ const KINDS: AlertRuleList["kinds"] = {
   straggler: [{ name: "usd_per_hour", lo: 0, hi: 1e9, choices: [], help: "" }],
   silent_run: [],
   idle_gpu: [],
+  forecast_over_budget: [{ name: "over_pct", lo: 0, hi: 1000, choices: [], help: "" }],
 };
 
 function rule(over: Partial<AlertRule> = {}): AlertRule {
@@ -196,6 +197,8 @@ describe("alert rule helpers", () => {
     expect(ruleSummary({ kind: "waste_rate", params: { usd_per_hour: 25, share: 0.5 }, for_s: 120 })).toBe("waste > $25.00/h or waste share > 50% for 2 min");
     expect(ruleSummary({ kind: "efficiency_drop", params: { metric: "tokens_per_s", drop_pct: 20 }, for_s: 60 })).toBe("tokens/s > 20% below baseline for 1 min");
     expect(ruleSummary({ kind: "silent_run", params: {}, for_s: 600 })).toBe("no telemetry for 10 min while running");
+    expect(ruleSummary({ kind: "forecast_over_budget", params: { over_pct: 10 }, for_s: 300 })).toBe("month-end forecast > budget by 10% for 5 min");
+    expect(ruleSummary({ kind: "forecast_over_budget", params: {}, for_s: 300 })).toBe("month-end forecast > budget for 5 min");
   });
 
   it("names the API's fields as the form labels them", () => {

@@ -20,6 +20,7 @@ export const KIND_LABEL: Record<AlertRuleKind, string> = {
   straggler: "Straggler rank costing the others",
   silent_run: "Run silent while still billed",
   idle_gpu: "GPU idle-held",
+  forecast_over_budget: "Budget's month-end forecast over it",
 };
 
 const PARAM_LABEL: Record<string, string> = {
@@ -27,6 +28,7 @@ const PARAM_LABEL: Record<string, string> = {
   share: "Waste share above (0–1)",
   metric: "Figure",
   drop_pct: "% below baseline",
+  over_pct: "% over the budget",
 };
 
 /** The API's field names (params.share, for_s) as the form labels them. */
@@ -73,6 +75,8 @@ export function ruleSummary(rule: Pick<AlertRule, "kind" | "params" | "for_s">):
       return `no telemetry ${forText} while running`;
     case "idle_gpu":
       return `idle-held ${forText}`;
+    case "forecast_over_budget":
+      return `month-end forecast > budget${p.over_pct ? ` by ${p.over_pct}%` : ""} ${forText}`;
   }
 }
 

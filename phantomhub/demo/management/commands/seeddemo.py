@@ -74,6 +74,9 @@ class Command(BaseCommand):
             if not result.analysed:
                 break
             say(f"  analysed {analysed} runs…")
+        from phantomhub.demo.budgets import budgets_seed  # sized from the analysed spend
+
+        budgets_seed(say)
         say(f"demo ready: sign in as {DEMO_USER} / {DEMO_PASSWORD} (also finance, nlp-lead, vision-dev with the same password)")
         say(f"demo ingest token for demo/quickstart: {token_file}")
 
