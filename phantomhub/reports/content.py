@@ -10,6 +10,7 @@ builder raises ReportRefused, and the delivery log says why.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -21,6 +22,8 @@ from phantomhub.accounts.selectors import projects_visible, user_sees_everything
 from phantomhub.csvfile import csv_text
 from phantomhub.errors import ApiError
 from phantomhub.periods import Period, month_period, period_parse
+from phantomhub.planning.models import Budget
+from phantomhub.planning.selectors import budgets_status
 from phantomhub.portal import exports, finance, people, run_list, selectors
 from phantomhub.portal.saved_views import views_visible
 from phantomhub.portal.view_query import view_url
@@ -72,13 +75,31 @@ def signed_usd(value: float) -> str:
     return f"{'+' if value >= 0 else '−'}${abs(value):,.2f}"
 
 
-def budget_status(scope: Team | Project | None, period: ReportPeriod) -> dict[str, Any] | None:
-    """The budget of `scope` (a team, a project; None: the organization) over `period`: what was
-    set, spent and what is left. None until budgets exist: the digest says "no budget set".
+def budget_status(scope: Team | Project, now: datetime) -> list[dict[str, Any]]:
+    """The scope's own budgets (a team's: the team's, not its projects') in force in the month the
+    digest is sent in (UTC), as the Budgets page states them: spent to date, the budget, the
+    month-end forecast and its interval, over or within, and the recoverable dollars that would
+    bring it under (planning.selectors.budget_status; docs/budgets.md)."""
+    budgets = Budget.objects.filter(team=scope) if isinstance(scope, Team) else Budget.objects.filter(project=scope)
+    month = month_period(f"{now.astimezone(UTC):%Y-%m}")
+    statuses = budgets_status(budgets=budgets.select_related("team", "project", "project__team"), month=month, now=now)
+    return [status.as_dict() for status in statuses]
 
-    The single place the budgets app (phantomhub.planning, a layer below the portal) is to be
-    wired in: return {"budget_usd", "spent_usd", "remaining_usd", "status"} there."""
-    return None
+
+def budget_line(status: dict[str, Any]) -> str:
+    """One budget's status as a sentence of the digest."""
+    forecast = status["forecast"]
+    gpu = status["budget"]["gpu_key"] or "every GPU model"
+    said = f"Budget {status['month']} ({gpu}): {usd(status['spent_usd'])} of {usd(status['budget_usd'])} spent"
+    if forecast is None:
+        return said + "."
+    said += f"; forecast {usd(forecast['point_usd'])} (p10 {usd(forecast['p10_usd'])} to p90 {usd(forecast['p90_usd'])})"
+    if not status["over"]:
+        return said + ", within budget."
+    said += f", over by {usd(status['over_by_usd'])}"
+    if status["cut_enough"]:
+        return said + f": recovering {usd(status['cut_usd'])} of the recoverable waste would bring it under."
+    return said + f": all {usd(status['recoverable_ahead_usd'])} recoverable would not be enough."
 
 
 def _with_note(csv: str, note: str) -> str:
@@ -145,7 +166,7 @@ def _recommendations(run_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (-r["saving_usd"], r["run_id"], r["title"]))[:TOP_RECOMMENDATIONS]
 
 
-def _digest(owner: User, period: ReportPeriod, *, team: Team | None, project: Project | None, kind: str) -> Report:
+def _digest(owner: User, period: ReportPeriod, *, team: Team | None, project: Project | None, kind: str, now: datetime) -> Report:
     seen = projects_visible(owner)
     if project is not None and not seen.filter(pk=project.pk).exists():
         raise ReportRefused(f"the subscriber no longer sees the project {project.slug}")
@@ -159,7 +180,7 @@ def _digest(owner: User, period: ReportPeriod, *, team: Team | None, project: Pr
     scope = project or team
     assert scope is not None
     name = f"{'project' if project else 'team'} {scope.label}"
-    budget = budget_status(scope, period)
+    budgets = budget_status(scope, now)
     recs = _recommendations(summary["top_runs"])
     lines = [
         f"Week {period.key} ({period.start:%d %b} to {period.end:%d %b %Y}), {name}: {usd(totals['cost_usd'])} spent "
@@ -167,8 +188,7 @@ def _digest(owner: User, period: ReportPeriod, *, team: Team | None, project: Pr
         f"Waste {usd(totals['waste_usd'])}, of which {usd(totals['recoverable_usd'])} recoverable.",
         ("Against the week before: " + ", ".join(f"{k.removesuffix('_usd')} {signed_usd(v)}" for k, v in changes.items()) + ".")
         if changes is not None else "No week before to compare with (no data before this week).",
-        "Budget: no budget set." if budget is None
-        else f"Budget: {usd(budget.get('spent_usd'))} of {usd(budget.get('budget_usd'))} spent ({budget.get('status', '')}).",
+        *([budget_line(b) for b in budgets] or ["Budget: no budget set."]),
     ]  # fmt: skip
     tables = [
         Table("Top recommendations", ["saving", "recommendation", "run", "project"],
@@ -189,7 +209,7 @@ def _digest(owner: User, period: ReportPeriod, *, team: Team | None, project: Pr
         tables=tables,
         figures={"scope": {"kind": "project" if project else "team", "slug": scope.slug, "name": scope.label},
                  "totals": totals, "previous_totals": {k: prev[k] for k in HEADLINE} if prev else None,
-                 "changes": changes, "budget": budget, "top_recommendations": recs},
+                 "changes": changes, "budgets": budgets, "top_recommendations": recs},
     )  # fmt: skip
 
 
@@ -256,8 +276,8 @@ def _board_view(owner: User, params: dict[str, str], period: ReportPeriod, title
     )  # fmt: skip
 
 
-def report_build(sub: Subscription, period: ReportPeriod) -> Report:
-    """The report `sub` sends for `period`, as its owner may read it; ReportRefused when they may not."""
+def report_build(sub: Subscription, period: ReportPeriod, *, now: datetime) -> Report:
+    """The report `sub` sends for `period`, as its owner may read it at `now`; ReportRefused when they may not."""
     owner = sub.owner
     if not owner.is_active:
         raise ReportRefused("the subscriber's account is deactivated")
@@ -266,7 +286,7 @@ def report_build(sub: Subscription, period: ReportPeriod) -> Report:
             raise ReportRefused("the finance review is finance's and organization admins'; the subscriber is neither")
         return _finance(owner, period.key, whole_org=True, period=period, kind=sub.kind)
     if sub.kind == ReportKind.DIGEST_TEAM:
-        return _digest(owner, period, team=sub.team, project=None, kind=sub.kind)
+        return _digest(owner, period, team=sub.team, project=None, kind=sub.kind, now=now)
     if sub.kind == ReportKind.DIGEST_PROJECT:
-        return _digest(owner, period, team=None, project=sub.project, kind=sub.kind)
+        return _digest(owner, period, team=None, project=sub.project, kind=sub.kind, now=now)
     return _saved_view(owner, sub, period)

@@ -107,7 +107,7 @@ def period_claim(*, sub: Subscription, now: datetime) -> str:
     report, refusal = None, ""
     if not ReportDelivery.objects.filter(subscription=sub, period_key=period.key).exists():
         try:
-            report = report_build(sub, period)
+            report = report_build(sub, period, now=now)
         except ReportRefused as exc:
             refusal = str(exc)
     with transaction.atomic():

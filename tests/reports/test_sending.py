@@ -8,7 +8,8 @@ import csv
 import hashlib
 import hmac
 import io
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -179,6 +180,34 @@ def test_a_team_digest_at_0030_berlin_covers_the_berlin_week_with_the_team_page_
         assert float(rows[-1][key]) == page["totals"][key]
     assert int(rows[-1]["runs"]) == page["totals"]["runs"] == 2
     assert "/teams/nlp?period=2026-09-21..2026-09-27" in message.body
+
+
+def test_a_team_digest_states_the_team_budget_of_the_month_as_the_budgets_page_does(books: Books, receiver: Receiver) -> None:
+    from phantomhub.periods import month_period
+    from phantomhub.planning.models import Budget
+    from phantomhub.planning.selectors import budget_status
+
+    team = books.owner.project.team
+    budget = Budget.objects.create(scope="team", team=team, amount_usd=Decimal("5"), effective_from=date(2026, 9, 1))
+    project = books.owner.project
+    Budget.objects.create(scope="project", project=project, amount_usd=Decimal("900"), effective_from=date(2026, 9, 1))
+    body = {"kind": "digest_team", "team": "nlp", "cadence": "weekly", "weekday": 0, "hour": 0, "minute": 30,
+            "timezone": "Europe/Berlin", "email_to": ["root@example.com"], "webhook_url": receiver.url}  # fmt: skip
+    sub = _subscribe(books, "root", body, DIGEST_DUE)
+    sent_at = DIGEST_DUE + timedelta(seconds=30)
+    services.reports_send(now=sent_at)
+    [message] = mail.outbox
+    status = budget_status(budget=budget, month=month_period("2026-09"), now=sent_at).as_dict()
+    assert status["state"] == "open" and status["over"]  # 15 minutes at $36 an hour and more against $5
+    forecast = status["forecast"]
+    line = next(line for line in message.body.splitlines() if line.startswith("Budget 2026-09"))
+    assert line.startswith(f"Budget 2026-09 (every GPU model): ${status['spent_usd']:,.2f} of $5.00 spent; ")
+    assert f"forecast ${forecast['point_usd']:,.2f} (p10 ${forecast['p10_usd']:,.2f} to p90 ${forecast['p90_usd']:,.2f})" in line
+    assert f"over by ${status['over_by_usd']:,.2f}" in line
+    assert "$900.00" not in message.body  # the team's own budget, not its projects'
+    [hook] = [got for got in receiver.got if got.json.get("subscription_id", sub.pk) == sub.pk]
+    assert [b["budget"]["id"] for b in hook.json["figures"]["budgets"]] == [budget.pk]
+    assert hook.json["figures"]["budgets"][0]["spent_usd"] == status["spent_usd"]
 
 
 def test_a_subscription_edited_while_due_still_sends_its_period(books: Books) -> None:
