@@ -229,6 +229,7 @@ def main() -> int:
             shoot(page, args.out, "settings-attribution", "/settings?tab=attribution")
             shoot(page, args.out, "settings-tokens", "/settings?tab=tokens")
             shoot(page, args.out, "settings-people", "/settings?tab=people")
+            shoot(page, args.out, "settings-reports", "/settings?tab=reports")
             shoot(page, args.out, "audit", "/audit", full_page=False)
             shoot(page, args.out, "fleet", "/fleet?period=30d")
             pair = compare_pair(page)
