@@ -11,6 +11,7 @@ from django import db
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 
 
@@ -158,3 +159,17 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     from django.views.csrf import csrf_failure as django_csrf_failure
 
     return django_csrf_failure(request, reason=reason)
+
+
+class LenientNegotiation(DefaultContentNegotiation):
+    """Accept chooses among a view's renderers, but one it does not name is no 406: the view
+    answers in its first renderer. A download (CSV, PDF, Parquet) is an HttpResponse of its own
+    type whatever the renderer, so `Accept: text/csv` on a CSV, or `application/pdf` on the PDF,
+    gets the file, and an error on the way is the one JSON error shape (REST_FRAMEWORK's
+    DEFAULT_CONTENT_NEGOTIATION_CLASS; tests/test_api_errors.py)."""
+
+    def select_renderer(self, request: Any, renderers: Any, format_suffix: str | None = None) -> Any:
+        try:
+            return super().select_renderer(request, renderers, format_suffix)
+        except exceptions.NotAcceptable:
+            return renderers[0], renderers[0].media_type

@@ -220,6 +220,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["phantomhub.telemetry.parsers.CappedJSONParser"],
     "EXCEPTION_HANDLER": "phantomhub.errors.api_exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "phantomhub.errors.LenientNegotiation",  # a download is no 406
     "DEFAULT_SCHEMA_CLASS": "phantomhub.schema.ErrorResponsesAutoSchema",  # documents every error an operation answers
     "UNAUTHENTICATED_USER": None,
     # Counts only the ingest POSTs, per token, at INGEST_RATE (phantomhub/accounts/throttles.py).

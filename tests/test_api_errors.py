@@ -143,6 +143,43 @@ def test_the_portal_query_parameters_are_in_the_schema(schema: dict[str, Any]) -
         assert names(path) == {"period"}
 
 
+# Every download (a GET whose 200 is not JSON), a path to fetch it by, and its type.
+DOWNLOADS = {
+    "/api/v1/portal/runs.csv": "/api/v1/portal/runs.csv",
+    "/api/v1/portal/leaderboards/{kind}.csv": "/api/v1/portal/leaderboards/teams.csv",
+    "/api/v1/portal/finance/{month}.csv": "/api/v1/portal/finance/2026-09.csv",
+    "/api/v1/portal/finance/{month}.pdf": "/api/v1/portal/finance/2026-09.pdf",
+    "/api/v1/fleet/{table}.csv": "/api/v1/fleet/nodes.csv?period=7d",
+    "/api/v1/audit.csv": "/api/v1/audit.csv",
+    "/api/v1/pricing/prices.csv": "/api/v1/pricing/prices.csv",
+    "/api/v1/runs/{run_id}/steps.parquet": None,  # a run's (tests/telemetry/test_steps_export.py asks with its Accept)
+}
+
+
+def _download_types(schema: dict[str, Any]) -> dict[str, str]:
+    found = {}
+    for path, method, op in _operations(schema):
+        content = op["responses"].get("200", {}).get("content", {})
+        if method == "get" and content and "application/json" not in content:
+            found[path] = next(iter(content))
+    return found
+
+
+def test_every_download_answers_its_file_whatever_accept_says(admin: APIClient, schema: dict[str, Any]) -> None:
+    types = _download_types(schema)
+    assert set(types) == set(DOWNLOADS), "a download not in DOWNLOADS (or gone from the schema)"
+    for documented, path in DOWNLOADS.items():
+        if path is None:
+            continue
+        for accept in (types[documented], "application/json", "*/*", "image/png"):
+            response = admin.get(path, HTTP_ACCEPT=accept)
+            assert response.status_code == 200, (path, accept, response.status_code)  # never a 406
+            assert response["Content-Type"].startswith(types[documented]), (path, accept)
+    refused = admin.get("/api/v1/portal/finance/2026-13.csv", HTTP_ACCEPT="text/csv")
+    assert refused.status_code in (400, 404) and refused["Content-Type"] == "application/json"
+    assert "error" in refused.json()
+
+
 @pytest.mark.parametrize("query", [{"status": "¿bogus"}, {"sort": "nonsense"}, {"from": "2026-13-01"}])
 def test_the_runs_csv_refuses_a_bad_filter_with_a_400_before_streaming(admin: APIClient, query: dict[str, str]) -> None:
     response = admin.get("/api/v1/portal/runs.csv", query)

@@ -15,7 +15,6 @@ from django.views.decorators.csrf import csrf_protect
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -371,20 +370,7 @@ class FinanceCsvApi(APIView):
         return response
 
 
-class _AnyAccept(BaseContentNegotiation):
-    """A file download answers its own type whatever Accept says (`Accept: application/pdf` is no
-    406); its errors are JSON, the API's one error shape."""
-
-    def select_parser(self, request: Request, parsers: Any) -> Any:
-        return parsers[0]
-
-    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> tuple[Any, str]:
-        return renderers[0], renderers[0].media_type
-
-
 class FinancePdfApi(APIView):
-    content_negotiation_class = _AnyAccept
-
     @extend_schema(responses={(200, "application/pdf"): OpenApiTypes.BINARY}, summary="The monthly review as a PDF for sign-off")
     def get(self, request: Request, month: str) -> HttpResponse:
         # The same review as the page and the CSV (the reader's rows only), drawn, not recomputed.
