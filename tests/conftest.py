@@ -158,14 +158,21 @@ def order_work_units(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order `make test` hands out work units in (it runs with --no-loadscope-reorder): first
     the tests that need the rows the migrations seeded (example prices), then the ones that empty a
     worker's database, so no worker runs one of the first after one of the second, as pytest-django
-    orders a run in one process; the groups with the most tests first within each part."""
+    orders a run in one process. Within each part the groups holding a `slow` test go first (a
+    build, a seeded server, a restart: a minute or two each, which handed out last kept one worker
+    busy after the others were done), then the groups with the most tests."""
     if not (getattr(config.option, "loadgroup", False) and hasattr(config, "workerinput")):
         return  # one process: pytest-django's order stands
     groups = [_group_of(item) for item in items]
     size: dict[str, int] = {}
-    for group in groups:
+    long: set[str] = set()
+    for item, group in zip(items, groups, strict=True):
         size[group] = size.get(group, 0) + 1
-    order = {id(item): (group.endswith(":late"), -size[group]) for item, group in zip(items, groups, strict=True)}
+        if item.get_closest_marker("slow") is not None:
+            long.add(group)
+    order = {
+        id(item): (group.endswith(":late"), group not in long, -size[group]) for item, group in zip(items, groups, strict=True)
+    }
     items.sort(key=lambda item: order[id(item)])
     _group_node_ids(items)
 

@@ -19,7 +19,7 @@ import phantomhub_agent as pa
 
 from .conftest import PYTHON, SCRIPT_ENV, FaultProxy, LiveServer, agent_cli, free_port, run_script
 
-pytestmark = pytest.mark.live_server
+pytestmark = [pytest.mark.live_server, pytest.mark.slow]  # a long unit: handed out first (tests/conftest.py)
 torch.set_num_threads(1)  # see conftest: OpenMP wake-ups on a small VM would swamp the timings
 
 MS = 1_000_000

@@ -30,6 +30,8 @@ from tests.alerts.conftest import LOOPBACK_ALLOWED, Receiver
 from tests.conftest import Tenant
 from tests.fleet.conftest import h100_price, node_client, raw_days_for_fixed_dates, teams  # noqa: F401
 
+pytestmark = pytest.mark.slow  # a long unit: handed out first (tests/conftest.py)
+
 INTERVAL_S = 3  # the collector's: four intervals are 12 s, the server's "reporting now"
 DOWN_S = 25  # longer than four intervals, and than the evaluator's gap (liveness.GAP_S, 15 s)
 

@@ -14,7 +14,7 @@ import pytest
 from tests.e2e.conftest import Api, Server
 from tests.e2e.test_portal_ui import _analyses, _busiest_month, usd
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a long unit: handed out first (tests/conftest.py)
 
 MONEY = re.compile(r"-?\$[\d,]+\.\d\d+")  # cents, or more decimals on a run under a dime
 

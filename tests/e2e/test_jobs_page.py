@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.conftest import ADMIN, Api, Server, _free_port, served
 from tests.e2e.seed import Client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a long unit: handed out first (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOT = ROOT / "docs" / "screenshots" / "job.png"

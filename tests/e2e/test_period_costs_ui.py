@@ -22,7 +22,7 @@ import pytest
 from tests.e2e.conftest import ADMIN, Api, Server, _free_port, served
 from tests.e2e.seed import Client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a long unit: handed out first (tests/conftest.py)
 
 PROJECTS = [("nlp", "llm-pretrain"), ("nlp", "llm-finetune"), ("vision", "detector")]
 STORED = 108  # with the crossing run, the month has 109

@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.conftest import Api, Server
 from tests.portal.pdfs import assert_not_blank, csv_table, pages_text, pdf_table, rendered
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a long unit: handed out first (tests/conftest.py)
 
 CATEGORIES = ["useful_compute", "compute_inefficiency", "data_stall", "comm_exposed", "host_overhead", "idle"]
 

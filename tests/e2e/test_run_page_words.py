@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.conftest import ADMIN, ROOT, Api, Server, _free_port, missing_reason, served
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # a long unit: handed out first (tests/conftest.py)
 SCENARIOS = {"healthy": "cpu-healthy", "starved": "cpu-starved-dataloader", "ddp-straggler": "ddp-slow-rank"}
 WIDTHS = (390, 1024, 1440)
 SCREENSHOT = ROOT / "docs" / "screenshots" / "run.png"
