@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import smtplib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.mail import EmailMessage
+from django.db.models import F, Model
+from django.utils import timezone
 
 from phantomhub import egress
 
@@ -75,3 +81,84 @@ def email_send(message: EmailMessage) -> Attempt:
     except Exception as exc:  # SMTP and socket errors alike: the mail server may come back
         return Attempt(False, True, None, f"the mail server could not be reached ({type(exc).__name__})")
     return Attempt(True, False, None, "")
+
+
+# -- the outbox: a table of deliveries, each attempted until sent or given up ---------------------
+# The alerts' AlertDelivery and the reports' ReportDelivery share the fields it reads and writes:
+# status ("pending", "sent", "failed"), attempts, next_attempt_at, status_code, error, sent_at.
+
+log = logging.getLogger(__name__)
+PENDING, SENT, FAILED = "pending", "sent", "failed"
+
+
+@dataclass(frozen=True)
+class Outbox:
+    model: type[Model]
+    send: Callable[[Any], Attempt]  # one attempt at one delivery; may raise (counted as a failure)
+    max_attempts: Callable[[], int]  # read at each attempt, so settings overridden in tests apply
+    retry_base_s: Callable[[], float]
+    claim_s: float  # an attempt in progress is not attempted by anyone else for this long
+    related: tuple[str, ...] = ()  # select_related when a due delivery is loaded
+    label: str = "delivery"  # in the server log
+
+
+def delivery_attempt(outbox: Outbox, item: Any) -> Any:
+    """One attempt; on failure either the next attempt is scheduled (backoff) or it gave up.
+
+    The attempt is counted, and its retry scheduled, before it is made: one that raises, hangs past
+    its claim or takes the worker down with it still uses up one of max_attempts, so no delivery is
+    re-sent forever. Whatever happens ends with a stored, sanitised reason."""
+    most = outbox.max_attempts()
+    if item.attempts >= most:
+        item.status, item.next_attempt_at = FAILED, None
+        item.error = egress.text_clean(item.error or "out of attempts")
+        item.save(update_fields=["status", "next_attempt_at", "error"])
+        return item
+    item.attempts += 1
+    item.next_attempt_at = timezone.now() + timedelta(seconds=retry_delay_s(item.attempts, base_s=outbox.retry_base_s()))
+    outbox.model._default_manager.filter(pk=item.pk).update(attempts=F("attempts") + 1, next_attempt_at=item.next_attempt_at)
+    try:
+        attempt = outbox.send(item)
+    except Exception:
+        log.exception("%s %s: the attempt raised", outbox.label, item.pk)
+        attempt = Attempt(False, True, None, "the attempt failed inside PhantomHub (see the server log)")
+    item.status_code = attempt.status_code
+    item.error = egress.text_clean(attempt.error)
+    if attempt.ok:
+        item.status, item.sent_at, item.next_attempt_at = SENT, timezone.now(), None
+    elif attempt.retry and item.attempts < most:
+        item.status = PENDING
+    else:
+        item.status, item.next_attempt_at = FAILED, None
+    item.save(update_fields=["status_code", "error", "status", "sent_at", "next_attempt_at"])
+    return item
+
+
+def deliveries_send_due(outbox: Outbox, *, now: datetime | None = None, limit: int = 200) -> tuple[int, int]:
+    """Attempt every pending delivery whose time has come, oldest first; returns (sent, failed
+    attempts). Each is claimed first (its next attempt moved claim_s ahead, atomically), so two
+    workers never attempt the same delivery at once; one that fails in any way is logged and
+    counted failed, and the others are still attempted."""
+    now = now or timezone.now()
+    rows = outbox.model._default_manager
+    sent = failed = 0
+    due = list(
+        rows.filter(status=PENDING, next_attempt_at__lte=now)
+        .order_by("next_attempt_at", "id")
+        .values_list("pk", "next_attempt_at")[:limit]
+    )
+    for pk, at in due:
+        try:
+            taken = rows.filter(pk=pk, status=PENDING, next_attempt_at=at).update(
+                next_attempt_at=timezone.now() + timedelta(seconds=outbox.claim_s)
+            )
+            if not taken:
+                continue
+            item = delivery_attempt(outbox, rows.select_related(*outbox.related).get(pk=pk))
+        except Exception:
+            log.exception("%s %s could not be attempted", outbox.label, pk)
+            failed += 1
+            continue
+        sent += item.status == SENT
+        failed += item.status != SENT
+    return sent, failed

@@ -15,10 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from phantomhub import egress
+from phantomhub import sending
 from phantomhub.alerts import delivery, payloads
 from phantomhub.alerts.evaluate import Observation, observe, run_link
 from phantomhub.alerts.liveness import server_beat
@@ -223,69 +222,34 @@ def _send(item: AlertDelivery) -> delivery.Attempt:
     return delivery.email_send(to=to, subject=item.subject, text=item.body)
 
 
-def delivery_attempt(*, item: AlertDelivery) -> AlertDelivery:
-    """One attempt; on failure either the next attempt is scheduled (backoff) or it gave up.
-
-    The attempt is counted, and its retry scheduled, before it is made: one that raises, hangs
-    past its claim or takes the worker down with it still uses up one of ALERT_MAX_ATTEMPTS, so
-    no delivery is re-sent forever. Whatever happens ends with a stored, sanitised reason."""
+def _max_attempts() -> int:
     from django.conf import settings
 
-    if item.attempts >= settings.ALERT_MAX_ATTEMPTS:
-        item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
-        item.error = egress.text_clean(item.error or "out of attempts")
-        item.save(update_fields=["status", "next_attempt_at", "error"])
-        return item
-    item.attempts += 1
-    item.next_attempt_at = timezone.now() + timedelta(seconds=delivery.retry_delay_s(item.attempts))
-    AlertDelivery.objects.filter(pk=item.pk).update(attempts=F("attempts") + 1, next_attempt_at=item.next_attempt_at)
-    try:
-        attempt = _send(item)
-    except Exception:
-        log.exception("alert delivery %s: the attempt raised", item.pk)
-        attempt = delivery.Attempt(False, True, None, "the attempt failed inside PhantomHub (see the server log)")
-    item.status_code = attempt.status_code
-    item.error = egress.text_clean(attempt.error)
-    if attempt.ok:
-        item.status, item.sent_at, item.next_attempt_at = DeliveryStatus.SENT, timezone.now(), None
-    elif attempt.retry and item.attempts < settings.ALERT_MAX_ATTEMPTS:
-        item.status = DeliveryStatus.PENDING
-    else:
-        item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
-    item.save(update_fields=["status_code", "error", "status", "sent_at", "next_attempt_at"])
-    return item
+    return int(settings.ALERT_MAX_ATTEMPTS)
+
+
+def _retry_base_s() -> float:
+    from django.conf import settings
+
+    return float(settings.ALERT_RETRY_BASE_S)
+
+
+OUTBOX = sending.Outbox(
+    model=AlertDelivery, send=lambda item: _send(item), max_attempts=_max_attempts, retry_base_s=_retry_base_s,
+    claim_s=CLAIM_S, related=("rule",), label="alert delivery",
+)  # fmt: skip
+
+
+def delivery_attempt(*, item: AlertDelivery) -> AlertDelivery:
+    """One attempt; on failure either the next attempt is scheduled (backoff) or it gave up
+    (sending.delivery_attempt: counted before it is made, so no delivery is re-sent forever)."""
+    result: AlertDelivery = sending.delivery_attempt(OUTBOX, item)
+    return result
 
 
 def deliveries_send_due(*, now: datetime | None = None, limit: int = 200) -> tuple[int, int]:
-    """Attempt every pending delivery whose time has come, oldest first; returns (sent, failed
-    attempts). Each is claimed first (its next attempt moved CLAIM_S ahead, atomically), so two
-    evaluators never attempt the same delivery at once; one that fails in any way is logged and
-    counted failed, and the others are still attempted."""
-    now = now or timezone.now()
-    sent = failed = 0
-    due = list(
-        AlertDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
-        .order_by("next_attempt_at", "id")
-        .values_list("pk", "next_attempt_at")[:limit]
-    )
-    for pk, at in due:
-        try:
-            claimed = AlertDelivery.objects.filter(pk=pk, status=DeliveryStatus.PENDING, next_attempt_at=at).update(
-                next_attempt_at=timezone.now() + timedelta(seconds=CLAIM_S)
-            )
-            if not claimed:
-                continue
-            item = AlertDelivery.objects.select_related("rule").get(pk=pk)
-            delivery_attempt(item=item)
-        except Exception:
-            log.exception("alert delivery %s could not be attempted", pk)
-            failed += 1
-            continue
-        if item.status == DeliveryStatus.SENT:
-            sent += 1
-        else:
-            failed += 1
-    return sent, failed
+    """Attempt every pending delivery whose time has come, oldest first (sending.deliveries_send_due)."""
+    return sending.deliveries_send_due(OUTBOX, now=now, limit=limit)
 
 
 def rule_test_send(*, rule: AlertRule) -> list[AlertDelivery]:

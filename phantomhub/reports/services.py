@@ -25,7 +25,6 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from phantomhub import egress, sending
@@ -156,62 +155,21 @@ def _send(item: ReportDelivery) -> sending.Attempt:
     return sending.email_send(message)
 
 
+OUTBOX = sending.Outbox(
+    model=ReportDelivery, send=lambda item: _send(item), max_attempts=lambda: settings.REPORT_MAX_ATTEMPTS,
+    retry_base_s=lambda: settings.REPORT_RETRY_BASE_S, claim_s=CLAIM_S, related=("subscription",), label="report delivery",
+)  # fmt: skip
+
+
 def delivery_attempt(*, item: ReportDelivery) -> ReportDelivery:
-    """One attempt, counted (and its retry scheduled) before it is made; whatever happens ends
-    with a stored, sanitised reason."""
-    if item.attempts >= settings.REPORT_MAX_ATTEMPTS:
-        item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
-        item.error = egress.text_clean(item.error or "out of attempts")
-        item.save(update_fields=["status", "next_attempt_at", "error"])
-        return item
-    item.attempts += 1
-    item.next_attempt_at = timezone.now() + timedelta(
-        seconds=sending.retry_delay_s(item.attempts, base_s=settings.REPORT_RETRY_BASE_S)
-    )
-    ReportDelivery.objects.filter(pk=item.pk).update(attempts=F("attempts") + 1, next_attempt_at=item.next_attempt_at)
-    try:
-        attempt = _send(item)
-    except Exception:
-        log.exception("report delivery %s: the attempt raised", item.pk)
-        attempt = sending.Attempt(False, True, None, "the attempt failed inside PhantomHub (see the server log)")
-    item.status_code = attempt.status_code
-    item.error = egress.text_clean(attempt.error)
-    if attempt.ok:
-        item.status, item.sent_at, item.next_attempt_at = DeliveryStatus.SENT, timezone.now(), None
-    elif attempt.retry and item.attempts < settings.REPORT_MAX_ATTEMPTS:
-        item.status = DeliveryStatus.PENDING
-    else:
-        item.status, item.next_attempt_at = DeliveryStatus.FAILED, None
-    item.save(update_fields=["status_code", "error", "status", "sent_at", "next_attempt_at"])
-    return item
+    """One attempt, counted (and its retry scheduled) before it is made (sending.delivery_attempt)."""
+    result: ReportDelivery = sending.delivery_attempt(OUTBOX, item)
+    return result
 
 
 def deliveries_send_due(*, now: datetime | None = None, limit: int = 200) -> tuple[int, int]:
-    """Attempt every pending delivery whose time has come; returns (sent, failed attempts). Each is
-    claimed first (its next attempt moved CLAIM_S ahead, atomically), so two sweepers never
-    attempt the same delivery at once."""
-    now = now or timezone.now()
-    sent = failed = 0
-    due = list(
-        ReportDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
-        .order_by("next_attempt_at", "id")
-        .values_list("pk", "next_attempt_at")[:limit]
-    )
-    for pk, at in due:
-        try:
-            taken = ReportDelivery.objects.filter(pk=pk, status=DeliveryStatus.PENDING, next_attempt_at=at).update(
-                next_attempt_at=timezone.now() + timedelta(seconds=CLAIM_S)
-            )
-            if not taken:
-                continue
-            item = delivery_attempt(item=ReportDelivery.objects.select_related("subscription").get(pk=pk))
-        except Exception:
-            log.exception("report delivery %s could not be attempted", pk)
-            failed += 1
-            continue
-        sent += item.status == DeliveryStatus.SENT
-        failed += item.status != DeliveryStatus.SENT
-    return sent, failed
+    """Attempt every pending delivery whose time has come (sending.deliveries_send_due)."""
+    return sending.deliveries_send_due(OUTBOX, now=now, limit=limit)
 
 
 def reports_send(*, now: datetime | None = None) -> SendResult:
