@@ -25,6 +25,7 @@ from django.db.models import F, Model
 from django.utils import timezone
 
 from phantomhub import egress
+from phantomhub.errors import invalid, query_int
 
 SIGNATURE_HEADER = "X-PhantomHub-Signature"
 TIMESTAMP_HEADER = "X-PhantomHub-Timestamp"
@@ -162,3 +163,17 @@ def deliveries_send_due(outbox: Outbox, *, now: datetime | None = None, limit: i
         sent += item.status == SENT
         failed += item.status != SENT
     return sent, failed
+
+
+def log_page(items: Any, params: Any, *, owner: str) -> list[Any]:
+    """A delivery log as its API lists it: `?<owner>=` (one rule's or subscription's), `?status=`
+    (pending, sent, failed), newest first, `?limit=` (1 to 500, default 100); a bad value is a
+    400 naming it."""
+    if params.get(owner):
+        items = items.filter(**{f"{owner}_id": query_int(params, owner, 0, 1, 2**31)})
+    wanted = params.get("status", "").strip()
+    if wanted:
+        if wanted not in (PENDING, SENT, FAILED):
+            raise invalid("status", "must be pending, sent or failed")
+        items = items.filter(status=wanted)
+    return list(items.order_by("-id")[: query_int(params, "limit", 100, 1, 500)])

@@ -26,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from phantomhub import egress
+from phantomhub import egress, sending
 from phantomhub.accounts.models import Project, Team
 from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.alerts import selectors, services
@@ -384,14 +384,6 @@ class AlertDeliveryListApi(APIView):
         summary="The delivery log: every webhook and email attempt's outcome, newest first",
     )
     def get(self, request: Request) -> Response:
-        items = selectors.deliveries_visible(request.user)
-        if request.query_params.get("rule"):
-            items = items.filter(rule_id=query_int(request.query_params, "rule", 0, 1, 2**31))
-        wanted = request.query_params.get("status", "").strip()
-        if wanted:
-            if wanted not in ("pending", "sent", "failed"):
-                raise invalid("status", "must be pending, sent or failed")
-            items = items.filter(status=wanted)
-        limit = query_int(request.query_params, "limit", 100, 1, 500)
+        page = sending.log_page(selectors.deliveries_visible(request.user), request.query_params, owner="rule")
         editor = selectors.request_editor(request)
-        return Response({"deliveries": [delivery_view(d, editor=editor) for d in items.order_by("-id")[:limit]]})
+        return Response({"deliveries": [delivery_view(d, editor=editor) for d in page]})

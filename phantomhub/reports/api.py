@@ -20,11 +20,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from phantomhub import egress
+from phantomhub import egress, sending
 from phantomhub.accounts.models import Team
 from phantomhub.accounts.permissions import is_org_admin
 from phantomhub.accounts.selectors import projects_visible, user_sees_everything
-from phantomhub.errors import ApiError, invalid, query_int
+from phantomhub.errors import ApiError, invalid
 from phantomhub.portal.saved_views import views_visible
 from phantomhub.reports import selectors, services
 from phantomhub.reports.models import (
@@ -293,14 +293,6 @@ class DeliveryListApi(_ReportsView):
         summary="The reports' delivery log: each period's email and webhook, newest first",
     )
     def get(self, request: Request) -> Response:
-        items = selectors.deliveries_visible(request.user)
-        if request.query_params.get("subscription"):
-            items = items.filter(subscription_id=query_int(request.query_params, "subscription", 0, 1, 2**31))
-        wanted = request.query_params.get("status", "").strip()
-        if wanted:
-            if wanted not in ("pending", "sent", "failed"):
-                raise invalid("status", "must be pending, sent or failed")
-            items = items.filter(status=wanted)
-        limit = query_int(request.query_params, "limit", 100, 1, 500)
+        page = sending.log_page(selectors.deliveries_visible(request.user), request.query_params, owner="subscription")
         admin = is_org_admin(request.user)
-        return Response({"deliveries": [delivery_view(d, admin=admin) for d in items.order_by("-id")[:limit]]})
+        return Response({"deliveries": [delivery_view(d, admin=admin) for d in page]})
