@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import secrets
 import smtplib
 import time
 from collections.abc import Callable
@@ -21,11 +22,24 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.mail import EmailMessage
-from django.db.models import F, Model
+from django.db.models import F, Model, TextChoices
 from django.utils import timezone
 
 from phantomhub import egress
 from phantomhub.errors import invalid, query_int
+
+
+class WebhookFormat(TextChoices):
+    """A webhook's body: the generic JSON, or Slack's message shape (alert rules, report subscriptions)."""
+
+    GENERIC = "generic"
+    SLACK = "slack"
+
+
+def webhook_secret_new() -> str:
+    """A webhook's signing secret (the default of the alerts' and the reports' webhook_secret)."""
+    return "whsec_" + secrets.token_urlsafe(32)
+
 
 SIGNATURE_HEADER = "X-PhantomHub-Signature"
 TIMESTAMP_HEADER = "X-PhantomHub-Timestamp"

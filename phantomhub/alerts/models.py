@@ -7,12 +7,11 @@ ok -> pending (breached since `pending_since`) -> firing (breached for `for_s`) 
 
 from __future__ import annotations
 
-import secrets
-
 from django.conf import settings
 from django.db import models
 
 from phantomhub.accounts.models import Project, Team
+from phantomhub.sending import WebhookFormat, webhook_secret_new
 
 
 class RuleKind(models.TextChoices):
@@ -28,15 +27,6 @@ class Scope(models.TextChoices):
     ORG = "org"
     TEAM = "team"
     PROJECT = "project"
-
-
-class WebhookFormat(models.TextChoices):
-    GENERIC = "generic"
-    SLACK = "slack"
-
-
-def webhook_secret_new() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
 
 
 class AlertRule(models.Model):

@@ -10,12 +10,11 @@ transaction that moves the subscription's next due time on (reports/services.py)
 
 from __future__ import annotations
 
-import secrets
-
 from django.conf import settings
 from django.db import models
 
 from phantomhub.accounts.models import Project, Team
+from phantomhub.sending import WebhookFormat, webhook_secret_new
 
 
 class ReportKind(models.TextChoices):
@@ -28,15 +27,6 @@ class ReportKind(models.TextChoices):
 class Cadence(models.TextChoices):
     MONTHLY = "monthly"
     WEEKLY = "weekly"
-
-
-class WebhookFormat(models.TextChoices):
-    GENERIC = "generic"
-    SLACK = "slack"
-
-
-def webhook_secret_new() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
 
 
 class Subscription(models.Model):
