@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.accounts.models import Membership, Project, Role, Team
+from phantomhub.accounts.models import Membership, Project, Role
 from phantomhub.accounts.permissions import is_finance, is_org_admin
 from phantomhub.errors import ApiError, invalid
 from phantomhub.periods import month_period
@@ -49,14 +49,18 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 def _filtered(request: Request) -> Any:
+    """The budgets the caller sees, narrowed by `?team=` and `?project=`. A team or project the
+    caller does not see is answered as one that does not exist (400), so a filter never tells a
+    member which other teams there are."""
     budgets = selectors.budgets_visible(request.user)
     team, project = request.query_params.get("team"), request.query_params.get("project")
+    seen = selectors.teams_seen(request.user)
     if team:
-        if not Team.objects.filter(slug=team).exists():
+        if not seen.filter(slug=team).exists():
             raise invalid("team", f"no team {team[:64]!r}")
         budgets = budgets.filter(Q(team__slug=team) | Q(project__team__slug=team))
     if project:
-        if not Project.objects.filter(slug=project).exists():
+        if not Project.objects.filter(slug=project, team__in=seen).exists():
             raise invalid("project", f"no project {project[:64]!r}")
         budgets = budgets.filter(project__slug=project)
     return budgets

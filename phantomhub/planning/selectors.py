@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Q, QuerySet, Sum
 
 from phantomhub.accounts.auth import ProjectPrincipal
-from phantomhub.accounts.models import Membership, Role
+from phantomhub.accounts.models import Membership, Role, Team
 from phantomhub.accounts.permissions import is_finance, is_org_admin
 from phantomhub.accounts.selectors import user_sees_everything
 from phantomhub.periods import Period
@@ -34,6 +34,16 @@ def budgets_visible(principal: Any) -> QuerySet[Budget]:
         return budgets.all()
     teams = Membership.objects.filter(user=principal).values("team_id")
     return budgets.filter(Q(scope=BudgetScope.TEAM, team_id__in=teams) | Q(scope=BudgetScope.PROJECT, project__team_id__in=teams))
+
+
+def teams_seen(principal: Any) -> QuerySet[Team]:
+    """The teams whose budgets `principal` reads: every one (finance, organization admins), their
+    own teams (a person), none (a token of a project)."""
+    if isinstance(principal, ProjectPrincipal) or not getattr(principal, "is_authenticated", False):
+        return Team.objects.none()
+    if user_sees_everything(principal):
+        return Team.objects.all()
+    return Team.objects.filter(pk__in=Membership.objects.filter(user=principal).values("team_id"))
 
 
 def budget_writable(*, user: Any, scope: str, team_id: int | None, project_team_id: int | None) -> bool:

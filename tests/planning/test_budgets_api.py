@@ -160,6 +160,15 @@ def test_the_status_names_a_bad_month_or_filter(people: dict[str, APIClient]) ->
     assert "project" in people["admin"].get(f"{URL}?project=nope").json()["error"]["fields"]
 
 
+def test_a_filter_on_a_team_or_project_not_seen_answers_as_one_that_does_not_exist(people: dict[str, APIClient]) -> None:
+    for url in (f"{URL}?team=vision", f"{URL}/status?team=vision", f"{URL}?project=detector"):
+        nowhere = url.replace("vision", "nope").replace("detector", "nope")
+        hidden, missing = people["member"].get(url), people["member"].get(nowhere)
+        assert hidden.status_code == missing.status_code == 400, url  # nlp's member cannot tell vision exists
+        assert set(hidden.json()["error"]["fields"]) == set(missing.json()["error"]["fields"])
+    assert people["member"].get(f"{URL}?team=nlp").status_code == 200
+
+
 def test_a_project_budget_follows_its_project_to_its_team_filter(people: dict[str, APIClient]) -> None:
     made = people["admin"].post(URL, _project(), format="json").json()
     assert [b["id"] for b in people["admin"].get(f"{URL}?team=nlp").json()["budgets"]] == [made["id"]]
